@@ -1,0 +1,89 @@
+//! Events the runner and the handle emit, for observers.
+
+use crate::record::{Millis, RecordId};
+
+/// Something that happened to a record or to the runner.
+///
+/// ```
+/// use outbox_core::{Event, RecordId};
+/// let event = Event::Delivered { id: RecordId(1) };
+/// assert_eq!(event.record(), Some(RecordId(1)));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A record was durably enqueued.
+    Enqueued {
+        /// The record.
+        id: RecordId,
+        /// Its group.
+        group: Option<String>,
+    },
+    /// A delivery of the record is starting.
+    Attempted {
+        /// The record.
+        id: RecordId,
+        /// Answered failures spent before this try.
+        attempts: u32,
+    },
+    /// The server accepted the record; it left the queue.
+    Delivered {
+        /// The record.
+        id: RecordId,
+    },
+    /// The record failed and is scheduled again.
+    Retrying {
+        /// The record.
+        id: RecordId,
+        /// Its new deadline.
+        at: Millis,
+        /// Whether the failure spent an attempt (a server answered).
+        spent: bool,
+    },
+    /// The record needs a person: budget exhausted, crash-looped or an unresolved conflict.
+    Parked {
+        /// The record.
+        id: RecordId,
+        /// Why.
+        reason: String,
+    },
+    /// The server gave a final verdict on the record.
+    Rejected {
+        /// The record.
+        id: RecordId,
+        /// The server's reason.
+        reason: String,
+    },
+    /// A credential was refused: the runner pauses until resumed.
+    Halted {
+        /// The record whose delivery was refused.
+        id: RecordId,
+        /// What the server said.
+        reason: String,
+    },
+    /// The runner was resumed after a halt.
+    Resumed,
+    /// The record was removed from delivery; a tombstone stays.
+    Discarded {
+        /// The record.
+        id: RecordId,
+        /// Why, and by whom.
+        reason: String,
+    },
+}
+
+impl Event {
+    /// The record the event is about, if any.
+    pub fn record(&self) -> Option<RecordId> {
+        match self {
+            Event::Enqueued { id, .. }
+            | Event::Attempted { id, .. }
+            | Event::Delivered { id }
+            | Event::Retrying { id, .. }
+            | Event::Parked { id, .. }
+            | Event::Rejected { id, .. }
+            | Event::Halted { id, .. }
+            | Event::Discarded { id, .. } => Some(*id),
+            Event::Resumed => None,
+        }
+    }
+}

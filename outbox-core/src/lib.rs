@@ -1,0 +1,51 @@
+//! The core of `outbox`: a durable queue of pending writes, the policy that decides what each
+//! failure means, and the runner that delivers them.
+//!
+//! This crate is storage-agnostic. Pick a backend crate (`outbox-sqlite`, `outbox-redb`,
+//! `outbox-memory`) for the [`Store`]; the modules here read like the design:
+//!
+//! - [`record`] and [`state`]: one queued write and where it stands;
+//! - [`outcome`] and [`http`]: what a delivery reported, and the HTTP classifier;
+//! - [`policy`]: backoff, jitter, the ceiling and the crash-loop guard, as data;
+//! - [`machine`]: the pure transition function;
+//! - [`store`]: the trait a backend implements;
+//! - [`clock`]: where `now` comes from.
+//!
+//! ```
+//! use outbox_core::{http, machine, Change, Record, RecordId, RetryPolicy, State};
+//!
+//! // A 503 with `Retry-After: 30` spends one attempt and is retried 30 s later.
+//! let record = Record::fresh(RecordId(1), None, b"{}".to_vec(), "key-1".into(), 0);
+//! let outcome = http::classify(503, Some("30"));
+//! let mut rng = fastrand::Rng::with_seed(1);
+//! let step = machine::on_outcome(&record, &outcome, &RetryPolicy::default(), 1_000, &mut rng);
+//! let Change::Update(progress) = step.transition.change else { unreachable!() };
+//! assert_eq!(progress.state, State::Retrying);
+//! assert_eq!(progress.attempts, 1);
+//! assert_eq!(progress.next_attempt_at, Some(31_000));
+//! ```
+#![deny(missing_docs)]
+
+pub mod clock;
+pub mod error;
+pub mod event;
+pub mod http;
+pub mod machine;
+pub mod outcome;
+pub mod policy;
+pub mod record;
+pub mod state;
+pub mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use error::{BoxError, Error, Result};
+pub use event::Event;
+pub use machine::{Change, Guard, Step, Transition};
+pub use outcome::{ConflictResolution, ConflictResolver, Outcome, ParkOnConflict, RetryAfter};
+pub use policy::{Backoff, Ceiling, Jitter, RetryPolicy};
+pub use record::{Lease, Millis, NewRecord, Progress, Record, RecordId, Tombstone};
+pub use state::State;
+pub use store::{Applied, Claim, ListQuery, Stats, Store, DEFAULT_MAX_PAYLOAD};
+
+// Re-exported so users and backends name the same RNG type the policy takes.
+pub use fastrand;

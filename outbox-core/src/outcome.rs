@@ -1,0 +1,209 @@
+//! What the user's sink reports for one delivery, and how a conflict is resolved.
+
+use std::time::Duration;
+
+use crate::record::{Millis, Record};
+
+/// The server's own word on when to try again (`Retry-After`).
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_core::RetryAfter;
+///
+/// assert_eq!(RetryAfter::Delay(Duration::from_secs(2)).deadline(1_000), 3_000);
+/// assert_eq!(RetryAfter::At(500).deadline(1_000), 1_000); // a past date means now
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// Retry after this long (delta-seconds).
+    Delay(Duration),
+    /// Retry at this wall-clock time (an HTTP-date).
+    At(Millis),
+}
+
+impl RetryAfter {
+    /// The absolute deadline it asks for, never earlier than `now`.
+    pub fn deadline(self, now: Millis) -> Millis {
+        match self {
+            RetryAfter::Delay(delay) => now.saturating_add(duration_ms(delay)),
+            RetryAfter::At(at) => at.max(now),
+        }
+    }
+}
+
+/// Milliseconds in a duration, saturating at `u64::MAX`.
+pub(crate) fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The result of one delivery, as the sink reports it.
+///
+/// Use [`crate::http::classify`] to derive it from an HTTP status and `Retry-After` header.
+///
+/// ```
+/// use outbox_core::Outcome;
+///
+/// assert!(Outcome::no_answer("connection refused").is_unanswered());
+/// assert!(Outcome::transient("503", None).spends_attempt());
+/// assert!(!Outcome::halt("401").spends_attempt());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The server accepted the write (2xx): the record is removed.
+    Delivered,
+    /// No server answered (no route, refused, reset, timeout before a response). No budget is
+    /// spent; the record is rescheduled on its `unanswered` count and the runner treats the link
+    /// as down.
+    NoAnswer {
+        /// What the transport said.
+        error: String,
+    },
+    /// The server answered "later" (408, 425, 429, 5xx). One attempt is spent; `retry_after`
+    /// wins over the local schedule.
+    Transient {
+        /// What the server said.
+        error: String,
+        /// The server's `Retry-After`, when it sent a valid one.
+        retry_after: Option<RetryAfter>,
+    },
+    /// The server refused this record for good (400, 403, 404, 410, 422, ...).
+    Rejected {
+        /// The server's reason, kept on the record.
+        reason: String,
+    },
+    /// The credential was refused (401): not this record's fault. Nothing is spent and the
+    /// runner pauses until the application resumes it.
+    Halt {
+        /// What the server said.
+        reason: String,
+    },
+    /// The server reported a conflict (409). A [`ConflictResolver`] decides what it means;
+    /// unresolved, the record needs attention.
+    Conflict {
+        /// What the server said.
+        detail: String,
+    },
+}
+
+impl Outcome {
+    /// [`Outcome::NoAnswer`] with the transport's error text.
+    pub fn no_answer(error: impl Into<String>) -> Self {
+        Outcome::NoAnswer {
+            error: error.into(),
+        }
+    }
+
+    /// [`Outcome::Transient`] with an optional `Retry-After`.
+    pub fn transient(error: impl Into<String>, retry_after: Option<RetryAfter>) -> Self {
+        Outcome::Transient {
+            error: error.into(),
+            retry_after,
+        }
+    }
+
+    /// [`Outcome::Rejected`] with the server's reason.
+    pub fn rejected(reason: impl Into<String>) -> Self {
+        Outcome::Rejected {
+            reason: reason.into(),
+        }
+    }
+
+    /// [`Outcome::Halt`] with the server's reason.
+    pub fn halt(reason: impl Into<String>) -> Self {
+        Outcome::Halt {
+            reason: reason.into(),
+        }
+    }
+
+    /// [`Outcome::Conflict`] with the server's detail.
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Outcome::Conflict {
+            detail: detail.into(),
+        }
+    }
+
+    /// True for a failure where no server answered.
+    pub fn is_unanswered(&self) -> bool {
+        matches!(self, Outcome::NoAnswer { .. })
+    }
+
+    /// True when the outcome spends one attempt of the record's budget: a server answered and
+    /// the answer was a failure of this record.
+    pub fn spends_attempt(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Transient { .. } | Outcome::Rejected { .. } | Outcome::Conflict { .. }
+        )
+    }
+
+    /// Applies a resolver to a conflict; every other outcome is returned unchanged.
+    ///
+    /// ```
+    /// use outbox_core::{ConflictResolution, Outcome, Record, RecordId};
+    ///
+    /// let record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+    /// let resolver = |_: &Record, _: &str| ConflictResolution::AlreadyDelivered;
+    /// let resolved = Outcome::conflict("duplicate").resolve_conflict(&record, &resolver);
+    /// assert_eq!(resolved, Outcome::Delivered);
+    /// ```
+    pub fn resolve_conflict(self, record: &Record, resolver: &dyn ConflictResolver) -> Outcome {
+        let Outcome::Conflict { detail } = self else {
+            return self;
+        };
+        match resolver.resolve(record, &detail) {
+            ConflictResolution::AlreadyDelivered => Outcome::Delivered,
+            ConflictResolution::Reject => Outcome::Rejected {
+                reason: format!("conflict: {detail}"),
+            },
+            ConflictResolution::Retry => Outcome::Transient {
+                error: format!("conflict: {detail}"),
+                retry_after: None,
+            },
+            ConflictResolution::NeedsAttention => Outcome::Conflict { detail },
+        }
+    }
+}
+
+/// What a 409 means for one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConflictResolution {
+    /// The server already has this write: count it delivered.
+    AlreadyDelivered,
+    /// Final: the record is rejected.
+    Reject,
+    /// Try again later, spending one attempt.
+    Retry,
+    /// Park it for a person (the default).
+    NeedsAttention,
+}
+
+/// Decides what a conflict (409) means. Any `Fn(&Record, &str) -> ConflictResolution` is one.
+///
+/// ```
+/// use outbox_core::{ConflictResolution, ConflictResolver, ParkOnConflict, Record, RecordId};
+/// let record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+/// assert_eq!(ParkOnConflict.resolve(&record, "409"), ConflictResolution::NeedsAttention);
+/// ```
+pub trait ConflictResolver: Send + Sync {
+    /// The resolution for `record`, given the server's `detail`.
+    fn resolve(&self, record: &Record, detail: &str) -> ConflictResolution;
+}
+
+impl<F> ConflictResolver for F
+where
+    F: Fn(&Record, &str) -> ConflictResolution + Send + Sync,
+{
+    fn resolve(&self, record: &Record, detail: &str) -> ConflictResolution {
+        self(record, detail)
+    }
+}
+
+/// The default resolver: every conflict needs a person's attention.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ParkOnConflict;
+
+impl ConflictResolver for ParkOnConflict {
+    fn resolve(&self, _record: &Record, _detail: &str) -> ConflictResolution {
+        ConflictResolution::NeedsAttention
+    }
+}

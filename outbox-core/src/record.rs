@@ -1,0 +1,238 @@
+//! One queued write and the values that describe it.
+
+use std::fmt;
+
+use crate::state::State;
+
+/// Wall-clock milliseconds since the Unix epoch.
+///
+/// Deadlines are persisted and must survive a restart, so they are never `Instant`s.
+pub type Millis = u64;
+
+/// A store-assigned id, strictly increasing in enqueue order: the FIFO order.
+///
+/// ```
+/// use outbox_core::RecordId;
+/// assert!(RecordId(1) < RecordId(2));
+/// assert_eq!(RecordId(7).to_string(), "#7");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordId(pub u64);
+
+impl fmt::Display for RecordId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// A write to enqueue: the payload, an optional ordering group and a stable idempotency key.
+///
+/// ```
+/// use outbox_core::NewRecord;
+///
+/// let record = NewRecord::new(b"{\"op\":\"rename\"}".to_vec()).in_group("doc-42");
+/// assert_eq!(record.group.as_deref(), Some("doc-42"));
+/// assert_eq!(record.key.len(), 32);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewRecord {
+    /// Records of one group are delivered strictly in order, one at a time.
+    pub group: Option<String>,
+    /// Opaque bytes handed to the sink.
+    pub payload: Vec<u8>,
+    /// Sent with every delivery of this record so the server can drop a duplicate after a
+    /// crash. Random by default; set your own with [`NewRecord::with_key`].
+    pub key: String,
+}
+
+impl NewRecord {
+    /// A record with no group and a fresh random idempotency key.
+    pub fn new(payload: impl Into<Vec<u8>>) -> Self {
+        NewRecord {
+            group: None,
+            payload: payload.into(),
+            key: random_key(),
+        }
+    }
+
+    /// Puts the record in an ordering group (for example an entity id).
+    pub fn in_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Replaces the random idempotency key with one of the caller's.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = key.into();
+        self
+    }
+}
+
+/// 128 random bits as 32 lowercase hex digits.
+fn random_key() -> String {
+    format!("{:032x}", fastrand::u128(..))
+}
+
+/// The lease under which a runner holds an in-flight record.
+///
+/// ```
+/// use outbox_core::Lease;
+/// let lease = Lease { token: 7, until: 1_000 };
+/// assert!(lease.expired_at(1_000));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// Chosen by the claiming runner; a transition guarded by it applies only while it holds.
+    pub token: u64,
+    /// Wall-clock expiry; after it, the record may be recovered.
+    pub until: Millis,
+}
+
+impl Lease {
+    /// True once `now` has reached the lease's expiry.
+    pub fn expired_at(&self, now: Millis) -> bool {
+        now >= self.until
+    }
+}
+
+/// One queued write as the store holds it.
+///
+/// ```
+/// use outbox_core::{Record, RecordId, State};
+///
+/// let record = Record::fresh(RecordId(1), None, b"x".to_vec(), "k".into(), 500);
+/// assert_eq!(record.state, State::Pending);
+/// assert_eq!(record.next_attempt_at, Some(500));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Store-assigned, increasing in enqueue order.
+    pub id: RecordId,
+    /// Optional ordering group.
+    pub group: Option<String>,
+    /// Opaque payload.
+    pub payload: Vec<u8>,
+    /// Stable idempotency key, the same on every delivery of this record.
+    pub key: String,
+    /// When the record was enqueued.
+    pub created_at: Millis,
+    /// Current state.
+    pub state: State,
+    /// Answered failures: the spent budget.
+    pub attempts: u32,
+    /// Failures where no server answered; they spend no budget.
+    pub unanswered: u32,
+    /// Claims that never reported an outcome (the process died mid-delivery).
+    pub interrupted: u32,
+    /// When the last delivery reported.
+    pub last_attempt_at: Option<Millis>,
+    /// When the record is next due; `None` means never on its own (needs-attention, rejected).
+    pub next_attempt_at: Option<Millis>,
+    /// Text of the last failure, for humans.
+    pub last_error: Option<String>,
+    /// Present while in flight.
+    pub lease: Option<Lease>,
+}
+
+impl Record {
+    /// A never-attempted record as `enqueue` creates it: pending, due at its enqueue time.
+    pub fn fresh(
+        id: RecordId,
+        group: Option<String>,
+        payload: Vec<u8>,
+        key: String,
+        now: Millis,
+    ) -> Self {
+        Record {
+            id,
+            group,
+            payload,
+            key,
+            created_at: now,
+            state: State::Pending,
+            attempts: 0,
+            unanswered: 0,
+            interrupted: 0,
+            last_attempt_at: None,
+            next_attempt_at: Some(now),
+            last_error: None,
+            lease: None,
+        }
+    }
+
+    /// The mutable part of the record: what a transition rewrites.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            state: self.state,
+            attempts: self.attempts,
+            unanswered: self.unanswered,
+            interrupted: self.interrupted,
+            last_attempt_at: self.last_attempt_at,
+            next_attempt_at: self.next_attempt_at,
+            last_error: self.last_error.clone(),
+        }
+    }
+
+    /// Writes a [`Progress`] onto the record and drops its lease (no transition leaves a
+    /// record in flight).
+    pub fn set_progress(&mut self, progress: Progress) {
+        self.state = progress.state;
+        self.attempts = progress.attempts;
+        self.unanswered = progress.unanswered;
+        self.interrupted = progress.interrupted;
+        self.last_attempt_at = progress.last_attempt_at;
+        self.next_attempt_at = progress.next_attempt_at;
+        self.last_error = progress.last_error;
+        self.lease = None;
+    }
+}
+
+/// The persisted schedule and counters of a record, as a transition sets them.
+///
+/// ```
+/// use outbox_core::{Progress, State};
+/// let p = Progress { state: State::Retrying, attempts: 1, unanswered: 0, interrupted: 0,
+///     last_attempt_at: Some(10), next_attempt_at: Some(1_010), last_error: Some("503".into()) };
+/// assert_eq!(p.state, State::Retrying);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// New state; never [`State::InFlight`] (only a claim puts a record in flight).
+    pub state: State,
+    /// Answered failures.
+    pub attempts: u32,
+    /// Unanswered failures.
+    pub unanswered: u32,
+    /// Interrupted claims.
+    pub interrupted: u32,
+    /// When the last delivery reported.
+    pub last_attempt_at: Option<Millis>,
+    /// Next deadline, `None` for never.
+    pub next_attempt_at: Option<Millis>,
+    /// Last failure text.
+    pub last_error: Option<String>,
+}
+
+/// What stays of a discarded record until it is pruned.
+///
+/// ```
+/// use outbox_core::{RecordId, Tombstone};
+/// let t = Tombstone { id: RecordId(3), group: None, key: "k".into(), reason: "user".into(),
+///     discarded_at: 9, attempts: 2 };
+/// assert_eq!(t.attempts, 2);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tombstone {
+    /// Id the record had.
+    pub id: RecordId,
+    /// Group it was in.
+    pub group: Option<String>,
+    /// Its idempotency key.
+    pub key: String,
+    /// Why it was discarded, and by whom.
+    pub reason: String,
+    /// When.
+    pub discarded_at: Millis,
+    /// Answered failures it had spent.
+    pub attempts: u32,
+}

@@ -1,0 +1,229 @@
+//! The `Store` trait: what a storage backend must do. The backend persists; the core decides.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::machine::Transition;
+use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
+use crate::state::State;
+
+/// The payload limit a backend applies unless configured otherwise: 1 MiB, large enough for
+/// any API write and small enough that a runner's batch stays bounded in memory.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+
+/// A request to claim due records.
+///
+/// ```
+/// use outbox_core::{Claim, Lease};
+/// let claim = Claim { now: 1_000, limit: 32, lease: Lease { token: 5, until: 31_000 } };
+/// assert_eq!(claim.limit, 32);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// Records whose deadline is at or before `now` are due.
+    pub now: Millis,
+    /// At most this many records.
+    pub limit: usize,
+    /// The lease to put the claimed records under.
+    pub lease: Lease,
+}
+
+/// A page request for [`Store::list`].
+///
+/// ```
+/// use outbox_core::{ListQuery, State};
+/// let q = ListQuery::new(50).state(State::NeedsAttention).group("doc-1");
+/// assert_eq!(q.limit, 50);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only records in this state.
+    pub state: Option<State>,
+    /// Only records of this group.
+    pub group: Option<String>,
+    /// Only records with an id above this one (the last id of the previous page).
+    pub after: Option<RecordId>,
+    /// At most this many records.
+    pub limit: usize,
+}
+
+impl ListQuery {
+    /// Every record, `limit` at a time, in id order.
+    pub fn new(limit: usize) -> Self {
+        ListQuery {
+            limit,
+            ..ListQuery::default()
+        }
+    }
+
+    /// Only records in `state`.
+    pub fn state(mut self, state: State) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only records of `group`.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// The page after the record `id`.
+    pub fn after(mut self, id: RecordId) -> Self {
+        self.after = Some(id);
+        self
+    }
+
+    /// True when `record` belongs on a page of this query (ignoring `limit`).
+    pub fn matches(&self, record: &Record) -> bool {
+        self.state.is_none_or(|s| record.state == s)
+            && self
+                .group
+                .as_deref()
+                .is_none_or(|g| record.group.as_deref() == Some(g))
+            && self.after.is_none_or(|after| record.id > after)
+    }
+}
+
+/// The shape of the queue at one moment.
+///
+/// ```
+/// use outbox_core::Stats;
+/// let stats = Stats { pending: 2, oldest_created_at: Some(1_000), ..Stats::default() };
+/// assert_eq!(stats.undelivered(), 2);
+/// assert_eq!(stats.oldest_age(4_000), Some(std::time::Duration::from_secs(3)));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Never attempted.
+    pub pending: u64,
+    /// Failed, scheduled again.
+    pub retrying: u64,
+    /// Claimed under a lease.
+    pub in_flight: u64,
+    /// Waiting for a person.
+    pub needs_attention: u64,
+    /// Refused by the server, kept until pruned.
+    pub rejected: u64,
+    /// Tombstones not yet pruned.
+    pub discarded: u64,
+    /// Delivered since the store was created (a persisted counter).
+    pub delivered: u64,
+    /// Records waiting behind a needs-attention record of their group.
+    pub held: u64,
+    /// Enqueue time of the oldest record still owed a delivery (pending, retrying, in flight
+    /// or needs-attention).
+    pub oldest_created_at: Option<Millis>,
+    /// The earliest deadline of a record that can be claimed (heads of groups only).
+    pub next_due: Option<Millis>,
+}
+
+impl Stats {
+    /// Records still owed a delivery: pending, retrying, in flight and needs-attention.
+    pub fn undelivered(&self) -> u64 {
+        self.pending + self.retrying + self.in_flight + self.needs_attention
+    }
+
+    /// Age of the oldest record still owed a delivery.
+    pub fn oldest_age(&self, now: Millis) -> Option<Duration> {
+        self.oldest_created_at
+            .map(|t| Duration::from_millis(now.saturating_sub(t)))
+    }
+
+    /// The count for one row state.
+    pub fn count(&self, state: State) -> u64 {
+        match state {
+            State::Pending => self.pending,
+            State::Retrying => self.retrying,
+            State::InFlight => self.in_flight,
+            State::NeedsAttention => self.needs_attention,
+            State::Rejected => self.rejected,
+        }
+    }
+}
+
+/// What [`Store::apply`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Transitions whose guard did not hold (or whose record is gone); nothing was written for
+    /// them.
+    pub skipped: Vec<RecordId>,
+}
+
+/// Storage for an outbox.
+///
+/// # Contract
+/// Every backend must behave as `outbox-memory`, the reference model; `outbox-testkit` checks it.
+///
+/// - **Ids** are assigned by the store, strictly increasing in enqueue order, never reused.
+/// - **Durability**: a method returns only after its writes are durable at the store's
+///   configured level; each call is atomic (all of it or none).
+/// - **Due**: a record is *claimable* when its state is pending or retrying, its
+///   `next_attempt_at` is at or before `now`, and, if it has a group, it is the group's *head*:
+///   the lowest id of the group among records in any state but rejected. So a group has at most
+///   one record in flight, its records go in id order, and a needs-attention head holds back its
+///   own group only.
+/// - **Claim** takes up to `limit` claimable records in `(next_attempt_at, id)` order, sets them
+///   in flight under the lease and returns them (with `state` and `lease` updated). No record is
+///   claimed twice while its lease holds, across every handle and process the store allows.
+///   The cost must not grow with the number of records that are not yet due.
+/// - **Apply** writes a batch of transitions atomically, each only where its
+///   [`Guard`](crate::Guard) holds; the rest are reported in [`Applied::skipped`].
+///   [`Change::Delivered`](crate::Change::Delivered) removes the record and adds one to the
+///   delivered counter; [`Change::Discard`](crate::Change::Discard) removes it and keeps a
+///   [`Tombstone`].
+/// - **Payloads** over the store's configured maximum are refused with
+///   [`Error::PayloadTooLarge`](crate::Error::PayloadTooLarge), and nothing of the batch is
+///   enqueued.
+///
+/// The trait is object safe: `Arc<dyn Store>` works.
+#[async_trait]
+pub trait Store: Debug + Send + Sync {
+    /// Durably enqueues a batch, all or nothing, as pending records due at `now`; returns their
+    /// ids in order.
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>>;
+
+    /// Claims due records under a lease (see the contract).
+    async fn claim(&self, claim: Claim) -> Result<Vec<Record>>;
+
+    /// Moves the lease of in-flight records still held under `lease.token` to `lease.until`
+    /// (a long delivery renews its lease). Others are left alone.
+    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()>;
+
+    /// Applies transitions atomically, each where its guard holds.
+    async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied>;
+
+    /// In-flight records whose lease expired at or before `now`, earliest expiry first.
+    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>>;
+
+    /// Pending or retrying records whose deadline lies after `at`, lowest id first (the
+    /// clock-jump clamp). Called at start-up; may scan.
+    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>>;
+
+    /// One record by id.
+    async fn get(&self, id: RecordId) -> Result<Option<Record>>;
+
+    /// A page of records in id order.
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>>;
+
+    /// A page of tombstones in id order, after `after`.
+    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>>;
+
+    /// Counts and ages (see [`Stats`]).
+    async fn stats(&self) -> Result<Stats>;
+
+    /// The earliest deadline of a claimable-kind record (a group head in pending or retrying),
+    /// due or not.
+    async fn next_due(&self) -> Result<Option<Millis>>;
+
+    /// Removes rejected records whose last attempt, and tombstones whose discard, is before
+    /// `older_than`; returns how many went.
+    async fn prune(&self, older_than: Millis) -> Result<u64>;
+}
+
+/// `Arc<dyn Store>` must keep compiling.
+#[allow(dead_code)]
+fn _object_safe(_: &dyn Store) {}

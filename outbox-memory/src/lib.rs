@@ -1,0 +1,392 @@
+//! An in-memory [`Store`] for `outbox`: the reference model every other backend is compared
+//! with, and a store for tests and for queues that need not survive the process.
+//!
+//! Nothing is persisted: a dropped `MemoryStore` forgets its records. Its due query is a range
+//! scan of an index ordered by `(deadline, id)`, so its cost does not grow with the backlog of
+//! records that are not yet due.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> outbox_core::Result<()> {
+//! use outbox_core::{Claim, Lease, NewRecord, Store};
+//! use outbox_memory::MemoryStore;
+//!
+//! let store = MemoryStore::new();
+//! let ids = store.enqueue(vec![NewRecord::new(b"hello".to_vec())], 1_000).await?;
+//! let claimed = store.claim(Claim { now: 1_000, limit: 10, lease: Lease { token: 1, until: 31_000 } }).await?;
+//! assert_eq!(claimed[0].id, ids[0]);
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use outbox_core::{
+    Applied, Change, Claim, Error, Guard, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
+    Result, State, Stats, Store, Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
+};
+
+/// The in-memory store. Cheap to create; all state sits behind one mutex.
+#[derive(Debug)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+    max_payload: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store with the default payload limit ([`DEFAULT_MAX_PAYLOAD`]).
+    pub fn new() -> Self {
+        MemoryStore {
+            inner: Mutex::new(Inner::default()),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+        }
+    }
+
+    /// Sets the largest payload `enqueue` accepts.
+    ///
+    /// ```
+    /// use outbox_memory::MemoryStore;
+    /// let store = MemoryStore::new().with_max_payload(4);
+    /// assert_eq!(store.max_payload(), 4);
+    /// ```
+    pub fn with_max_payload(mut self, max_payload: usize) -> Self {
+        self.max_payload = max_payload;
+        self
+    }
+
+    /// The largest payload `enqueue` accepts.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a half-applied change behind: every
+        // method validates before it mutates, so the data is still consistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    last_id: u64,
+    records: BTreeMap<RecordId, Record>,
+    /// Claimable-kind records (pending or retrying heads) by `(next_attempt_at, id)`.
+    due: BTreeSet<(Millis, RecordId)>,
+    /// In-flight records by `(lease.until, id)`.
+    leases: BTreeSet<(Millis, RecordId)>,
+    /// Members of each group that hold its order (every state but rejected), by id.
+    groups: HashMap<String, BTreeSet<RecordId>>,
+    tombstones: BTreeMap<RecordId, Tombstone>,
+    delivered: u64,
+}
+
+impl Inner {
+    fn is_head(&self, record: &Record) -> bool {
+        match &record.group {
+            None => true,
+            Some(group) => self
+                .groups
+                .get(group)
+                .and_then(|members| members.first())
+                .is_some_and(|head| *head == record.id),
+        }
+    }
+
+    /// Drops the record's index entries, as its current fields put them there.
+    fn unindex(&mut self, id: RecordId) {
+        if let Some(record) = self.records.get(&id) {
+            if let Some(at) = record.next_attempt_at {
+                self.due.remove(&(at, id));
+            }
+            if let Some(lease) = record.lease {
+                self.leases.remove(&(lease.until, id));
+            }
+        }
+    }
+
+    /// Adds the record's index entries from its current fields.
+    fn index(&mut self, id: RecordId) {
+        let Some(record) = self.records.get(&id) else {
+            return;
+        };
+        if record.state.is_due_kind() && self.is_head(record) {
+            if let Some(at) = record.next_attempt_at {
+                self.due.insert((at, id));
+            }
+        }
+        if let (State::InFlight, Some(lease)) = (record.state, record.lease) {
+            self.leases.insert((lease.until, id));
+        }
+    }
+
+    /// Takes the record out of its group's order and lets the next member become the head.
+    fn leave_group(&mut self, id: RecordId, group: Option<&String>) {
+        let Some(group) = group else { return };
+        let Some(members) = self.groups.get_mut(group) else {
+            return;
+        };
+        members.remove(&id);
+        match members.first().copied() {
+            Some(head) => {
+                self.unindex(head);
+                self.index(head);
+            }
+            None => {
+                self.groups.remove(group);
+            }
+        }
+    }
+
+    fn remove(&mut self, id: RecordId) -> Option<Record> {
+        self.unindex(id);
+        let record = self.records.remove(&id)?;
+        self.leave_group(id, record.group.as_ref());
+        Some(record)
+    }
+
+    fn guard_holds(record: &Record, guard: Guard) -> bool {
+        match guard {
+            Guard::Lease(token) => {
+                record.state == State::InFlight && record.lease.is_some_and(|l| l.token == token)
+            }
+            Guard::Idle => record.state != State::InFlight,
+        }
+    }
+
+    fn apply_one(&mut self, transition: Transition) -> bool {
+        let Transition { id, guard, change } = transition;
+        match self.records.get(&id) {
+            Some(record) if Self::guard_holds(record, guard) => {}
+            _ => return false,
+        }
+        match change {
+            Change::Delivered => {
+                self.remove(id);
+                self.delivered += 1;
+            }
+            Change::Discard { reason, at } => {
+                if let Some(record) = self.remove(id) {
+                    self.tombstones.insert(
+                        id,
+                        Tombstone {
+                            id,
+                            group: record.group,
+                            key: record.key,
+                            reason,
+                            discarded_at: at,
+                            attempts: record.attempts,
+                        },
+                    );
+                }
+            }
+            Change::Update(progress) => {
+                self.unindex(id);
+                let Some(record) = self.records.get_mut(&id) else {
+                    return false;
+                };
+                record.set_progress(progress);
+                let group = (!record.state.holds_group())
+                    .then(|| record.group.clone())
+                    .flatten();
+                self.index(id);
+                // A rejected record no longer holds its group's order.
+                self.leave_group(id, group.as_ref());
+            }
+        }
+        true
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+        if let Some(big) = records.iter().find(|r| r.payload.len() > self.max_payload) {
+            return Err(Error::PayloadTooLarge {
+                size: big.payload.len(),
+                max: self.max_payload,
+            });
+        }
+        let mut inner = self.lock();
+        let mut ids = Vec::with_capacity(records.len());
+        for new in records {
+            inner.last_id += 1;
+            let id = RecordId(inner.last_id);
+            if let Some(group) = &new.group {
+                inner.groups.entry(group.clone()).or_default().insert(id);
+            }
+            let record = Record::fresh(id, new.group, new.payload, new.key, now);
+            inner.records.insert(id, record);
+            inner.index(id);
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
+        let mut inner = self.lock();
+        let ids: Vec<RecordId> = inner
+            .due
+            .iter()
+            .take_while(|(at, _)| *at <= claim.now)
+            .take(claim.limit)
+            .map(|(_, id)| *id)
+            .collect();
+        let mut claimed = Vec::with_capacity(ids.len());
+        for id in ids {
+            inner.unindex(id);
+            if let Some(record) = inner.records.get_mut(&id) {
+                record.state = State::InFlight;
+                record.lease = Some(claim.lease);
+                claimed.push(record.clone());
+            }
+            inner.index(id);
+        }
+        Ok(claimed)
+    }
+
+    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
+        let mut inner = self.lock();
+        for &id in ids {
+            let holds = inner
+                .records
+                .get(&id)
+                .is_some_and(|r| Inner::guard_holds(r, Guard::Lease(lease.token)));
+            if holds {
+                inner.unindex(id);
+                if let Some(record) = inner.records.get_mut(&id) {
+                    record.lease = Some(lease);
+                }
+                inner.index(id);
+            }
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
+        let mut inner = self.lock();
+        let mut applied = Applied::default();
+        for transition in transitions {
+            let id = transition.id;
+            if !inner.apply_one(transition) {
+                applied.skipped.push(id);
+            }
+        }
+        Ok(applied)
+    }
+
+    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        let inner = self.lock();
+        Ok(inner
+            .leases
+            .iter()
+            .take_while(|(until, _)| *until <= now)
+            .take(limit)
+            .filter_map(|(_, id)| inner.records.get(id).cloned())
+            .collect())
+    }
+
+    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
+        let inner = self.lock();
+        Ok(inner
+            .records
+            .values()
+            .filter(|r| r.state.is_due_kind() && r.next_attempt_at.is_some_and(|t| t > at))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
+        Ok(self.lock().records.get(&id).cloned())
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
+        let inner = self.lock();
+        let start = query.after.map_or(0, |id| id.0.saturating_add(1));
+        Ok(inner
+            .records
+            .range(RecordId(start)..)
+            .map(|(_, r)| r)
+            .filter(|r| query.matches(r))
+            .take(query.limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
+        let inner = self.lock();
+        let start = after.map_or(0, |id| id.0.saturating_add(1));
+        Ok(inner
+            .tombstones
+            .range(RecordId(start)..)
+            .take(limit)
+            .map(|(_, t)| t.clone())
+            .collect())
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let inner = self.lock();
+        let mut stats = Stats {
+            discarded: inner.tombstones.len() as u64,
+            delivered: inner.delivered,
+            next_due: inner.due.first().map(|(at, _)| *at),
+            ..Stats::default()
+        };
+        for record in inner.records.values() {
+            match record.state {
+                State::Pending => stats.pending += 1,
+                State::Retrying => stats.retrying += 1,
+                State::InFlight => stats.in_flight += 1,
+                State::NeedsAttention => stats.needs_attention += 1,
+                State::Rejected => stats.rejected += 1,
+            }
+            if record.state.holds_group() {
+                stats.oldest_created_at = Some(
+                    stats
+                        .oldest_created_at
+                        .map_or(record.created_at, |t| t.min(record.created_at)),
+                );
+            }
+        }
+        for members in inner.groups.values() {
+            let head = members.first().and_then(|id| inner.records.get(id));
+            if head.is_some_and(|h| h.state == State::NeedsAttention) {
+                stats.held += members.len() as u64 - 1;
+            }
+        }
+        Ok(stats)
+    }
+
+    async fn next_due(&self) -> Result<Option<Millis>> {
+        Ok(self.lock().due.first().map(|(at, _)| *at))
+    }
+
+    async fn prune(&self, older_than: Millis) -> Result<u64> {
+        let mut inner = self.lock();
+        let rejected: Vec<RecordId> = inner
+            .records
+            .values()
+            .filter(|r| {
+                r.state == State::Rejected && r.last_attempt_at.is_some_and(|t| t < older_than)
+            })
+            .map(|r| r.id)
+            .collect();
+        let mut pruned = rejected.len() as u64;
+        for id in rejected {
+            inner.remove(id);
+        }
+        let before = inner.tombstones.len();
+        inner.tombstones.retain(|_, t| t.discarded_at >= older_than);
+        pruned += (before - inner.tombstones.len()) as u64;
+        Ok(pruned)
+    }
+}
