@@ -101,6 +101,9 @@ pub enum Error {
     /// The record is being delivered right now; try again when its delivery has reported.
     #[error("record {0} is in flight")]
     RecordInFlight(RecordId),
+    /// The record was rejected by the server; its verdict is final, so it cannot be retried.
+    #[error("record {0} was rejected by the server; enqueue the write again to resend it")]
+    RecordRejected(RecordId),
     /// A bounded wait ran out.
     #[error("timed out after {0:?}")]
     Timeout(Duration),

@@ -9,7 +9,9 @@
 //! - [`policy`]: backoff, jitter, the ceiling and the crash-loop guard, as data;
 //! - [`machine`]: the pure transition function;
 //! - [`store`]: the trait a backend implements;
-//! - [`clock`]: where `now` comes from.
+//! - [`clock`]: where `now` comes from;
+//! - [`sink`], [`runner`] and [`handle`]: the user's delivery code, the task that runs the
+//!   queue, and the [`Outbox`] handle around it.
 //!
 //! ```
 //! use outbox_core::{http, machine, Change, Record, RecordId, RetryPolicy, State};
@@ -29,23 +31,31 @@
 pub mod clock;
 pub mod error;
 pub mod event;
+pub mod handle;
 pub mod http;
 pub mod machine;
 pub mod outcome;
 pub mod policy;
 pub mod record;
+pub mod runner;
+pub mod sink;
 pub mod state;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use error::{BoxError, Error, Result};
 pub use event::Event;
+pub use handle::{Outbox, OutboxBuilder};
 pub use machine::{Change, Guard, Step, Transition};
 pub use outcome::{ConflictResolution, ConflictResolver, Outcome, ParkOnConflict, RetryAfter};
 pub use policy::{Backoff, Ceiling, Jitter, RetryPolicy};
 pub use record::{Lease, Millis, NewRecord, Progress, Record, RecordId, Tombstone};
+pub use runner::RunnerConfig;
+pub use sink::{sink_fn, Sink, SinkFn};
 pub use state::State;
 pub use store::{Applied, Claim, ListQuery, Stats, Store, DEFAULT_MAX_PAYLOAD};
 
+/// Re-exported so a `Sink` implementation needs no direct dependency on `async-trait`.
+pub use async_trait::async_trait;
 // Re-exported so users and backends name the same RNG type the policy takes.
 pub use fastrand;

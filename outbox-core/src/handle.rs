@@ -1,0 +1,372 @@
+//! The handle the application holds: enqueue, observe, manual verbs, flush and shutdown.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fastrand::Rng;
+use tokio::sync::{broadcast, watch, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::machine;
+use crate::outcome::{ConflictResolver, ParkOnConflict};
+use crate::policy::RetryPolicy;
+use crate::record::{Millis, NewRecord, Record, RecordId, Tombstone};
+use crate::runner::{Runner, RunnerConfig, Shared};
+use crate::sink::Sink;
+use crate::state::State;
+use crate::store::{ListQuery, Stats, Store};
+
+/// Capacity of the event channel; a receiver that falls further behind sees `Lagged`.
+const EVENT_CAPACITY: usize = 1024;
+
+/// Builds and starts an [`Outbox`]. Made by [`Outbox::builder`].
+pub struct OutboxBuilder {
+    store: Arc<dyn Store>,
+    sink: Arc<dyn Sink>,
+    policy: RetryPolicy,
+    config: RunnerConfig,
+    clock: Arc<dyn Clock>,
+    online: Option<watch::Receiver<bool>>,
+    resolver: Arc<dyn ConflictResolver>,
+}
+
+impl std::fmt::Debug for OutboxBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxBuilder")
+            .field("store", &self.store)
+            .field("policy", &self.policy)
+            .field("config", &self.config)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OutboxBuilder {
+    /// Replaces the default [`RetryPolicy`].
+    pub fn policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Replaces the default [`RunnerConfig`].
+    pub fn config(mut self, config: RunnerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Replaces the system clock (tests pass a [`TokioClock`](crate::TokioClock)).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Feeds the runner a connectivity signal: `false` means offline, and nothing is attempted
+    /// until it turns `true`. Without one the runner assumes it is always online.
+    pub fn connectivity(mut self, online: watch::Receiver<bool>) -> Self {
+        self.online = Some(online);
+        self
+    }
+
+    /// Decides what a conflict (409) means; by default it parks the record.
+    pub fn conflict_resolver(mut self, resolver: impl ConflictResolver + 'static) -> Self {
+        self.resolver = Arc::new(resolver);
+        self
+    }
+
+    /// Recovers what a previous process left (expired leases count one interruption each;
+    /// deadlines beyond `now + cap` are clamped) and starts the runner on the current tokio
+    /// runtime.
+    pub async fn start(self) -> Result<Outbox> {
+        self.policy.validate()?;
+        self.config.validate()?;
+        let seed = self.config.seed.unwrap_or_else(|| fastrand::u64(..));
+        let (events, _) = broadcast::channel(EVENT_CAPACITY);
+        let (progress, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            store: self.store,
+            sink: self.sink,
+            policy: self.policy,
+            config: self.config,
+            clock: self.clock,
+            resolver: self.resolver,
+            events,
+            wake: Notify::new(),
+            halted: AtomicBool::new(false),
+            holding: AtomicUsize::new(0),
+            progress,
+            rng: Mutex::new(Rng::with_seed(seed)),
+        });
+        shared.recover_expired().await?;
+        shared.clamp_deadlines().await?;
+        let (stop, stop_rx) = watch::channel(None);
+        let runner = Runner::new(Arc::clone(&shared), stop_rx, self.online);
+        let task = tokio::spawn(runner.run());
+        Ok(Outbox {
+            shared,
+            stop,
+            task: Some(task),
+        })
+    }
+}
+
+/// A running outbox: the store, the runner delivering from it, and the verbs around them.
+///
+/// Dropping the handle stops the runner; records it was delivering are released (nothing
+/// spent). Prefer [`Outbox::shutdown`], which waits for deliveries to report.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> outbox_core::Result<()> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use outbox_core::{sink_fn, NewRecord, Outbox, Outcome, Record};
+/// use outbox_memory::MemoryStore;
+///
+/// let sink = sink_fn(|record: Record| async move {
+///     // Send `record.payload` with `record.key` as the idempotency key, then classify.
+///     Outcome::Delivered
+/// });
+/// let outbox = Outbox::builder(Arc::new(MemoryStore::new()), sink).start().await?;
+/// outbox.enqueue(NewRecord::new(b"{\"title\":\"hello\"}".to_vec())).await?;
+/// outbox.flush(Duration::from_secs(5)).await?;
+/// assert_eq!(outbox.stats().await?.delivered, 1);
+/// outbox.shutdown(Duration::from_secs(5)).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Outbox {
+    shared: Arc<Shared>,
+    stop: watch::Sender<Option<Instant>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .field("halted", &self.halted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Outbox {
+    /// Starts building an outbox over `store` that delivers through `sink`.
+    pub fn builder(store: Arc<dyn Store>, sink: impl Sink) -> OutboxBuilder {
+        OutboxBuilder {
+            store,
+            sink: Arc::new(sink),
+            policy: RetryPolicy::default(),
+            config: RunnerConfig::default(),
+            clock: Arc::new(SystemClock),
+            online: None,
+            resolver: Arc::new(ParkOnConflict),
+        }
+    }
+
+    /// Durably enqueues one record and wakes the runner.
+    pub async fn enqueue(&self, record: NewRecord) -> Result<RecordId> {
+        let ids = self.enqueue_batch(vec![record]).await?;
+        ids.into_iter().next().ok_or_else(|| Error::Backend {
+            detail: "the store returned no id for an enqueued record".into(),
+            source: None,
+        })
+    }
+
+    /// Durably enqueues a batch, all or nothing, and wakes the runner once.
+    pub async fn enqueue_batch(&self, records: Vec<NewRecord>) -> Result<Vec<RecordId>> {
+        let groups: Vec<Option<String>> = records.iter().map(|r| r.group.clone()).collect();
+        let ids = self
+            .shared
+            .store
+            .enqueue(records, self.shared.now())
+            .await?;
+        for (id, group) in ids.iter().zip(groups) {
+            self.shared.emit(Event::Enqueued { id: *id, group });
+        }
+        self.notify();
+        Ok(ids)
+    }
+
+    /// Wakes the runner: call it after enqueuing inside your own database transaction.
+    pub fn notify(&self) {
+        self.shared.wake.notify_one();
+    }
+
+    /// Counts per state, held-back records, the oldest undelivered record and the next deadline.
+    pub async fn stats(&self) -> Result<Stats> {
+        self.shared.store.stats().await
+    }
+
+    /// A page of records (see [`ListQuery`]).
+    pub async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
+        self.shared.store.list(query).await
+    }
+
+    /// One record.
+    pub async fn get(&self, id: RecordId) -> Result<Option<Record>> {
+        self.shared.store.get(id).await
+    }
+
+    /// A page of tombstones of discarded records.
+    pub async fn tombstones(
+        &self,
+        after: Option<RecordId>,
+        limit: usize,
+    ) -> Result<Vec<Tombstone>> {
+        self.shared.store.tombstones(after, limit).await
+    }
+
+    /// Retries one record now with a fresh budget (a person's intent outweighs the ceiling).
+    pub async fn retry(&self, id: RecordId) -> Result<()> {
+        let record = self.record(id).await?;
+        let step = match record.state {
+            State::InFlight => return Err(Error::RecordInFlight(id)),
+            State::Rejected => return Err(Error::RecordRejected(id)),
+            _ => machine::retry_now(&record, self.shared.now()),
+        };
+        self.commit_manual(id, step).await
+    }
+
+    /// Retries every needs-attention record now with a fresh budget; returns how many.
+    pub async fn retry_all(&self) -> Result<u64> {
+        let mut count = 0u64;
+        let mut after = None;
+        loop {
+            let mut query = ListQuery::new(256).state(State::NeedsAttention);
+            query.after = after;
+            let page = self.shared.store.list(&query).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            let now = self.shared.now();
+            let steps = page
+                .iter()
+                .filter_map(|r| machine::retry_now(r, now))
+                .collect();
+            count += self.shared.commit(steps).await?.len() as u64;
+        }
+        self.notify();
+        Ok(count)
+    }
+
+    /// Removes a record from delivery; a tombstone stays (listable until pruned) and a
+    /// `Discarded` event says so.
+    pub async fn discard(&self, id: RecordId, reason: &str) -> Result<()> {
+        let record = self.record(id).await?;
+        if record.state == State::InFlight {
+            return Err(Error::RecordInFlight(id));
+        }
+        let step = machine::discard(&record, reason, self.shared.now());
+        self.commit_manual(id, step).await
+    }
+
+    /// Removes rejected records and tombstones older than `older_than` (wall-clock ms).
+    pub async fn prune(&self, older_than: Millis) -> Result<u64> {
+        self.shared.store.prune(older_than).await
+    }
+
+    /// Resumes a runner halted by a refused credential.
+    pub fn resume(&self) {
+        if self.shared.halted.swap(false, Ordering::SeqCst) {
+            self.shared.emit(Event::Resumed);
+        }
+        self.notify();
+    }
+
+    /// True while a refused credential holds the runner.
+    pub fn is_halted(&self) -> bool {
+        self.shared.halted.load(Ordering::SeqCst)
+    }
+
+    /// Subscribes to events from now on.
+    pub fn events(&self) -> broadcast::Receiver<Event> {
+        self.shared.events.subscribe()
+    }
+
+    /// The store under this outbox.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    /// Waits until no claimable record is due and this runner holds nothing in flight, or
+    /// returns [`Error::Timeout`]. Records scheduled for later do not count.
+    pub async fn flush(&self, timeout: Duration) -> Result<()> {
+        let mut progress = self.shared.progress.subscribe();
+        let settle = async {
+            loop {
+                progress.borrow_and_update();
+                if self.settled().await? {
+                    return Ok(());
+                }
+                if self.task.as_ref().is_none_or(|t| t.is_finished()) {
+                    return Err(Error::Stopped);
+                }
+                // Progress is bumped after every round, so this never misses the last one.
+                if progress.changed().await.is_err() {
+                    return Err(Error::Stopped);
+                }
+            }
+        };
+        tokio::time::timeout(timeout, settle)
+            .await
+            .map_err(|_| Error::Timeout(timeout))?
+    }
+
+    /// Stops the runner: no new delivery starts, deliveries under way get up to `timeout` to
+    /// report, and every record is left with its outcome recorded or its lease released.
+    /// Returns [`Error::Timeout`] if that did not finish in time (the release then goes on in
+    /// the background).
+    pub async fn shutdown(mut self, timeout: Duration) -> Result<()> {
+        let grace = Instant::now() + timeout.mul_f32(0.75);
+        self.stop.send_replace(Some(grace));
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match tokio::time::timeout(timeout, task).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(join)) => Err(Error::backend(join)),
+            Err(_) => Err(Error::Timeout(timeout)),
+        }
+    }
+
+    async fn settled(&self) -> Result<bool> {
+        if self.shared.holding.load(Ordering::SeqCst) > 0 {
+            return Ok(false);
+        }
+        let due = self.shared.store.next_due().await?;
+        Ok(due.is_none_or(|at| at > self.shared.now()))
+    }
+
+    async fn record(&self, id: RecordId) -> Result<Record> {
+        self.shared
+            .store
+            .get(id)
+            .await?
+            .ok_or(Error::NoSuchRecord(id))
+    }
+
+    async fn commit_manual(&self, id: RecordId, step: Option<machine::Step>) -> Result<()> {
+        let step = step.ok_or(Error::RecordInFlight(id))?;
+        if self.shared.commit(vec![step]).await?.is_empty() {
+            // Claimed between our read and our write.
+            return Err(Error::RecordInFlight(id));
+        }
+        self.notify();
+        Ok(())
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        if self.task.is_some() {
+            // Stop at once: deliveries are abandoned and their records released.
+            self.stop.send_replace(Some(Instant::now()));
+        }
+    }
+}

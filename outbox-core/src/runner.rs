@@ -1,0 +1,575 @@
+//! The runner: the one task per outbox that claims due records, delivers them, records what
+//! happened and sleeps until the next reason to wake.
+//!
+//! It wakes on an enqueue (or [`Outbox::notify`](crate::Outbox::notify)), on a timer armed
+//! after every drain for the earliest deadline, on a connectivity transition to online, on
+//! `resume`, and on shutdown. Triggers that arrive during a drain coalesce into one more round.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fastrand::Rng;
+use tokio::sync::{broadcast, watch, Notify};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::machine::{self, Step};
+use crate::outcome::{duration_ms, ConflictResolver, Outcome};
+use crate::policy::RetryPolicy;
+use crate::record::{Lease, Millis, Record, RecordId};
+use crate::sink::Sink;
+use crate::store::{Claim, Store};
+
+/// How the runner works through the queue.
+///
+/// ## Defaults
+/// - `batch`: **32** records claimed per round: big enough to amortise a store transaction,
+///   small enough that memory stays bounded whatever the backlog.
+/// - `concurrency`: **4** deliveries in flight: a few requests in parallel without flooding a
+///   server that has just come back.
+/// - `lease`: **30 s**, renewed every third of it while a delivery runs, so only a dead
+///   process lets a lease expire.
+/// - `safety_poll`: **60 s**: the runner needs no polling to be correct; this slow poll only
+///   recovers leases that other processes left to expire on a shared store.
+/// - `seed`: **random**; set it to make jitter reproducible.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_core::RunnerConfig;
+///
+/// let config = RunnerConfig { batch: 100, concurrency: 8, ..RunnerConfig::default() };
+/// config.validate().unwrap();
+/// assert_eq!(config.lease, Duration::from_secs(30));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerConfig {
+    /// Records claimed per round; at least 1.
+    pub batch: usize,
+    /// Deliveries in flight at once; at least 1.
+    pub concurrency: usize,
+    /// How long a claim holds a record before it may be recovered; at least 3 ms.
+    pub lease: Duration,
+    /// A slow poll for expired leases of other processes; `None` for none.
+    pub safety_poll: Option<Duration>,
+    /// Seed of the jitter RNG; `None` for a random seed.
+    pub seed: Option<u64>,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            batch: 32,
+            concurrency: 4,
+            lease: Duration::from_secs(30),
+            safety_poll: Some(Duration::from_secs(60)),
+            seed: None,
+        }
+    }
+}
+
+impl RunnerConfig {
+    /// Checks every value is in range.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch == 0 || self.concurrency == 0 {
+            return Err(Error::InvalidConfig(
+                "batch and concurrency must be at least 1".into(),
+            ));
+        }
+        if self.lease < Duration::from_millis(3) {
+            return Err(Error::InvalidConfig("lease must be at least 3 ms".into()));
+        }
+        if self.safety_poll.is_some_and(|d| d.is_zero()) {
+            return Err(Error::InvalidConfig("safety_poll must not be zero".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What the runner task and the handle share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) sink: Arc<dyn Sink>,
+    pub(crate) policy: RetryPolicy,
+    pub(crate) config: RunnerConfig,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) resolver: Arc<dyn ConflictResolver>,
+    pub(crate) events: broadcast::Sender<Event>,
+    /// Coalescing wake-up: enqueue, notify, resume, manual verbs.
+    pub(crate) wake: Notify,
+    pub(crate) halted: AtomicBool,
+    /// Records this runner holds (claimed, not yet reported or released).
+    pub(crate) holding: AtomicUsize,
+    /// Bumped after every round and every idle transition, for `flush`.
+    pub(crate) progress: watch::Sender<u64>,
+    pub(crate) rng: Mutex<Rng>,
+}
+
+impl Shared {
+    pub(crate) fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    fn rng(&self) -> std::sync::MutexGuard<'_, Rng> {
+        self.rng.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn emit(&self, event: Event) {
+        log_event(&event);
+        // No receiver is fine: events are for observers, the store is the truth.
+        let _ = self.events.send(event);
+    }
+
+    fn bump(&self) {
+        self.progress.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Applies steps atomically and emits the events of those whose guard held.
+    pub(crate) async fn commit(&self, steps: Vec<Step>) -> Result<Vec<Step>> {
+        if steps.is_empty() {
+            return Ok(steps);
+        }
+        let transitions = steps.iter().map(|s| s.transition.clone()).collect();
+        let applied = self.store.apply(transitions).await?;
+        let done: Vec<Step> = steps
+            .into_iter()
+            .filter(|s| !applied.skipped.contains(&s.transition.id))
+            .collect();
+        for step in &done {
+            self.emit(step.event.clone());
+        }
+        Ok(done)
+    }
+
+    /// Recovers records whose lease expired with no report (their process died): each counts
+    /// one interruption, and the crash-loop guard parks repeat offenders.
+    pub(crate) async fn recover_expired(&self) -> Result<usize> {
+        let mut recovered = 0;
+        loop {
+            let now = self.now();
+            let expired = self.store.expired(now, 256).await?;
+            if expired.is_empty() {
+                return Ok(recovered);
+            }
+            let steps = expired
+                .iter()
+                .map(|r| machine::on_interrupted(r, &self.policy, now))
+                .collect();
+            let done = self.commit(steps).await?;
+            if done.is_empty() {
+                // Every lease was taken over meanwhile: nothing more to do now.
+                return Ok(recovered);
+            }
+            recovered += done.len();
+        }
+    }
+
+    /// The clock-jump clamp: no deadline lies further than `now + cap`.
+    pub(crate) async fn clamp_deadlines(&self) -> Result<()> {
+        loop {
+            let now = self.now();
+            let limit = now.saturating_add(duration_ms(self.policy.cap()));
+            let far = self.store.scheduled_after(limit, 256).await?;
+            let transitions: Vec<_> = far
+                .iter()
+                .filter_map(|r| machine::clamp(r, &self.policy, now))
+                .collect();
+            if transitions.is_empty() {
+                return Ok(());
+            }
+            let applied = self.store.apply(transitions).await?;
+            if applied.skipped.len() == far.len() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn log_event(event: &Event) {
+    match event {
+        Event::Parked { id, reason } => {
+            tracing::warn!(record = id.0, %reason, "record parked: needs attention");
+        }
+        Event::Rejected { id, reason } => {
+            tracing::warn!(record = id.0, %reason, "record rejected by the server");
+        }
+        Event::Discarded { id, reason } => {
+            tracing::warn!(record = id.0, %reason, "record discarded");
+        }
+        Event::Halted { id, reason } => {
+            tracing::error!(record = id.0, %reason, "credential refused: runner halted until resumed");
+        }
+        _ => {}
+    }
+}
+
+/// The link's health as the runner sees it: after a no-answer it probes with one record on
+/// backoff until some server answers.
+#[derive(Debug, Default)]
+struct Link {
+    down: bool,
+    failures: u32,
+    probe_at: Millis,
+}
+
+/// Why a round ended.
+enum RoundEnd {
+    /// The batch was full and nothing stopped it: more may be due right away.
+    More,
+    /// Nothing (more) to do now; wait for the next trigger.
+    Idle,
+}
+
+/// How one delivery task ended.
+enum Report {
+    Outcome(Outcome),
+    Panicked,
+    Abandoned,
+}
+
+/// A delivery running as its own task, so a panic in the sink is caught and a slow sink does
+/// not stall the round.
+type Deliveries = JoinSet<Outcome>;
+
+pub(crate) struct Runner {
+    pub(crate) shared: Arc<Shared>,
+    /// `Some(grace deadline)` once shutdown was asked for.
+    pub(crate) stop: watch::Receiver<Option<Instant>>,
+    pub(crate) online: Option<watch::Receiver<bool>>,
+    link: Link,
+    store_failures: u32,
+}
+
+impl Runner {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        stop: watch::Receiver<Option<Instant>>,
+        online: Option<watch::Receiver<bool>>,
+    ) -> Self {
+        Runner {
+            shared,
+            stop,
+            online,
+            link: Link::default(),
+            store_failures: 0,
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.borrow().is_some()
+    }
+
+    fn is_online(&self) -> bool {
+        self.online.as_ref().is_none_or(|rx| *rx.borrow())
+    }
+
+    pub(crate) async fn run(mut self) {
+        while !self.stopping() {
+            if self.shared.halted.load(Ordering::SeqCst) || !self.is_online() {
+                self.shared.bump();
+                self.wait(None).await;
+                continue;
+            }
+            let now = self.shared.now();
+            if self.link.down && self.link.probe_at > now {
+                self.shared.bump();
+                self.wait(Some(self.link.probe_at)).await;
+                continue;
+            }
+            match self.round().await {
+                Ok(RoundEnd::More) => {
+                    self.store_failures = 0;
+                    self.shared.bump();
+                }
+                Ok(RoundEnd::Idle) => {
+                    self.store_failures = 0;
+                    let next = self.next_wake().await;
+                    self.shared.bump();
+                    self.wait(next).await;
+                }
+                Err(err) => {
+                    // The store failed (busy, disconnected, disk full): nothing is lost, the
+                    // records stay where they are. Back off and try again.
+                    self.store_failures = self.store_failures.saturating_add(1);
+                    let delay = self.shared.policy.backoff.delay(self.store_failures);
+                    tracing::error!(error = %err, retry_in = ?delay, "outbox store error; runner backing off");
+                    self.shared.bump();
+                    let at = self.shared.now().saturating_add(duration_ms(delay));
+                    self.wait(Some(at)).await;
+                }
+            }
+        }
+        self.shared.bump();
+    }
+
+    /// The wall-clock time to wake at when idle: the earliest deadline, or the link probe,
+    /// bounded by the safety poll.
+    async fn next_wake(&self) -> Option<Millis> {
+        let now = self.shared.now();
+        let due = if self.link.down {
+            Some(self.link.probe_at)
+        } else {
+            match self.shared.store.next_due().await {
+                Ok(due) => due,
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not read the next deadline");
+                    Some(now.saturating_add(1_000))
+                }
+            }
+        };
+        let poll = self
+            .shared
+            .config
+            .safety_poll
+            .map(|p| now.saturating_add(duration_ms(p)));
+        match (due, poll) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Sleeps until `at` (wall-clock ms), a wake-up, a connectivity change or shutdown.
+    async fn wait(&mut self, at: Option<Millis>) {
+        let sleep = async {
+            match at {
+                Some(at) => {
+                    let ms = at.saturating_sub(self.shared.now());
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let online_changed = async {
+            match &mut self.online {
+                Some(rx) => {
+                    if rx.changed().await.is_err() {
+                        // The application dropped its signal: from now on, always online.
+                        self.online = None;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.shared.wake.notified() => {}
+            _ = sleep => {}
+            _ = online_changed => {}
+            _ = self.stop.changed() => {}
+        }
+        if self.is_online() && self.link.down {
+            // A trigger may mean the link is back: the next probe is not pushed further out,
+            // and a connectivity transition to online probes at once.
+            if self
+                .online
+                .as_ref()
+                .is_some_and(|rx| rx.has_changed().unwrap_or(false))
+            {
+                self.link.probe_at = self.shared.now();
+            }
+        }
+    }
+
+    async fn round(&mut self) -> Result<RoundEnd> {
+        let shared = Arc::clone(&self.shared);
+        shared.recover_expired().await?;
+        let now = shared.now();
+        let limit = if self.link.down {
+            1
+        } else {
+            shared.config.batch
+        };
+        let lease = Lease {
+            token: shared.rng().u64(..),
+            until: now.saturating_add(duration_ms(shared.config.lease)),
+        };
+        let claimed = shared.store.claim(Claim { now, limit, lease }).await?;
+        if claimed.is_empty() {
+            return Ok(RoundEnd::Idle);
+        }
+        let full = claimed.len() == limit;
+        shared.holding.fetch_add(claimed.len(), Ordering::SeqCst);
+        let mut held = Held {
+            shared: Arc::clone(&shared),
+            queue: claimed.into(),
+            running: HashMap::new(),
+        };
+        let result = self.deliver_all(&mut held, lease).await;
+        // Whatever stopped the round, records not attempted go back untouched.
+        let released = held.release_rest().await;
+        let interrupted = result?;
+        released?;
+        Ok(if full && !interrupted {
+            RoundEnd::More
+        } else {
+            RoundEnd::Idle
+        })
+    }
+
+    /// Delivers the claimed records, `concurrency` at a time. Returns true when the round was
+    /// cut short (no answer, halt or shutdown).
+    async fn deliver_all(&mut self, held: &mut Held, mut lease: Lease) -> Result<bool> {
+        let shared = Arc::clone(&self.shared);
+        let mut deliveries = Deliveries::new();
+        let mut cut_short = false;
+        let renew_every = shared.config.lease / 3;
+        let mut renew_at = Instant::now() + renew_every;
+        let mut abort_at: Option<Instant> = *self.stop.borrow();
+        loop {
+            if abort_at.is_some() {
+                cut_short = true;
+            }
+            while !cut_short && deliveries.len() < shared.config.concurrency {
+                let Some(record) = held.queue.pop_front() else {
+                    break;
+                };
+                shared.emit(Event::Attempted {
+                    id: record.id,
+                    attempts: record.attempts,
+                });
+                let sink = Arc::clone(&shared.sink);
+                let copy = record.clone();
+                let handle = deliveries.spawn(async move { sink.deliver(&copy).await });
+                held.running.insert(handle.id(), record);
+            }
+            if deliveries.is_empty() {
+                return Ok(cut_short);
+            }
+            let abort_sleep = async {
+                match abort_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(first) = deliveries.join_next_with_id() => {
+                    let mut done = vec![first];
+                    while let Some(more) = deliveries.try_join_next_with_id() {
+                        done.push(more);
+                    }
+                    if self.report(held, done).await? {
+                        cut_short = true;
+                    }
+                }
+                _ = tokio::time::sleep_until(renew_at) => {
+                    let now = shared.now();
+                    lease.until = now.saturating_add(duration_ms(shared.config.lease));
+                    let ids: Vec<RecordId> = held.running.values().map(|r| r.id).collect();
+                    shared.store.renew(&ids, lease).await?;
+                    renew_at = Instant::now() + renew_every;
+                }
+                changed = self.stop.changed(), if abort_at.is_none() => {
+                    abort_at = match changed {
+                        Ok(()) => *self.stop.borrow(),
+                        Err(_) => Some(Instant::now()),
+                    };
+                }
+                _ = abort_sleep => {
+                    // Shutdown's grace ran out: stop waiting for the sink. The aborted
+                    // deliveries are released below, nothing spent.
+                    deliveries.abort_all();
+                }
+            }
+        }
+    }
+
+    /// Turns finished deliveries into transitions, commits them, and updates the link and halt
+    /// state. Returns true when the round must stop launching deliveries.
+    async fn report(
+        &mut self,
+        held: &mut Held,
+        done: Vec<std::result::Result<(tokio::task::Id, Outcome), tokio::task::JoinError>>,
+    ) -> Result<bool> {
+        let shared = Arc::clone(&self.shared);
+        let now = shared.now();
+        let mut steps = Vec::with_capacity(done.len());
+        let mut stop = false;
+        for result in done {
+            let (id, report) = match result {
+                Ok((id, outcome)) => (id, Report::Outcome(outcome)),
+                Err(err) if err.is_panic() => (err.id(), Report::Panicked),
+                Err(err) => (err.id(), Report::Abandoned),
+            };
+            let Some(record) = held.running.remove(&id) else {
+                continue;
+            };
+            let step = match report {
+                Report::Abandoned => {
+                    // Aborted at shutdown: it never reported, so it goes back untouched.
+                    held.queue.push_back(record);
+                    continue;
+                }
+                Report::Panicked => {
+                    tracing::error!(
+                        record = record.id.0,
+                        "sink panicked; the delivery counts as interrupted"
+                    );
+                    machine::on_interrupted(&record, &shared.policy, now)
+                }
+                Report::Outcome(outcome) => {
+                    let outcome = outcome.resolve_conflict(&record, shared.resolver.as_ref());
+                    if outcome.is_unanswered() {
+                        self.link.down = true;
+                        self.link.failures = self.link.failures.saturating_add(1);
+                        let delay =
+                            shared
+                                .policy
+                                .delay(self.link.failures, None, &mut shared.rng());
+                        self.link.probe_at = now.saturating_add(duration_ms(delay));
+                        stop = true;
+                    } else if !matches!(outcome, Outcome::Halt { .. }) {
+                        // A server answered: the link is up and the probe delay starts over.
+                        self.link = Link::default();
+                    }
+                    let step = machine::on_outcome(
+                        &record,
+                        &outcome,
+                        &shared.policy,
+                        now,
+                        &mut shared.rng(),
+                    );
+                    if step.halt {
+                        shared.halted.store(true, Ordering::SeqCst);
+                        stop = true;
+                    }
+                    step
+                }
+            };
+            steps.push(step);
+        }
+        let count = steps.len();
+        let result = shared.commit(steps).await;
+        shared.holding.fetch_sub(count, Ordering::SeqCst);
+        result?;
+        Ok(stop)
+    }
+}
+
+/// The records a round holds: claimed and not yet attempted, or being delivered.
+struct Held {
+    shared: Arc<Shared>,
+    queue: VecDeque<Record>,
+    running: HashMap<tokio::task::Id, Record>,
+}
+
+impl Held {
+    /// Gives back every record still held, unattempted or whose delivery was abandoned.
+    async fn release_rest(&mut self) -> Result<()> {
+        let rest: Vec<Record> = self
+            .queue
+            .drain(..)
+            .chain(self.running.drain().map(|(_, r)| r))
+            .collect();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        let count = rest.len();
+        let transitions = rest.iter().map(machine::release).collect();
+        let result = self.shared.store.apply(transitions).await;
+        self.shared.holding.fetch_sub(count, Ordering::SeqCst);
+        result.map(drop)
+    }
+}

@@ -1,0 +1,705 @@
+//! The runner on the memory store, under tokio's paused clock: no test waits on the wall clock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_core::{
+    async_trait, Backoff, Error, Event, Jitter, Lease, ListQuery, Millis, NewRecord, Outbox,
+    Outcome, Record, RecordId, RetryAfter, RetryPolicy, RunnerConfig, Sink, State, Store,
+    TokioClock,
+};
+use outbox_memory::MemoryStore;
+use tokio::sync::watch;
+
+const BASE: Millis = 1_700_000_000_000;
+
+/// What the sink does for a payload: a script of outcomes, the last one repeating.
+#[derive(Clone, Debug)]
+enum Act {
+    Answer(Outcome),
+    /// Waits this long (tokio time) and then delivers.
+    Slow(Duration),
+    /// Never answers.
+    Hang,
+    Panic,
+}
+
+/// One delivery the sink saw: the payload and the clock reading.
+type Seen = (Vec<u8>, Millis);
+
+/// A sink scripted per payload, recording every delivery with the clock reading.
+#[derive(Clone, Default)]
+struct Script {
+    plans: Arc<Mutex<HashMap<Vec<u8>, Vec<Act>>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    now: Arc<Mutex<Option<TokioClock>>>,
+    running: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+}
+
+impl Script {
+    fn plan(&self, payload: &str, acts: Vec<Act>) {
+        self.plans
+            .lock()
+            .unwrap()
+            .insert(payload.as_bytes().to_vec(), acts);
+    }
+
+    fn times(&self, payload: &str) -> Vec<Millis> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| p == payload.as_bytes())
+            .map(|(_, t)| *t)
+            .collect()
+    }
+
+    fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    fn order(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(p, _)| String::from_utf8(p.clone()).unwrap())
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Sink for Script {
+    async fn deliver(&self, record: &Record) -> Outcome {
+        use outbox_core::Clock;
+        let now = self.now.lock().unwrap().map_or(0, |c| c.now());
+        let act = {
+            self.seen
+                .lock()
+                .unwrap()
+                .push((record.payload.clone(), now));
+            let mut plans = self.plans.lock().unwrap();
+            match plans.get_mut(&record.payload) {
+                Some(acts) if acts.len() > 1 => acts.remove(0),
+                Some(acts) => acts[0].clone(),
+                None => Act::Answer(Outcome::Delivered),
+            }
+        };
+        let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(running, Ordering::SeqCst);
+        let outcome = match act {
+            Act::Answer(outcome) => {
+                tokio::task::yield_now().await;
+                outcome
+            }
+            Act::Slow(d) => {
+                tokio::time::sleep(d).await;
+                Outcome::Delivered
+            }
+            Act::Hang => std::future::pending().await,
+            Act::Panic => {
+                self.running.fetch_sub(1, Ordering::SeqCst);
+                panic!("scripted panic in the sink")
+            }
+        };
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        outcome
+    }
+}
+
+fn exact_policy() -> RetryPolicy {
+    RetryPolicy::default()
+        .with_jitter(Jitter::None)
+        .with_backoff(Backoff::exponential(
+            Duration::from_secs(1),
+            2.0,
+            Duration::from_secs(8),
+        ))
+}
+
+struct Rig {
+    outbox: Outbox,
+    sink: Script,
+    clock: TokioClock,
+}
+
+async fn rig(
+    policy: RetryPolicy,
+    config: RunnerConfig,
+    online: Option<watch::Receiver<bool>>,
+) -> Rig {
+    rig_on(Arc::new(MemoryStore::new()), policy, config, online).await
+}
+
+async fn rig_on(
+    store: Arc<MemoryStore>,
+    policy: RetryPolicy,
+    config: RunnerConfig,
+    online: Option<watch::Receiver<bool>>,
+) -> Rig {
+    let clock = TokioClock::starting_at(BASE);
+    let sink = Script::default();
+    *sink.now.lock().unwrap() = Some(clock);
+    let mut builder = Outbox::builder(store.clone(), sink.clone())
+        .policy(policy)
+        .config(RunnerConfig {
+            seed: Some(7),
+            ..config
+        })
+        .clock(Arc::new(clock));
+    if let Some(online) = online {
+        builder = builder.connectivity(online);
+    }
+    let outbox = builder.start().await.unwrap();
+    Rig {
+        outbox,
+        sink,
+        clock,
+    }
+}
+
+fn rec(payload: &str) -> NewRecord {
+    NewRecord::new(payload.as_bytes().to_vec())
+}
+
+fn answer(outcome: Outcome) -> Act {
+    Act::Answer(outcome)
+}
+
+fn http503() -> Act {
+    answer(Outcome::transient("HTTP 503", None))
+}
+
+/// Lets the runner work until tokio time has moved `d` (timers fire on the way).
+async fn run_for(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+fn gaps(times: &[Millis]) -> Vec<Millis> {
+    times.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_failures_back_off_and_stop_growing_at_the_cap() {
+    let r = rig(
+        exact_policy().with_max_attempts(7),
+        RunnerConfig::default(),
+        None,
+    )
+    .await;
+    r.sink.plan("a", vec![http503()]);
+    let id = r.outbox.enqueue(rec("a")).await.unwrap();
+    run_for(Duration::from_secs(120)).await;
+    let times = r.sink.times("a");
+    assert_eq!(times.len(), 7, "the ceiling stops the attempts");
+    assert_eq!(gaps(&times), [1_000, 2_000, 4_000, 8_000, 8_000, 8_000]);
+    let record = r.outbox.get(id).await.unwrap().unwrap();
+    assert_eq!(record.state, State::NeedsAttention);
+    assert_eq!(record.attempts, 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn exhaustion_parks_the_record_and_an_event_says_so() {
+    let r = rig(
+        exact_policy().with_max_attempts(3),
+        RunnerConfig::default(),
+        None,
+    )
+    .await;
+    let mut events = r.outbox.events();
+    r.sink.plan("a", vec![http503()]);
+    let id = r.outbox.enqueue(rec("a")).await.unwrap();
+    run_for(Duration::from_secs(60)).await;
+    assert_eq!(r.sink.times("a").len(), 3);
+    let mut parked = vec![];
+    while let Ok(event) = events.try_recv() {
+        if let Event::Parked { id, reason } = event {
+            parked.push((id, reason));
+        }
+    }
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].0, id);
+    assert!(parked[0].1.contains("3 attempts"), "{}", parked[0].1);
+    let stats = r.outbox.stats().await.unwrap();
+    assert_eq!(stats.needs_attention, 1);
+    assert_eq!(
+        stats.next_due, None,
+        "a parked record is never due on its own"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminal_failure_is_one_attempt_one_log_line_and_rejected() {
+    let logs = LogCapture::default();
+    let _guard = tracing::subscriber::set_default(logs.subscriber());
+    let r = rig(exact_policy(), RunnerConfig::default(), None).await;
+    r.sink
+        .plan("bad", vec![answer(Outcome::rejected("HTTP 422"))]);
+    let id = r.outbox.enqueue(rec("bad")).await.unwrap();
+    run_for(Duration::from_secs(60)).await;
+    assert_eq!(r.sink.times("bad").len(), 1, "exactly one attempt");
+    let record = r.outbox.get(id).await.unwrap().unwrap();
+    assert_eq!(record.state, State::Rejected);
+    assert_eq!(record.attempts, 1);
+    assert_eq!(record.last_error.as_deref(), Some("HTTP 422"));
+    let lines = logs.lines();
+    let rejected: Vec<_> = lines.iter().filter(|l| l.contains("rejected")).collect();
+    assert_eq!(rejected.len(), 1, "{lines:?}");
+    assert!(rejected[0].contains("WARN") && rejected[0].contains("record=1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn recovery_after_success_starts_the_schedule_and_the_probe_over() {
+    let r = rig(exact_policy(), RunnerConfig::default(), None).await;
+    // "a" fails three times (answered), then succeeds; "b" then fails once.
+    r.sink.plan(
+        "a",
+        vec![http503(), http503(), http503(), answer(Outcome::Delivered)],
+    );
+    r.outbox.enqueue(rec("a")).await.unwrap();
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(gaps(&r.sink.times("a")), [1_000, 2_000, 4_000]);
+    r.sink
+        .plan("b", vec![http503(), answer(Outcome::Delivered)]);
+    r.outbox.enqueue(rec("b")).await.unwrap();
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(
+        gaps(&r.sink.times("b")),
+        [1_000],
+        "the initial interval, not 8 s"
+    );
+
+    // The link probe: three no-answers grow the probe delay, an answer resets it.
+    r.sink.plan(
+        "c",
+        vec![
+            answer(Outcome::no_answer("refused")),
+            answer(Outcome::no_answer("refused")),
+            answer(Outcome::no_answer("refused")),
+            answer(Outcome::Delivered),
+        ],
+    );
+    r.outbox.enqueue(rec("c")).await.unwrap();
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(gaps(&r.sink.times("c")), [1_000, 2_000, 4_000]);
+    r.sink.plan(
+        "d",
+        vec![
+            answer(Outcome::no_answer("refused")),
+            answer(Outcome::Delivered),
+        ],
+    );
+    r.outbox.enqueue(rec("d")).await.unwrap();
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(
+        gaps(&r.sink.times("d")),
+        [1_000],
+        "the probe delay was reset"
+    );
+    assert_eq!(r.outbox.stats().await.unwrap().delivered, 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_timer_is_re_armed_for_the_next_deadline() {
+    // The record fails once; nothing else happens (no enqueue, no call, no connectivity
+    // change), and it is delivered at its deadline all the same.
+    let config = RunnerConfig {
+        safety_poll: None,
+        ..RunnerConfig::default()
+    };
+    let policy = exact_policy().with_backoff(Backoff::Table(vec![Duration::from_secs(300)]));
+    let r = rig(policy, config, None).await;
+    r.sink
+        .plan("a", vec![http503(), answer(Outcome::Delivered)]);
+    let id = r.outbox.enqueue(rec("a")).await.unwrap();
+    run_for(Duration::from_secs(1)).await;
+    let record = r.outbox.get(id).await.unwrap().unwrap();
+    assert_eq!(record.state, State::Retrying);
+    let deadline = record.next_attempt_at.unwrap();
+    run_for(Duration::from_secs(600)).await;
+    assert_eq!(r.sink.times("a"), [BASE, deadline]);
+    assert!(r.outbox.get(id).await.unwrap().is_none(), "delivered");
+}
+
+#[tokio::test(start_paused = true)]
+async fn offline_records_go_out_when_the_link_comes_back_and_not_before() {
+    let (online, online_rx) = watch::channel(false);
+    let r = rig(exact_policy(), RunnerConfig::default(), Some(online_rx)).await;
+    for i in 0..5 {
+        r.outbox.enqueue(rec(&format!("r{i}"))).await.unwrap();
+    }
+    run_for(Duration::from_secs(3_600)).await;
+    assert_eq!(r.sink.count(), 0, "nothing is attempted while offline");
+    online.send(true).unwrap();
+    run_for(Duration::from_millis(10)).await;
+    assert_eq!(r.sink.order(), ["r0", "r1", "r2", "r3", "r4"]);
+    assert_eq!(r.outbox.stats().await.unwrap().delivered, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backlog_after_reconnect_never_exceeds_the_concurrency() {
+    let (online, online_rx) = watch::channel(false);
+    let config = RunnerConfig {
+        concurrency: 4,
+        batch: 32,
+        ..RunnerConfig::default()
+    };
+    let r = rig(exact_policy(), config, Some(online_rx)).await;
+    let records = (0..500).map(|i| rec(&format!("r{i}"))).collect();
+    r.outbox.enqueue_batch(records).await.unwrap();
+    for i in 0..500 {
+        r.sink.plan(
+            &format!("r{i}"),
+            vec![Act::Slow(Duration::from_millis(5 + i % 7))],
+        );
+    }
+    online.send(true).unwrap();
+    r.outbox.flush(Duration::from_secs(3_600)).await.unwrap();
+    assert_eq!(r.sink.count(), 500);
+    assert_eq!(
+        r.sink.peak.load(Ordering::SeqCst),
+        4,
+        "exactly the concurrency, never more"
+    );
+    assert_eq!(r.outbox.stats().await.unwrap().delivered, 500);
+}
+
+#[tokio::test(start_paused = true)]
+async fn poison_at_the_head_does_not_block_the_rest() {
+    let r = rig(
+        exact_policy().with_max_attempts(2),
+        RunnerConfig::default(),
+        None,
+    )
+    .await;
+    r.sink
+        .plan("poison", vec![answer(Outcome::transient("HTTP 500", None))]);
+    r.outbox
+        .enqueue_batch(vec![rec("poison"), rec("a"), rec("b"), rec("c")])
+        .await
+        .unwrap();
+    run_for(Duration::from_secs(60)).await;
+    let stats = r.outbox.stats().await.unwrap();
+    let line = format!(
+        "{} processed · {} parked · {} blocked",
+        stats.delivered,
+        stats.needs_attention,
+        stats.undelivered() - stats.needs_attention
+    );
+    assert_eq!(line, "3 processed · 1 parked · 0 blocked");
+}
+
+#[tokio::test(start_paused = true)]
+async fn groups_go_in_order_one_at_a_time_and_a_parked_head_holds_only_its_group() {
+    let config = RunnerConfig {
+        concurrency: 8,
+        ..RunnerConfig::default()
+    };
+    let r = rig(exact_policy().with_max_attempts(1), config, None).await;
+    r.sink
+        .plan("a1", vec![Act::Slow(Duration::from_millis(50))]);
+    r.sink
+        .plan("b1", vec![answer(Outcome::transient("HTTP 500", None))]);
+    let batch = ["a1", "b1", "a2", "b2", "a3", "b3", "c1"]
+        .iter()
+        .map(|p| rec(p).in_group(&p[..1]))
+        .collect();
+    r.outbox.enqueue_batch(batch).await.unwrap();
+    run_for(Duration::from_secs(5)).await;
+    let order = r.sink.order();
+    // Group a in order; a1 was slow yet a2 never overtook it.
+    let a: Vec<_> = order.iter().filter(|p| p.starts_with('a')).collect();
+    assert_eq!(a, ["a1", "a2", "a3"]);
+    // Group b's head is parked: b2 and b3 are held, never attempted.
+    assert!(!order.iter().any(|p| p == "b2" || p == "b3"), "{order:?}");
+    // Across groups, work went in parallel: c1 did not wait for a1.
+    assert!(r.sink.times("c1")[0] < r.sink.times("a2")[0]);
+    let stats = r.outbox.stats().await.unwrap();
+    assert_eq!(
+        (stats.needs_attention, stats.held, stats.delivered),
+        (1, 2, 4)
+    );
+    assert_eq!(
+        r.sink.peak.load(Ordering::SeqCst),
+        3,
+        "one per group at most"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_credential_halts_everything_until_resume() {
+    // One delivery at a time, so "after the 401" is exact: deliveries already under way when
+    // a 401 arrives cannot be called back, but nothing new starts.
+    let config = RunnerConfig {
+        concurrency: 1,
+        ..RunnerConfig::default()
+    };
+    let r = rig(exact_policy(), config, None).await;
+    let mut events = r.outbox.events();
+    r.sink.plan(
+        "a",
+        vec![
+            answer(Outcome::halt("HTTP 401")),
+            answer(Outcome::Delivered),
+        ],
+    );
+    let ids = r
+        .outbox
+        .enqueue_batch(vec![rec("a"), rec("b"), rec("c")])
+        .await
+        .unwrap();
+    run_for(Duration::from_secs(3_600)).await;
+    r.outbox.enqueue(rec("d")).await.unwrap();
+    run_for(Duration::from_secs(3_600)).await;
+    assert!(r.outbox.is_halted());
+    assert_eq!(r.sink.order(), ["a"], "nothing attempted after the 401");
+    for id in &ids {
+        let record = r.outbox.get(*id).await.unwrap().unwrap();
+        assert_eq!(
+            (record.attempts, record.unanswered),
+            (0, 0),
+            "no budget spent"
+        );
+        assert!(record.state.is_due_kind());
+    }
+    assert!(
+        std::iter::from_fn(|| events.try_recv().ok()).any(|e| matches!(e, Event::Halted { .. }))
+    );
+    r.outbox.resume();
+    r.outbox.flush(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(r.sink.order(), ["a", "a", "b", "c", "d"]);
+    assert_eq!(r.outbox.stats().await.unwrap().delivered, 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_wins_over_the_local_schedule() {
+    let r = rig(exact_policy(), RunnerConfig::default(), None).await;
+    let later = Outcome::transient("HTTP 429", Some(RetryAfter::Delay(Duration::from_secs(7))));
+    r.sink
+        .plan("a", vec![answer(later), answer(Outcome::Delivered)]);
+    r.outbox.enqueue(rec("a")).await.unwrap();
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(gaps(&r.sink.times("a")), [7_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_during_deliveries_leaves_nothing_in_flight() {
+    let store = Arc::new(MemoryStore::new());
+    let r = rig_on(store.clone(), exact_policy(), RunnerConfig::default(), None).await;
+    for i in 0..6 {
+        r.sink.plan(&format!("r{i}"), vec![Act::Hang]);
+    }
+    r.outbox
+        .enqueue_batch((0..6).map(|i| rec(&format!("r{i}"))).collect())
+        .await
+        .unwrap();
+    run_for(Duration::from_millis(10)).await;
+    assert_eq!(
+        r.outbox.stats().await.unwrap().in_flight,
+        6,
+        "claimed a batch"
+    );
+    r.outbox.shutdown(Duration::from_secs(2)).await.unwrap();
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.in_flight, stats.pending), (0, 6));
+    let all = store.list(&ListQuery::new(10)).await.unwrap();
+    assert!(all.iter().all(|r| r.attempts == 0 && r.lease.is_none()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_on_a_stuck_sink_returns_the_timeout_error() {
+    let r = rig(exact_policy(), RunnerConfig::default(), None).await;
+    r.sink.plan("stuck", vec![Act::Hang]);
+    r.outbox.enqueue(rec("stuck")).await.unwrap();
+    let err = r
+        .outbox
+        .flush(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout(d) if d == Duration::from_millis(200)));
+    drop(r.outbox);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_sink_does_not_kill_the_runner() {
+    let r = rig(exact_policy(), RunnerConfig::default(), None).await;
+    r.sink
+        .plan("boom", vec![Act::Panic, answer(Outcome::Delivered)]);
+    let boom = r.outbox.enqueue(rec("boom")).await.unwrap();
+    r.outbox.enqueue(rec("fine")).await.unwrap();
+    run_for(Duration::from_millis(10)).await;
+    let record = r.outbox.get(boom).await.unwrap();
+    // Interrupted once, then due again at once, and delivered on the next round.
+    r.outbox.flush(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(r.sink.times("boom").len(), 2);
+    assert!(record.is_none_or(|r| r.interrupted == 1));
+    assert_eq!(r.outbox.stats().await.unwrap().delivered, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_up_recovers_expired_leases_parks_crash_loops_and_clamps_deadlines() {
+    let store = Arc::new(MemoryStore::new());
+    let ids = store
+        .enqueue(
+            vec![rec("crashed"), rec("looping"), rec("far")],
+            BASE - 60_000,
+        )
+        .await
+        .unwrap();
+    // A previous process claimed two records and died.
+    let claim = outbox_core::Claim {
+        now: BASE - 60_000,
+        limit: 2,
+        lease: Lease {
+            token: 1,
+            until: BASE - 30_000,
+        },
+    };
+    let claimed = store.claim(claim).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    // "looping" had already been interrupted twice in a row.
+    let mut looping = claimed[1].progress();
+    looping.interrupted = 2;
+    looping.state = State::Retrying;
+    store
+        .apply(vec![outbox_core::Transition {
+            id: ids[1],
+            guard: outbox_core::Guard::Lease(1),
+            change: outbox_core::Change::Update(looping),
+        }])
+        .await
+        .unwrap();
+    let relapse = store
+        .claim(outbox_core::Claim {
+            now: BASE - 60_000,
+            limit: 1,
+            lease: Lease {
+                token: 2,
+                until: BASE - 30_000,
+            },
+        })
+        .await
+        .unwrap();
+    assert_eq!(relapse[0].id, ids[1]);
+    // "far" was scheduled a year ahead (the clock jumped back since).
+    let mut far = store.get(ids[2]).await.unwrap().unwrap().progress();
+    far.state = State::Retrying;
+    far.next_attempt_at = Some(BASE + 365 * 86_400_000);
+    store
+        .apply(vec![outbox_core::Transition {
+            id: ids[2],
+            guard: outbox_core::Guard::Idle,
+            change: outbox_core::Change::Update(far),
+        }])
+        .await
+        .unwrap();
+
+    let policy = exact_policy().with_max_interruptions(3);
+    let r = rig_on(store.clone(), policy, RunnerConfig::default(), None).await;
+    r.sink.plan("crashed", vec![Act::Hang]);
+    run_for(Duration::from_millis(1)).await;
+    let crashed = r.outbox.get(ids[0]).await.unwrap().unwrap();
+    assert_eq!(crashed.interrupted, 1);
+    assert_eq!(
+        crashed.state,
+        State::InFlight,
+        "due at once and claimed again"
+    );
+    let looping = r.outbox.get(ids[1]).await.unwrap().unwrap();
+    assert_eq!(
+        (looping.state, looping.interrupted),
+        (State::NeedsAttention, 3)
+    );
+    let far = r.outbox.get(ids[2]).await.unwrap().unwrap();
+    assert_eq!(
+        far.next_attempt_at,
+        Some(BASE + 8_000),
+        "clamped to now + cap"
+    );
+    let _ = r.clock;
+}
+
+#[tokio::test(start_paused = true)]
+async fn manual_verbs_retry_discard_and_prune() {
+    let r = rig(
+        exact_policy().with_max_attempts(1),
+        RunnerConfig::default(),
+        None,
+    )
+    .await;
+    let mut events = r.outbox.events();
+    r.sink
+        .plan("x", vec![http503(), answer(Outcome::Delivered)]);
+    r.sink.plan("y", vec![http503()]);
+    r.sink
+        .plan("z", vec![answer(Outcome::rejected("HTTP 410"))]);
+    let ids = r
+        .outbox
+        .enqueue_batch(vec![rec("x"), rec("y"), rec("z")])
+        .await
+        .unwrap();
+    run_for(Duration::from_secs(5)).await;
+    assert_eq!(r.outbox.stats().await.unwrap().needs_attention, 2);
+    assert!(matches!(
+        r.outbox.retry(ids[2]).await,
+        Err(Error::RecordRejected(_))
+    ));
+    assert!(matches!(
+        r.outbox.retry(RecordId(99)).await,
+        Err(Error::NoSuchRecord(_))
+    ));
+    r.outbox.discard(ids[1], "user dismissed it").await.unwrap();
+    assert_eq!(r.outbox.retry_all().await.unwrap(), 1);
+    r.outbox.flush(Duration::from_secs(5)).await.unwrap();
+    let stats = r.outbox.stats().await.unwrap();
+    assert_eq!(
+        (stats.delivered, stats.discarded, stats.rejected),
+        (1, 1, 1)
+    );
+    let tombstones = r.outbox.tombstones(None, 10).await.unwrap();
+    assert_eq!(tombstones[0].reason, "user dismissed it");
+    assert!(std::iter::from_fn(|| events.try_recv().ok()).any(|e| e
+        == Event::Discarded {
+            id: ids[1],
+            reason: "user dismissed it".into()
+        }));
+    use outbox_core::Clock;
+    assert_eq!(r.outbox.prune(r.clock.now() + 1).await.unwrap(), 2);
+    assert_eq!(r.outbox.stats().await.unwrap().rejected, 0);
+}
+
+/// Collects formatted log lines.
+#[derive(Clone, Default)]
+struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
+        let sink = self.clone();
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || sink.clone())
+            .finish()
+    }
+
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8(self.0.lock().unwrap().clone())
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
