@@ -1,0 +1,363 @@
+//! The hand-written binary layout of records and tombstones inside the redb file.
+//!
+//! Every value starts with a layout byte, so a file written by an earlier build stays readable
+//! and the schema version kept in the file means something. Integers are little-endian; an
+//! optional field is a presence byte (0 or 1) followed by the value; a string or byte string is a
+//! `u32` length followed by its bytes. The record id is the table key and is not repeated.
+//!
+//! Record layout 2 (current):
+//!
+//! | field | encoding |
+//! |---|---|
+//! | layout | `u8` = 2 |
+//! | created_at | `u64` |
+//! | state | `u8` ([`State::code`]) |
+//! | attempts, unanswered, interrupted | 3 × `u32` |
+//! | last_attempt_at, next_attempt_at | 2 × optional `u64` |
+//! | last_error | optional string |
+//! | lease | optional (`u64` token, `u64` until) |
+//! | group | optional string |
+//! | key | string |
+//! | payload | byte string |
+//!
+//! Record layout 1 (schema version 1) is the same without `unanswered` and `interrupted`.
+
+use outbox_core::{Error, Lease, Record, RecordId, State, Tombstone};
+
+/// The record layout this build writes.
+pub(crate) const RECORD_LAYOUT: u8 = 2;
+/// The tombstone layout this build writes.
+pub(crate) const TOMBSTONE_LAYOUT: u8 = 1;
+
+/// Encodes a record in the current layout.
+pub(crate) fn encode_record(record: &Record) -> Vec<u8> {
+    let mut out = Writer(Vec::with_capacity(
+        64 + record.payload.len() + record.key.len(),
+    ));
+    out.u8(RECORD_LAYOUT);
+    out.u64(record.created_at);
+    out.u8(record.state.code());
+    out.u32(record.attempts);
+    out.u32(record.unanswered);
+    out.u32(record.interrupted);
+    out.opt_u64(record.last_attempt_at);
+    out.opt_u64(record.next_attempt_at);
+    out.opt_str(record.last_error.as_deref());
+    match record.lease {
+        Some(lease) => {
+            out.u8(1);
+            out.u64(lease.token);
+            out.u64(lease.until);
+        }
+        None => out.u8(0),
+    }
+    out.opt_str(record.group.as_deref());
+    out.bytes(record.key.as_bytes());
+    out.bytes(&record.payload);
+    out.0
+}
+
+/// Encodes a record in layout 1, as schema version 1 wrote it (`unanswered` and `interrupted`
+/// are not stored).
+#[cfg(test)]
+pub(crate) fn encode_record_v1(record: &Record) -> Vec<u8> {
+    let mut out = Writer(Vec::new());
+    out.u8(1);
+    out.u64(record.created_at);
+    out.u8(record.state.code());
+    out.u32(record.attempts);
+    out.opt_u64(record.last_attempt_at);
+    out.opt_u64(record.next_attempt_at);
+    out.opt_str(record.last_error.as_deref());
+    match record.lease {
+        Some(lease) => {
+            out.u8(1);
+            out.u64(lease.token);
+            out.u64(lease.until);
+        }
+        None => out.u8(0),
+    }
+    out.opt_str(record.group.as_deref());
+    out.bytes(record.key.as_bytes());
+    out.bytes(&record.payload);
+    out.0
+}
+
+/// Decodes a record of any known layout; damaged bytes give [`Error::Corrupted`].
+pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
+    let mut r = Reader::new(bytes, id, "record");
+    let layout = r.u8()?;
+    if layout != 1 && layout != RECORD_LAYOUT {
+        return Err(r.damaged(&format!("unknown record layout {layout}")));
+    }
+    let created_at = r.u64()?;
+    let code = r.u8()?;
+    let state = State::from_code(code).ok_or_else(|| r.damaged(&format!("state code {code}")))?;
+    let attempts = r.u32()?;
+    let (unanswered, interrupted) = if layout == 1 {
+        (0, 0)
+    } else {
+        (r.u32()?, r.u32()?)
+    };
+    let last_attempt_at = r.opt_u64()?;
+    let next_attempt_at = r.opt_u64()?;
+    let last_error = r.opt_str()?;
+    let lease = if r.flag()? {
+        Some(Lease {
+            token: r.u64()?,
+            until: r.u64()?,
+        })
+    } else {
+        None
+    };
+    let group = r.opt_str()?;
+    let key = r.str()?;
+    let payload = r.bytes()?.to_vec();
+    r.finish()?;
+    Ok(Record {
+        id: RecordId(id),
+        group,
+        payload,
+        key,
+        created_at,
+        state,
+        attempts,
+        unanswered,
+        interrupted,
+        last_attempt_at,
+        next_attempt_at,
+        last_error,
+        lease,
+    })
+}
+
+/// Encodes a tombstone (the id is the table key).
+pub(crate) fn encode_tombstone(tombstone: &Tombstone) -> Vec<u8> {
+    let mut out = Writer(Vec::with_capacity(32 + tombstone.reason.len()));
+    out.u8(TOMBSTONE_LAYOUT);
+    out.opt_str(tombstone.group.as_deref());
+    out.bytes(tombstone.key.as_bytes());
+    out.bytes(tombstone.reason.as_bytes());
+    out.u64(tombstone.discarded_at);
+    out.u32(tombstone.attempts);
+    out.0
+}
+
+/// Decodes a tombstone; damaged bytes give [`Error::Corrupted`].
+pub(crate) fn decode_tombstone(id: u64, bytes: &[u8]) -> Result<Tombstone, Error> {
+    let mut r = Reader::new(bytes, id, "tombstone");
+    let layout = r.u8()?;
+    if layout != TOMBSTONE_LAYOUT {
+        return Err(r.damaged(&format!("unknown tombstone layout {layout}")));
+    }
+    let group = r.opt_str()?;
+    let key = r.str()?;
+    let reason = r.str()?;
+    let discarded_at = r.u64()?;
+    let attempts = r.u32()?;
+    r.finish()?;
+    Ok(Tombstone {
+        id: RecordId(id),
+        group,
+        key,
+        reason,
+        discarded_at,
+        attempts,
+    })
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn opt_u64(&mut self, v: Option<u64>) {
+        match v {
+            Some(v) => {
+                self.u8(1);
+                self.u64(v);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        // Payloads are bounded by the configured maximum and redb's value limit (< 4 GiB), so
+        // the length always fits; saturate rather than wrap if a caller ever raises both.
+        self.u32(u32::try_from(v.len()).unwrap_or(u32::MAX));
+        self.0.extend_from_slice(v);
+    }
+    fn opt_str(&mut self, v: Option<&str>) {
+        match v {
+            Some(v) => {
+                self.u8(1);
+                self.bytes(v.as_bytes());
+            }
+            None => self.u8(0),
+        }
+    }
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+    id: u64,
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn new(rest: &'a [u8], id: u64, what: &'static str) -> Self {
+        Reader { rest, id, what }
+    }
+
+    fn damaged(&self, detail: &str) -> Error {
+        Error::Corrupted {
+            detail: format!("{} {}: {detail}", self.what, RecordId(self.id)),
+            source: None,
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+        if self.rest.len() < n {
+            return Err(self.damaged("truncated value"));
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, Error> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, Error> {
+        let mut b = [0; 4];
+        b.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(b))
+    }
+    fn u64(&mut self) -> Result<u64, Error> {
+        let mut b = [0; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+    fn flag(&mut self) -> Result<bool, Error> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(self.damaged(&format!("presence byte {other}"))),
+        }
+    }
+    fn opt_u64(&mut self) -> Result<Option<u64>, Error> {
+        Ok(if self.flag()? {
+            Some(self.u64()?)
+        } else {
+            None
+        })
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], Error> {
+        let len = self.u32()? as usize;
+        self.take(len)
+    }
+    fn str(&mut self) -> Result<String, Error> {
+        let bytes = self.bytes()?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| self.damaged("text is not UTF-8"))
+    }
+    fn opt_str(&mut self) -> Result<Option<String>, Error> {
+        Ok(if self.flag()? {
+            Some(self.str()?)
+        } else {
+            None
+        })
+    }
+    fn finish(&self) -> Result<(), Error> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(self.damaged("trailing bytes"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Record {
+        Record {
+            id: RecordId(9),
+            group: Some("doc-1".into()),
+            payload: vec![0, 1, 2, 255],
+            key: "key".into(),
+            created_at: 1_000,
+            state: State::InFlight,
+            attempts: 3,
+            unanswered: 4,
+            interrupted: 1,
+            last_attempt_at: Some(2_000),
+            next_attempt_at: None,
+            last_error: Some("503".into()),
+            lease: Some(Lease {
+                token: 7,
+                until: 9_000,
+            }),
+        }
+    }
+
+    #[test]
+    fn record_round_trips_in_the_current_layout() {
+        let record = sample();
+        assert_eq!(decode_record(9, &encode_record(&record)).ok(), Some(record));
+    }
+
+    #[test]
+    fn layout_one_reads_with_zero_new_counters() {
+        let record = sample();
+        let decoded = decode_record(9, &encode_record_v1(&record)).ok();
+        let expected = Record {
+            unanswered: 0,
+            interrupted: 0,
+            ..record
+        };
+        assert_eq!(decoded, Some(expected));
+    }
+
+    #[test]
+    fn damaged_values_are_corrupted_errors_not_panics() {
+        let bytes = encode_record(&sample());
+        for cut in 0..bytes.len() {
+            assert!(matches!(
+                decode_record(9, &bytes[..cut]),
+                Err(Error::Corrupted { .. })
+            ));
+        }
+        let mut bad_state = bytes.clone();
+        bad_state[9] = 42;
+        assert!(matches!(
+            decode_record(9, &bad_state),
+            Err(Error::Corrupted { .. })
+        ));
+        let mut trailing = bytes;
+        trailing.push(0);
+        assert!(matches!(
+            decode_record(9, &trailing),
+            Err(Error::Corrupted { .. })
+        ));
+    }
+
+    #[test]
+    fn tombstone_round_trips() {
+        let t = Tombstone {
+            id: RecordId(3),
+            group: None,
+            key: "k".into(),
+            reason: "user".into(),
+            discarded_at: 5,
+            attempts: 2,
+        };
+        assert_eq!(decode_tombstone(3, &encode_tombstone(&t)).ok(), Some(t));
+    }
+}

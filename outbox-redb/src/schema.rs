@@ -1,0 +1,127 @@
+//! The tables of an outbox file, its schema version, and the migration from earlier layouts.
+//!
+//! | table | key → value | holds |
+//! |---|---|---|
+//! | `records` | id → encoded record | every queued record ([`crate::codec`]) |
+//! | `due` | (next_attempt_at, id) → () | pending or retrying records that head their group: the claim order |
+//! | `groups` | (group, id) → () | members of each group that hold its order (every state but rejected) |
+//! | `leases` | (lease until, id) → () | in-flight records: lease recovery |
+//! | `tombstones` | id → encoded tombstone | discarded records until pruned |
+//! | `meta` | name → u64 | `schema_version`, `last_id`, `delivered` |
+//!
+//! Version history: 1 had no `leases` table and stored records in layout 1; 2 (current) adds
+//! the `leases` index and the `unanswered` and `interrupted` counters.
+
+use outbox_core::{Error, Result};
+use redb::{ReadableDatabase, TableDefinition, TableError, WriteTransaction};
+
+use crate::error::from_redb;
+use crate::queue::Tables;
+
+/// The schema version this build writes, and the newest it opens.
+pub const SCHEMA_VERSION: u32 = 2;
+
+pub(crate) const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
+pub(crate) const DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("due");
+pub(crate) const GROUPS: TableDefinition<(&str, u64), ()> = TableDefinition::new("groups");
+pub(crate) const LEASES: TableDefinition<(u64, u64), ()> = TableDefinition::new("leases");
+pub(crate) const TOMBSTONES: TableDefinition<u64, &[u8]> = TableDefinition::new("tombstones");
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+pub(crate) const META_VERSION: &str = "schema_version";
+pub(crate) const META_LAST_ID: &str = "last_id";
+pub(crate) const META_DELIVERED: &str = "delivered";
+
+/// What a file holds, as seen before anything is written to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// An outbox at this schema version.
+    Outbox(u32),
+    /// A redb database with no outbox in it.
+    Foreign,
+}
+
+/// Reads the schema version without writing (works on a read-only handle).
+pub(crate) fn inspect(db: &impl ReadableDatabase) -> Result<Found> {
+    let txn = db.begin_read().map_err(from_redb)?;
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(TableError::TableDoesNotExist(_)) => return Ok(Found::Foreign),
+        Err(err) => return Err(from_redb(err)),
+    };
+    let version = meta.get(META_VERSION).map_err(from_redb)?;
+    match version {
+        Some(v) => Ok(Found::Outbox(u32::try_from(v.value()).unwrap_or(u32::MAX))),
+        None => Ok(Found::Foreign),
+    }
+}
+
+/// Refuses what this build must not touch.
+pub(crate) fn check(found: Found) -> Result<u32> {
+    match found {
+        Found::Foreign => Err(Error::NotAnOutbox {
+            detail: "a redb database without outbox tables".into(),
+            source: None,
+        }),
+        Found::Outbox(v) if v > SCHEMA_VERSION => Err(Error::SchemaTooNew {
+            found: v,
+            supported: SCHEMA_VERSION,
+        }),
+        Found::Outbox(0) => Err(Error::NotAnOutbox {
+            detail: "schema version 0".into(),
+            source: None,
+        }),
+        Found::Outbox(v) => Ok(v),
+    }
+}
+
+/// Lays out a new, empty outbox at the current version.
+pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
+    let mut tables = Tables::open(txn)?;
+    tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))?;
+    tables.set_meta(META_LAST_ID, 0)?;
+    tables.set_meta(META_DELIVERED, 0)?;
+    Ok(())
+}
+
+/// Brings a file of an earlier version to the current one inside one write transaction, so a
+/// crash mid-way leaves the earlier version intact and the next open starts over. Converging
+/// means: rewrite every record in the current layout and rebuild every index from the records,
+/// which is right whatever indexes the earlier version had.
+pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
+    if from >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    // Indexes are rebuilt from scratch; dropping them first also removes any stale entry.
+    txn.delete_table(DUE).map_err(from_redb)?;
+    txn.delete_table(GROUPS).map_err(from_redb)?;
+    txn.delete_table(LEASES).map_err(from_redb)?;
+    let mut tables = Tables::open(txn)?;
+    let records = tables.all_records()?;
+    let mut last_id = tables.meta(META_LAST_ID)?.unwrap_or(0);
+    for record in &records {
+        tables.put(record)?;
+        last_id = last_id.max(record.id.0);
+        if let (Some(group), true) = (&record.group, record.state.holds_group()) {
+            tables.join_group(group, record.id)?;
+        }
+    }
+    for record in &records {
+        tables.index(record)?;
+    }
+    if tables.meta(META_DELIVERED)?.is_none() {
+        tables.set_meta(META_DELIVERED, 0)?;
+    }
+    tables.set_meta(META_LAST_ID, last_id)?;
+    tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))?;
+    Ok(())
+}
+
+/// Makes every in-flight record expire at once: only one process can open the file, so a
+/// record left in flight belongs to a process that died. The runner's start-up recovery then
+/// finds it through [`outbox_core::Store::expired`] and decides what the interruption means;
+/// no counter is changed here.
+pub(crate) fn expire_leases(txn: &WriteTransaction) -> Result<u64> {
+    let mut tables = Tables::open(txn)?;
+    tables.expire_all_leases()
+}

@@ -1,0 +1,488 @@
+//! [`RedbStore`]: the [`Store`] on one redb file, and how a file is created and opened.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use outbox_core::{
+    Applied, Claim, Error, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, Stats,
+    Store, Tombstone, Transition,
+};
+use redb::backends::FileBackend;
+use redb::{Database, ReadOnlyDatabase, ReadableDatabase, StorageBackend, WriteTransaction};
+
+use crate::config::RedbConfig;
+use crate::error::{from_io, from_join, from_redb};
+use crate::queue::{ReadTables, Tables};
+use crate::schema;
+use crate::writer::{Op, Reply, Writer};
+
+/// The first bytes of every redb file.
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// An outbox [`Store`] on one redb file.
+///
+/// redb lets one process at a time open a file for writing, so this store is not shared
+/// between processes: a second process gets [`Error::Locked`]. Because of that, every record
+/// found in flight when the file is opened belonged to a process that died, and its lease is
+/// made to expire at once so the runner's start-up recovery counts the interruption.
+///
+/// Reads run on tokio's blocking pool; writes go to one writer thread that commits every
+/// request waiting at that moment in one transaction (group commit, see [`RedbConfig`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> outbox_core::Result<()> {
+/// use outbox_core::{NewRecord, Store};
+/// use outbox_redb::{RedbConfig, RedbStore};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("outbox.redb");
+/// let store = RedbStore::create(&path, RedbConfig::default()).await?;
+/// let ids = store.enqueue(vec![NewRecord::new(b"hello".to_vec())], 1_000).await?;
+/// drop(store);
+///
+/// let store = RedbStore::open(&path, RedbConfig::default()).await?;
+/// assert_eq!(store.get(ids[0]).await?.unwrap().payload, b"hello");
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedbStore {
+    db: Db,
+    writer: Option<Writer>,
+    config: RedbConfig,
+    path: Option<PathBuf>,
+}
+
+#[derive(Clone)]
+enum Db {
+    Write(Arc<Database>),
+    Read(Arc<ReadOnlyDatabase>),
+}
+
+impl fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedbStore")
+            .field("path", &self.path)
+            .field("read_only", &self.writer.is_none())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl RedbStore {
+    /// Creates a new outbox file at `path`.
+    ///
+    /// Fails with [`Error::AlreadyExists`] if anything is at `path` (use
+    /// [`RedbStore::open`]), leaving it untouched.
+    pub async fn create(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbStore> {
+        let path = path.as_ref().to_path_buf();
+        blocking(move || create_file(path, config)).await
+    }
+
+    /// Opens the existing outbox file at `path`, migrating it from an earlier schema version.
+    ///
+    /// The file is inspected read-only before anything is written, so each refusal leaves its
+    /// bytes unchanged: [`Error::NotFound`] (nothing there; use [`RedbStore::create`]),
+    /// [`Error::NotAnOutbox`] (an empty file, a file that is not redb, a redb database without
+    /// an outbox), [`Error::SchemaTooNew`], [`Error::Locked`] (another process has it open),
+    /// [`Error::ReadOnly`] (the file or medium refuses writes), [`Error::Corrupted`].
+    pub async fn open(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbStore> {
+        let path = path.as_ref().to_path_buf();
+        blocking(move || open_file(path, config)).await
+    }
+
+    /// Opens the existing outbox file at `path` for reading only: every read works, and every
+    /// write fails with [`Error::ReadOnly`]. The file is never written. While this handle is
+    /// open, no process can open the file for writing (and it cannot be opened while a writer
+    /// has it).
+    pub async fn open_read_only(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbStore> {
+        let path = path.as_ref().to_path_buf();
+        blocking(move || {
+            check_header(&path)?;
+            match config.builder().open_read_only(&path) {
+                Ok(db) => {
+                    schema::check(schema::inspect(&db)?)?;
+                    Ok(RedbStore {
+                        db: Db::Read(Arc::new(db)),
+                        writer: None,
+                        config,
+                        path: Some(path),
+                    })
+                }
+                Err(redb::DatabaseError::RepairAborted) => Err(Error::Backend {
+                    detail: "the file was not closed cleanly and needs a repair, which a \
+                             read-only handle cannot make; open it for writing once"
+                        .into(),
+                    source: None,
+                }),
+                Err(err) => Err(from_redb(err)),
+            }
+        })
+        .await
+    }
+
+    /// Creates a new outbox on a storage backend of the caller's (an in-memory buffer, a
+    /// fault-injecting wrapper). Fails with [`Error::AlreadyExists`] if the backend is not
+    /// empty.
+    pub async fn create_with_backend(
+        backend: impl StorageBackend,
+        config: RedbConfig,
+    ) -> Result<RedbStore> {
+        blocking(move || {
+            if backend.len().map_err(from_io)? != 0 {
+                return Err(Error::AlreadyExists {
+                    path: format!("{backend:?}"),
+                });
+            }
+            let db = config
+                .builder()
+                .create_with_backend(backend)
+                .map_err(from_redb)?;
+            initialize(db, config, None)
+        })
+        .await
+    }
+
+    /// Opens an existing outbox on a storage backend of the caller's. Unlike
+    /// [`RedbStore::open`], a backend holding a redb database without an outbox may be written
+    /// (redb's own open) before [`Error::NotAnOutbox`] is returned.
+    pub async fn open_with_backend(
+        backend: impl StorageBackend,
+        config: RedbConfig,
+    ) -> Result<RedbStore> {
+        blocking(move || {
+            let len = backend.len().map_err(from_io)?;
+            let mut head = [0; REDB_MAGIC.len()];
+            if len == 0 {
+                return Err(empty_file());
+            }
+            if len < head.len() as u64 {
+                return Err(not_redb());
+            }
+            backend.read(0, &mut head).map_err(from_io)?;
+            if head != REDB_MAGIC {
+                return Err(not_redb());
+            }
+            let db = config
+                .builder()
+                .create_with_backend(backend)
+                .map_err(from_redb)?;
+            let version = schema::check(schema::inspect(&db)?)?;
+            converge(db, config, version, None)
+        })
+        .await
+    }
+
+    /// Enqueues records inside the caller's own redb write transaction, so they commit (or
+    /// abort) together with the caller's writes. Begin the transaction on
+    /// [`RedbStore::database`]; the records become durable when the caller commits, with the
+    /// durability the caller set on it. Wake the runner afterwards (`Outbox::notify()`), since
+    /// it cannot see a commit it did not make.
+    ///
+    /// Refuses a payload over the configured maximum with [`Error::PayloadTooLarge`], having
+    /// written nothing of the batch.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use outbox_core::{NewRecord, Store};
+    /// use outbox_redb::{RedbConfig, RedbStore};
+    /// use redb::TableDefinition;
+    ///
+    /// const NOTES: TableDefinition<u64, &str> = TableDefinition::new("notes");
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = RedbStore::create(dir.path().join("app.redb"), RedbConfig::default()).await?;
+    /// let db = store.database().expect("opened for writing");
+    /// let txn = db.begin_write()?;
+    /// txn.open_table(NOTES)?.insert(1, "renamed")?;
+    /// let ids = store.enqueue_in(&txn, vec![NewRecord::new(b"rename #1".to_vec())], 1_000)?;
+    /// txn.commit()?;
+    ///
+    /// assert!(store.get(ids[0]).await?.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn enqueue_in(
+        &self,
+        txn: &WriteTransaction,
+        records: Vec<NewRecord>,
+        now: Millis,
+    ) -> Result<Vec<RecordId>> {
+        if self.writer.is_none() {
+            return Err(Error::ReadOnly { source: None });
+        }
+        self.check_payloads(&records)?;
+        Tables::open(txn)?.enqueue(records, now)
+    }
+
+    /// The redb database, for the caller's own transactions ([`RedbStore::enqueue_in`]);
+    /// `None` for a read-only store. While a caller's write transaction is open, the store's
+    /// own writes wait for it.
+    pub fn database(&self) -> Option<&Database> {
+        match &self.db {
+            Db::Write(db) => Some(db),
+            Db::Read(_) => None,
+        }
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &RedbConfig {
+        &self.config
+    }
+
+    fn check_payloads(&self, records: &[NewRecord]) -> Result<()> {
+        let max = self.config.max_payload;
+        match records.iter().find(|r| r.payload.len() > max) {
+            Some(big) => Err(Error::PayloadTooLarge {
+                size: big.payload.len(),
+                max,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    async fn write(&self, op: Op) -> Result<Reply> {
+        match &self.writer {
+            Some(writer) => writer.submit(op).await,
+            None => Err(Error::ReadOnly { source: None }),
+        }
+    }
+
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ReadTables) -> Result<T> + Send + 'static,
+    {
+        let db = self.db.clone();
+        blocking(move || {
+            let txn = match &db {
+                Db::Write(db) => db.begin_read(),
+                Db::Read(db) => db.begin_read(),
+            }
+            .map_err(from_redb)?;
+            f(&ReadTables::open(&txn)?)
+        })
+        .await
+    }
+}
+
+fn unexpected(reply: Reply) -> Error {
+    Error::Backend {
+        detail: format!("the redb writer answered with the wrong kind of reply: {reply:?}"),
+        source: None,
+    }
+}
+
+#[async_trait]
+impl Store for RedbStore {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+        self.check_payloads(&records)?;
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.write(Op::Enqueue(records, now)).await? {
+            Reply::Ids(ids) => Ok(ids),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
+        match self.write(Op::Claim(claim)).await? {
+            Reply::Records(records) => Ok(records),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
+        match self.write(Op::Renew(ids.to_vec(), lease)).await? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
+        match self.write(Op::Apply(transitions)).await? {
+            Reply::Applied(applied) => Ok(applied),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.read(move |t| t.expired(now, limit)).await
+    }
+
+    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.read(move |t| t.scheduled_after(at, limit)).await
+    }
+
+    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
+        self.read(move |t| t.get(id)).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
+        let query = query.clone();
+        self.read(move |t| t.list(&query)).await
+    }
+
+    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
+        self.read(move |t| t.tombstones(after, limit)).await
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.read(|t| t.stats()).await
+    }
+
+    async fn next_due(&self) -> Result<Option<Millis>> {
+        self.read(|t| t.next_due()).await
+    }
+
+    async fn prune(&self, older_than: Millis) -> Result<u64> {
+        match self.write(Op::Prune(older_than)).await? {
+            Reply::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// Runs blocking redb work on tokio's blocking pool, never on an async worker thread.
+async fn blocking<T, F>(f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f).await.map_err(from_join)?
+}
+
+fn empty_file() -> Error {
+    Error::NotAnOutbox {
+        detail: "an empty file".into(),
+        source: None,
+    }
+}
+
+fn not_redb() -> Error {
+    Error::NotAnOutbox {
+        detail: "not a redb file".into(),
+        source: None,
+    }
+}
+
+/// Checks that `path` holds a redb file, reading only its first bytes.
+fn check_header(path: &Path) -> Result<()> {
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == ErrorKind::NotFound => {
+            return Err(Error::NotFound {
+                path: path.display().to_string(),
+            })
+        }
+        Err(err) => return Err(from_io(err)),
+    };
+    let meta = file.metadata().map_err(from_io)?;
+    if meta.is_dir() {
+        return Err(Error::NotAnOutbox {
+            detail: "a directory".into(),
+            source: None,
+        });
+    }
+    if meta.len() == 0 {
+        return Err(empty_file());
+    }
+    let mut head = [0; REDB_MAGIC.len()];
+    match file.read_exact(&mut head) {
+        Ok(()) if head == REDB_MAGIC => Ok(()),
+        Ok(()) => Err(not_redb()),
+        Err(err) if err.kind() == ErrorKind::UnexpectedEof => Err(not_redb()),
+        Err(err) => Err(from_io(err)),
+    }
+}
+
+fn create_file(path: PathBuf, config: RedbConfig) -> Result<RedbStore> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+    {
+        Ok(file) => file,
+        Err(err) if err.kind() == ErrorKind::AlreadyExists => {
+            return Err(Error::AlreadyExists {
+                path: path.display().to_string(),
+            })
+        }
+        Err(err) => return Err(from_io(err)),
+    };
+    let created = FileBackend::new(file)
+        .and_then(|backend| config.builder().create_with_backend(backend))
+        .map_err(from_redb)
+        .and_then(|db| initialize(db, config, Some(path.clone())));
+    if created.is_err() {
+        // The file is ours (create_new made it) and holds no outbox yet: leave nothing behind
+        // that `create` would refuse next time.
+        let _ = std::fs::remove_file(&path);
+    }
+    created
+}
+
+fn open_file(path: PathBuf, config: RedbConfig) -> Result<RedbStore> {
+    check_header(&path)?;
+    // Look before writing: a read-only handle never changes the file, so a foreign database
+    // or a newer schema is refused with the file's bytes unchanged.
+    match config.builder().open_read_only(&path) {
+        Ok(db) => {
+            schema::check(schema::inspect(&db)?)?;
+            db.close().map_err(from_redb)?;
+        }
+        // Not closed cleanly: only a writable open can repair it; look after the repair.
+        Err(redb::DatabaseError::RepairAborted) => {}
+        Err(err) => return Err(from_redb(err)),
+    }
+    let db = config.builder().open(&path).map_err(from_redb)?;
+    let version = schema::check(schema::inspect(&db)?)?;
+    converge(db, config, version, Some(path))
+}
+
+/// Lays out a new outbox in a fresh database.
+fn initialize(db: Database, config: RedbConfig, path: Option<PathBuf>) -> Result<RedbStore> {
+    let mut txn = db.begin_write().map_err(from_redb)?;
+    config.prepare(&mut txn)?;
+    txn.set_durability(redb::Durability::Immediate)
+        .map_err(from_redb)?;
+    schema::init(&txn)?;
+    txn.commit().map_err(from_redb)?;
+    start(db, config, path)
+}
+
+/// Migrates an opened outbox to the current schema and expires the leases of the dead process.
+fn converge(
+    db: Database,
+    config: RedbConfig,
+    version: u32,
+    path: Option<PathBuf>,
+) -> Result<RedbStore> {
+    let mut txn = db.begin_write().map_err(from_redb)?;
+    config.prepare(&mut txn)?;
+    // The migration and the lease rewrite must not be lost whatever the configured level.
+    txn.set_durability(redb::Durability::Immediate)
+        .map_err(from_redb)?;
+    schema::migrate(&txn, version)?;
+    schema::expire_leases(&txn)?;
+    txn.commit().map_err(from_redb)?;
+    start(db, config, path)
+}
+
+fn start(db: Database, config: RedbConfig, path: Option<PathBuf>) -> Result<RedbStore> {
+    let db = Arc::new(db);
+    let writer = Writer::start(Arc::clone(&db), config.clone())?;
+    Ok(RedbStore {
+        db: Db::Write(db),
+        writer: Some(writer),
+        config,
+        path,
+    })
+}
