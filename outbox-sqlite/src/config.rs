@@ -1,0 +1,156 @@
+//! How a store is opened: durability, limits and waits, as data with documented defaults.
+
+use std::time::Duration;
+
+use outbox_core::DEFAULT_MAX_PAYLOAD;
+
+/// What a committed write survives. Every level runs SQLite in WAL mode; they differ in when
+/// SQLite calls `fsync` (the `synchronous` pragma).
+///
+/// A process crash (SIGKILL, panic, OOM kill) never loses a committed write at any level: the
+/// operating system still holds the written pages. The levels differ only when the machine
+/// itself stops (power cut, kernel panic, a VM killed from outside).
+///
+/// ```
+/// use outbox_sqlite::Durability;
+/// assert_eq!(Durability::default(), Durability::Full);
+/// assert_eq!(Durability::Normal.synchronous(), "NORMAL");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// `synchronous = FULL`: the WAL is synced at every commit, so every write whose call has
+    /// returned survives a power cut. The default: an outbox exists to not lose writes.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: the WAL is synced only at checkpoints. After a power cut the
+    /// file is consistent, but the writes of the last moments before it (those committed since
+    /// the last checkpoint) may be missing. Several times faster per commit.
+    Normal,
+    /// `synchronous = OFF`: SQLite never syncs. A power cut may lose recent writes and may
+    /// leave the file corrupted. For tests and caches only.
+    Off,
+}
+
+impl Durability {
+    /// The value of SQLite's `synchronous` pragma at this level.
+    pub const fn synchronous(self) -> &'static str {
+        match self {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+            Durability::Off => "OFF",
+        }
+    }
+
+    /// The number SQLite reports when `PRAGMA synchronous` is read back.
+    pub const fn synchronous_code(self) -> i64 {
+        match self {
+            Durability::Off => 0,
+            Durability::Normal => 1,
+            Durability::Full => 2,
+        }
+    }
+}
+
+/// Settings for [`SqliteStore::create`](crate::SqliteStore::create) and
+/// [`SqliteStore::open`](crate::SqliteStore::open).
+///
+/// ## Defaults
+/// - `durability`: [`Durability::Full`], every acknowledged write survives a power cut.
+/// - `max_payload`: [`DEFAULT_MAX_PAYLOAD`] (1 MiB), the same limit as every backend.
+/// - `busy_timeout`: 5 s, how long a write waits for another handle or process holding the
+///   write lock before it fails with a temporary [`Error::Unavailable`](outbox_core::Error).
+/// - `read_only`: false. When true the file is opened with SQLite's read-only flag: reads work,
+///   every write fails with [`Error::ReadOnly`](outbox_core::Error) and the file is not touched.
+/// - `size_limit`: none. When set, the file may not grow past this many bytes (SQLite's
+///   `max_page_count`); a write that would fails with
+///   [`Error::StorageFull`](outbox_core::Error) and nothing of it is kept.
+/// - `check_on_open`: true, `PRAGMA quick_check` at open, so a damaged file is reported as
+///   [`Error::Corrupted`](outbox_core::Error) before anything is written to it. It reads the
+///   whole file once: turn it off for very large files that are opened often.
+/// - `max_group_commit`: 1024, the most writes that share one transaction.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_sqlite::{Durability, SqliteConfig};
+///
+/// let config = SqliteConfig::default()
+///     .durability(Durability::Normal)
+///     .busy_timeout(Duration::from_secs(1));
+/// assert_eq!(config.max_payload, outbox_core::DEFAULT_MAX_PAYLOAD);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteConfig {
+    /// What a committed write survives.
+    pub durability: Durability,
+    /// The largest payload `enqueue` accepts, in bytes.
+    pub max_payload: usize,
+    /// How long a write waits for the write lock held by another connection.
+    pub busy_timeout: Duration,
+    /// Open with SQLite's read-only flag.
+    pub read_only: bool,
+    /// The most bytes the file may grow to.
+    pub size_limit: Option<u64>,
+    /// Run `PRAGMA quick_check` when opening.
+    pub check_on_open: bool,
+    /// The most writes committed together in one transaction.
+    pub max_group_commit: usize,
+}
+
+impl Default for SqliteConfig {
+    fn default() -> Self {
+        SqliteConfig {
+            durability: Durability::Full,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            busy_timeout: Duration::from_secs(5),
+            read_only: false,
+            size_limit: None,
+            check_on_open: true,
+            max_group_commit: 1024,
+        }
+    }
+}
+
+impl SqliteConfig {
+    /// Sets the durability level.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Sets the largest payload `enqueue` accepts.
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// Sets how long a write waits for another connection's write lock.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Opens the file read-only.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Caps the file size in bytes.
+    pub fn size_limit(mut self, bytes: Option<u64>) -> Self {
+        self.size_limit = bytes;
+        self
+    }
+
+    /// Turns the integrity check at open on or off.
+    pub fn check_on_open(mut self, check: bool) -> Self {
+        self.check_on_open = check;
+        self
+    }
+
+    /// Sets the most writes that share one transaction (at least 1).
+    pub fn max_group_commit(mut self, writes: usize) -> Self {
+        self.max_group_commit = writes;
+        self
+    }
+}

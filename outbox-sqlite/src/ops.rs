@@ -1,0 +1,551 @@
+//! The store's operations as SQL on one connection, each run inside a transaction the caller
+//! holds. Both the group-commit writer and [`enqueue_in`](crate::SqliteStore::enqueue_in) (the
+//! caller's own transaction) write through here, so a row's `member` and `claimable` columns
+//! are kept right by every path.
+//!
+//! `member` is 1 while a grouped record holds its group's order (every state but rejected);
+//! the group's head is its member with the lowest id. `claimable` is 1 for a pending or
+//! retrying record with a deadline that is not held back by its group: exactly the rows of the
+//! due index, so a claim reads that index from its start and stops after `limit` rows.
+
+use outbox_core::{
+    Applied, Change, Claim, Guard, Lease, ListQuery, Millis, NewRecord, Progress, Record, RecordId,
+    Result, State, Stats, Tombstone, Transition,
+};
+use rusqlite::{named_params, params, Connection, OptionalExtension, Row};
+
+use crate::error::{corrupt, db};
+
+const IN_FLIGHT: u8 = State::InFlight.code();
+const COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, unanswered, \
+                       interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
+                       lease_until";
+
+/// The due query: the first `limit` rows of the due index at or before `now`.
+pub(crate) const DUE_SQL: &str = "SELECT id FROM records WHERE claimable = 1 AND \
+     next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2";
+
+/// The head of a group: the first entry of the group index.
+pub(crate) const HEAD_SQL: &str =
+    "SELECT id FROM records WHERE grp = ?1 AND member = 1 ORDER BY id LIMIT 1";
+
+/// Expired leases, earliest first, from the lease index.
+pub(crate) const EXPIRED_SQL: &str = "SELECT id, grp, payload, key, created_at, state, \
+     attempts, unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
+     lease_token, lease_until FROM records WHERE state = 2 AND lease_until <= ?1 \
+     ORDER BY lease_until, id LIMIT ?2";
+
+/// The earliest deadline among claimable rows: the first entry of the due index.
+pub(crate) const NEXT_DUE_SQL: &str =
+    "SELECT next_attempt_at FROM records WHERE claimable = 1 ORDER BY next_attempt_at, id LIMIT 1";
+
+/// Millisecond times are stored as SQLite integers (signed 64-bit); times past year 292 million
+/// are stored as the largest one.
+pub(crate) fn ms(value: Millis) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn count(value: usize) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Lease tokens are compared for equality only, so they are stored bit for bit.
+fn token(value: u64) -> i64 {
+    value as i64
+}
+
+fn read_ms(value: i64, field: &str) -> Result<Millis> {
+    u64::try_from(value).map_err(|_| corrupt(format!("negative {field} {value}")))
+}
+
+fn read_u32(value: i64, field: &str) -> Result<u32> {
+    u32::try_from(value).map_err(|_| corrupt(format!("{field} {value} out of range")))
+}
+
+/// The raw columns of a row, converted after the query so that a value out of range is a
+/// typed error rather than an engine error.
+struct RawRecord {
+    id: i64,
+    group: Option<String>,
+    payload: Vec<u8>,
+    key: String,
+    created_at: i64,
+    state: i64,
+    attempts: i64,
+    unanswered: i64,
+    interrupted: i64,
+    last_attempt_at: Option<i64>,
+    next_attempt_at: Option<i64>,
+    last_error: Option<String>,
+    lease_token: Option<i64>,
+    lease_until: Option<i64>,
+}
+
+impl RawRecord {
+    fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(RawRecord {
+            id: row.get(0)?,
+            group: row.get(1)?,
+            payload: row.get(2)?,
+            key: row.get(3)?,
+            created_at: row.get(4)?,
+            state: row.get(5)?,
+            attempts: row.get(6)?,
+            unanswered: row.get(7)?,
+            interrupted: row.get(8)?,
+            last_attempt_at: row.get(9)?,
+            next_attempt_at: row.get(10)?,
+            last_error: row.get(11)?,
+            lease_token: row.get(12)?,
+            lease_until: row.get(13)?,
+        })
+    }
+
+    fn into_record(self) -> Result<Record> {
+        let state = u8::try_from(self.state)
+            .ok()
+            .and_then(State::from_code)
+            .ok_or_else(|| corrupt(format!("unknown state code {}", self.state)))?;
+        let lease = match (self.lease_token, self.lease_until) {
+            (Some(token), Some(until)) => Some(Lease {
+                token: token as u64,
+                until: read_ms(until, "lease_until")?,
+            }),
+            _ => None,
+        };
+        Ok(Record {
+            id: RecordId(read_ms(self.id, "id")?),
+            group: self.group,
+            payload: self.payload,
+            key: self.key,
+            created_at: read_ms(self.created_at, "created_at")?,
+            state,
+            attempts: read_u32(self.attempts, "attempts")?,
+            unanswered: read_u32(self.unanswered, "unanswered")?,
+            interrupted: read_u32(self.interrupted, "interrupted")?,
+            last_attempt_at: self
+                .last_attempt_at
+                .map(|t| read_ms(t, "last_attempt_at"))
+                .transpose()?,
+            next_attempt_at: self
+                .next_attempt_at
+                .map(|t| read_ms(t, "next_attempt_at"))
+                .transpose()?,
+            last_error: self.last_error,
+            lease,
+        })
+    }
+}
+
+fn records(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<Record>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(db)?;
+    let raws = stmt
+        .query_map(params, RawRecord::from_row)
+        .map_err(db)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(db)?;
+    raws.into_iter().map(RawRecord::into_record).collect()
+}
+
+/// One record by id.
+pub(crate) fn get(conn: &Connection, id: RecordId) -> Result<Option<Record>> {
+    let sql = format!("SELECT {COLUMNS} FROM records WHERE id = ?1");
+    Ok(records(conn, &sql, [ms(id.0)])?.pop())
+}
+
+/// Sets `claimable` on one row from its state, deadline and place in its group.
+fn refresh(conn: &Connection, id: i64) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE records SET claimable = (
+            state IN (0, 1) AND next_attempt_at IS NOT NULL AND (
+                grp IS NULL OR (member = 1 AND id = (
+                    SELECT h.id FROM records AS h
+                    WHERE h.grp = records.grp AND h.member = 1
+                    ORDER BY h.id LIMIT 1)))
+        ) WHERE id = ?1",
+    )
+    .map_err(db)?
+    .execute([id])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// After a member left `group`, lets its new head become claimable.
+fn promote(conn: &Connection, group: &str) -> Result<()> {
+    let head: Option<i64> = conn
+        .prepare_cached(HEAD_SQL)
+        .map_err(db)?
+        .query_row([group], |row| row.get(0))
+        .optional()
+        .map_err(db)?;
+    match head {
+        Some(head) => refresh(conn, head),
+        None => Ok(()),
+    }
+}
+
+/// Inserts fresh records due at `now`; the caller checked the payload sizes.
+pub(crate) fn insert(
+    conn: &Connection,
+    records: Vec<NewRecord>,
+    now: Millis,
+) -> Result<Vec<RecordId>> {
+    let mut ids = Vec::with_capacity(records.len());
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT INTO records (grp, payload, key, created_at, state, next_attempt_at, \
+             member, claimable) VALUES (:grp, :payload, :key, :now, 0, :now, :member, \
+             :claimable)",
+        )
+        .map_err(db)?;
+    let mut head = conn.prepare_cached(HEAD_SQL).map_err(db)?;
+    for record in records {
+        // A record is its group's head when no earlier record holds the group.
+        let claimable = match &record.group {
+            None => true,
+            Some(group) => head
+                .query_row([group], |_| Ok(()))
+                .optional()
+                .map_err(db)?
+                .is_none(),
+        };
+        insert
+            .execute(named_params! {
+                ":grp": record.group,
+                ":payload": record.payload,
+                ":key": record.key,
+                ":now": ms(now),
+                ":member": record.group.is_some(),
+                ":claimable": claimable,
+            })
+            .map_err(db)?;
+        ids.push(RecordId(read_ms(conn.last_insert_rowid(), "id")?));
+    }
+    Ok(ids)
+}
+
+/// Claims up to `limit` due records under the lease, in `(next_attempt_at, id)` order.
+pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
+    let ids: Vec<i64> = conn
+        .prepare_cached(DUE_SQL)
+        .map_err(db)?
+        .query_map(params![ms(claim.now), count(claim.limit)], |row| row.get(0))
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    let sql = format!(
+        "UPDATE records SET state = {IN_FLIGHT}, lease_token = ?2, lease_until = ?3, \
+         claimable = 0 WHERE id = ?1 RETURNING {COLUMNS}"
+    );
+    let mut update = conn.prepare_cached(&sql).map_err(db)?;
+    let mut claimed = Vec::with_capacity(ids.len());
+    for id in ids {
+        let raw = update
+            .query_row(
+                params![id, token(claim.lease.token), ms(claim.lease.until)],
+                RawRecord::from_row,
+            )
+            .map_err(db)?;
+        claimed.push(raw.into_record()?);
+    }
+    Ok(claimed)
+}
+
+/// Moves the lease of the records still held under `lease.token`.
+pub(crate) fn renew(conn: &Connection, ids: &[RecordId], lease: Lease) -> Result<()> {
+    let mut update = conn
+        .prepare_cached(
+            "UPDATE records SET lease_until = ?3 \
+             WHERE id = ?1 AND state = 2 AND lease_token = ?2",
+        )
+        .map_err(db)?;
+    for id in ids {
+        update
+            .execute(params![ms(id.0), token(lease.token), ms(lease.until)])
+            .map_err(db)?;
+    }
+    Ok(())
+}
+
+/// What a transition needs to know of the row it changes.
+struct Current {
+    group: Option<String>,
+    member: bool,
+    key: String,
+    attempts: i64,
+}
+
+fn current(conn: &Connection, id: RecordId, guard: Guard) -> Result<Option<Current>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT state, lease_token, grp, member, key, attempts FROM records WHERE id = ?1",
+        )
+        .map_err(db)?
+        .query_row([ms(id.0)], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, Option<i64>>(1)?,
+                Current {
+                    group: row.get(2)?,
+                    member: row.get(3)?,
+                    key: row.get(4)?,
+                    attempts: row.get(5)?,
+                },
+            ))
+        })
+        .optional()
+        .map_err(db)?;
+    let Some((state, lease_token, current)) = row else {
+        return Ok(None);
+    };
+    let in_flight = state == i64::from(IN_FLIGHT);
+    let holds = match guard {
+        Guard::Lease(t) => in_flight && lease_token == Some(token(t)),
+        Guard::Idle => !in_flight,
+    };
+    Ok(holds.then_some(current))
+}
+
+/// Removes a record and lets its group's next member become the head.
+fn remove(conn: &Connection, id: RecordId, current: &Current) -> Result<()> {
+    conn.prepare_cached("DELETE FROM records WHERE id = ?1")
+        .map_err(db)?
+        .execute([ms(id.0)])
+        .map_err(db)?;
+    match (&current.group, current.member) {
+        (Some(group), true) => promote(conn, group),
+        _ => Ok(()),
+    }
+}
+
+fn update(conn: &Connection, id: RecordId, current: &Current, progress: Progress) -> Result<()> {
+    // A rejected record stops holding its group's order; nothing puts it back.
+    let leaves = progress.state == State::Rejected && current.member;
+    conn.prepare_cached(
+        "UPDATE records SET state = :state, attempts = :attempts, unanswered = :unanswered, \
+         interrupted = :interrupted, last_attempt_at = :last, next_attempt_at = :next, \
+         last_error = :error, lease_token = NULL, lease_until = NULL, \
+         member = member AND NOT :leaves WHERE id = :id",
+    )
+    .map_err(db)?
+    .execute(named_params! {
+        ":state": progress.state.code(),
+        ":attempts": progress.attempts,
+        ":unanswered": progress.unanswered,
+        ":interrupted": progress.interrupted,
+        ":last": progress.last_attempt_at.map(ms),
+        ":next": progress.next_attempt_at.map(ms),
+        ":error": progress.last_error,
+        ":leaves": leaves,
+        ":id": ms(id.0),
+    })
+    .map_err(db)?;
+    refresh(conn, ms(id.0))?;
+    match (&current.group, leaves) {
+        (Some(group), true) => promote(conn, group),
+        _ => Ok(()),
+    }
+}
+
+/// Applies each transition whose guard holds.
+pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<Applied> {
+    let mut applied = Applied::default();
+    for Transition { id, guard, change } in transitions {
+        let Some(current) = current(conn, id, guard)? else {
+            applied.skipped.push(id);
+            continue;
+        };
+        match change {
+            Change::Delivered => {
+                remove(conn, id, &current)?;
+                conn.prepare_cached("UPDATE meta SET value = value + 1 WHERE name = 'delivered'")
+                    .map_err(db)?
+                    .execute([])
+                    .map_err(db)?;
+            }
+            Change::Discard { reason, at } => {
+                remove(conn, id, &current)?;
+                conn.prepare_cached(
+                    "INSERT INTO tombstones (id, grp, key, reason, discarded_at, attempts) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(db)?
+                .execute(params![
+                    ms(id.0),
+                    current.group,
+                    current.key,
+                    reason,
+                    ms(at),
+                    current.attempts
+                ])
+                .map_err(db)?;
+            }
+            Change::Update(progress) => update(conn, id, &current, progress)?,
+        }
+    }
+    Ok(applied)
+}
+
+/// In-flight records whose lease expired at or before `now`.
+pub(crate) fn expired(conn: &Connection, now: Millis, limit: usize) -> Result<Vec<Record>> {
+    records(conn, EXPIRED_SQL, params![ms(now), count(limit)])
+}
+
+/// Pending or retrying records due after `at`, lowest id first.
+pub(crate) fn scheduled_after(conn: &Connection, at: Millis, limit: usize) -> Result<Vec<Record>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM records WHERE state IN (0, 1) AND next_attempt_at > ?1 \
+         ORDER BY id LIMIT ?2"
+    );
+    records(conn, &sql, params![ms(at), count(limit)])
+}
+
+/// A page of records in id order.
+pub(crate) fn list(conn: &Connection, query: &ListQuery) -> Result<Vec<Record>> {
+    let mut sql = format!("SELECT {COLUMNS} FROM records WHERE id > :after");
+    if query.state.is_some() {
+        sql.push_str(" AND state = :state");
+    }
+    if query.group.is_some() {
+        sql.push_str(" AND grp = :grp");
+    }
+    sql.push_str(" ORDER BY id LIMIT :limit");
+    let after = query.after.map_or(0, |id| ms(id.0));
+    let state = query.state.map(State::code);
+    let limit = count(query.limit);
+    let mut params: Vec<(&str, &dyn rusqlite::ToSql)> =
+        vec![(":after", &after), (":limit", &limit)];
+    if let Some(state) = &state {
+        params.push((":state", state));
+    }
+    if let Some(group) = &query.group {
+        params.push((":grp", group));
+    }
+    records(conn, &sql, params.as_slice())
+}
+
+/// A page of tombstones in id order.
+pub(crate) fn tombstones(
+    conn: &Connection,
+    after: Option<RecordId>,
+    limit: usize,
+) -> Result<Vec<Tombstone>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, grp, key, reason, discarded_at, attempts FROM tombstones \
+             WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )
+        .map_err(db)?;
+    let raws = stmt
+        .query_map(
+            params![after.map_or(0, |id| ms(id.0)), count(limit)],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Option<String>>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, i64>(4)?,
+                    row.get::<_, i64>(5)?,
+                ))
+            },
+        )
+        .map_err(db)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(db)?;
+    raws.into_iter()
+        .map(|(id, group, key, reason, at, attempts)| {
+            Ok(Tombstone {
+                id: RecordId(read_ms(id, "tombstone id")?),
+                group,
+                key,
+                reason,
+                discarded_at: read_ms(at, "discarded_at")?,
+                attempts: read_u32(attempts, "attempts")?,
+            })
+        })
+        .collect()
+}
+
+/// The earliest deadline of a claimable record, due or not.
+pub(crate) fn next_due(conn: &Connection) -> Result<Option<Millis>> {
+    conn.prepare_cached(NEXT_DUE_SQL)
+        .map_err(db)?
+        .query_row([], |row| row.get::<_, i64>(0))
+        .optional()
+        .map_err(db)?
+        .map(|t| read_ms(t, "next_attempt_at"))
+        .transpose()
+}
+
+/// Counts and ages; the caller runs it inside one read transaction.
+pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
+    let mut stats = Stats::default();
+    let by_state: Vec<(i64, i64)> = conn
+        .prepare_cached("SELECT state, count(*) FROM records GROUP BY state")
+        .map_err(db)?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    for (code, n) in by_state {
+        let n = read_ms(n, "count")?;
+        let state = u8::try_from(code)
+            .ok()
+            .and_then(State::from_code)
+            .ok_or_else(|| corrupt(format!("unknown state code {code}")))?;
+        match state {
+            State::Pending => stats.pending = n,
+            State::Retrying => stats.retrying = n,
+            State::InFlight => stats.in_flight = n,
+            State::NeedsAttention => stats.needs_attention = n,
+            State::Rejected => stats.rejected = n,
+        }
+    }
+    let single = |sql: &str| -> Result<Option<i64>> {
+        conn.prepare_cached(sql)
+            .map_err(db)?
+            .query_row([], |row| row.get::<_, Option<i64>>(0))
+            .map_err(db)
+    };
+    stats.discarded = read_ms(
+        single("SELECT count(*) FROM tombstones")?.unwrap_or(0),
+        "count",
+    )?;
+    stats.delivered = read_ms(
+        single("SELECT value FROM meta WHERE name = 'delivered'")?.unwrap_or(0),
+        "delivered",
+    )?;
+    stats.held = read_ms(
+        single(
+            "WITH heads AS (
+                SELECT grp, min(id) AS head FROM records WHERE member = 1 GROUP BY grp)
+            SELECT count(*) FROM records AS r
+            JOIN heads ON r.grp = heads.grp
+            JOIN records AS h ON h.id = heads.head
+            WHERE r.member = 1 AND h.state = 3 AND r.id <> h.id",
+        )?
+        .unwrap_or(0),
+        "held",
+    )?;
+    stats.oldest_created_at = single("SELECT min(created_at) FROM records WHERE state <> 4")?
+        .map(|t| read_ms(t, "created_at"))
+        .transpose()?;
+    stats.next_due = next_due(conn)?;
+    Ok(stats)
+}
+
+/// Removes rejected records and tombstones older than `older_than`.
+pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
+    let rejected = conn
+        .prepare_cached("DELETE FROM records WHERE state = 4 AND last_attempt_at < ?1")
+        .map_err(db)?
+        .execute([ms(older_than)])
+        .map_err(db)?;
+    let tombstones = conn
+        .prepare_cached("DELETE FROM tombstones WHERE discarded_at < ?1")
+        .map_err(db)?
+        .execute([ms(older_than)])
+        .map_err(db)?;
+    Ok((rejected + tombstones) as u64)
+}

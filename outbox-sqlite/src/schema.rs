@@ -1,0 +1,259 @@
+//! The file's layout, how an existing file is recognised before anything is written to it, and
+//! the guarded migrations that bring an older file to the current layout.
+//!
+//! The schema version lives in the file's header (`PRAGMA user_version`), next to an
+//! `application_id` that marks the file as an outbox. Opening reads both, and checks the file,
+//! before it alters anything; each migration step runs in its own immediate transaction that
+//! re-reads the version, inspects the tables and only then alters them, so two processes
+//! opening an old file at once, or a step interrupted by a crash, converge on the same layout.
+
+use std::path::Path;
+
+use outbox_core::{Error, Result};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::config::SqliteConfig;
+use crate::error::db;
+
+/// Marks a file as an outbox (`PRAGMA application_id`): the bytes "obx1".
+pub const APPLICATION_ID: i32 = 0x6f62_7831;
+
+/// The schema version this build writes and understands (`PRAGMA user_version`).
+///
+/// - 1: records, tombstones and the delivered counter; the due index covered every pending
+///   and retrying record, and the head of a group was found at claim time.
+/// - 2: group membership and claimability are kept on each row, so the due index holds only
+///   records that can be claimed now or later (group heads), plus indexes for group heads,
+///   leases and listing by state.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The tables every version has.
+const TABLES: [&str; 3] = ["records", "tombstones", "meta"];
+
+/// Opens a connection with the flags for `config`, never creating the file.
+pub(crate) fn connect(path: &Path, read_only: bool) -> Result<Connection> {
+    let access = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+    };
+    Connection::open_with_flags(path, access | OpenFlags::SQLITE_OPEN_NO_MUTEX).map_err(db)
+}
+
+/// Sets the per-connection settings: WAL (on a writable connection), the durability level,
+/// the busy timeout and the size limit.
+pub(crate) fn configure(conn: &Connection, config: &SqliteConfig) -> Result<()> {
+    conn.busy_timeout(config.busy_timeout).map_err(db)?;
+    if !config.read_only {
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(db)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Backend {
+                detail: format!("SQLite refused WAL mode (journal_mode is {mode})"),
+                source: None,
+            });
+        }
+    }
+    conn.pragma_update(None, "synchronous", config.durability.synchronous())
+        .map_err(db)?;
+    if let Some(bytes) = config.size_limit {
+        let page_size: i64 = conn
+            .pragma_query_value(None, "page_size", |row| row.get(0))
+            .map_err(db)?;
+        let pages = (bytes / page_size.max(1) as u64).max(1);
+        conn.pragma_update(
+            None,
+            "max_page_count",
+            i64::try_from(pages).unwrap_or(i64::MAX),
+        )
+        .map_err(db)?;
+    }
+    Ok(())
+}
+
+/// Reads what the file is without writing to it, and returns its schema version.
+pub(crate) fn inspect(conn: &Connection, check: bool) -> Result<u32> {
+    let app: i32 = conn
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(db)?;
+    let version: i32 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(db)?;
+    let objects: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
+        .map_err(db)?;
+    if app != APPLICATION_ID {
+        let detail = if app == 0 && objects == 0 {
+            "the file is empty (a zero-byte file or an empty SQLite database)".to_owned()
+        } else {
+            format!("an SQLite database of another application (application_id {app:#x})")
+        };
+        return Err(Error::NotAnOutbox {
+            detail,
+            source: None,
+        });
+    }
+    let version = u32::try_from(version).unwrap_or(0);
+    if version > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version == 0 {
+        return Err(Error::NotAnOutbox {
+            detail: "the file is marked as an outbox but records no schema version".into(),
+            source: None,
+        });
+    }
+    if check {
+        quick_check(conn)?;
+    }
+    for table in TABLES {
+        if !has_table(conn, table)? {
+            return Err(Error::Corrupted {
+                detail: format!("the outbox table {table:?} is missing"),
+                source: None,
+            });
+        }
+    }
+    Ok(version)
+}
+
+fn quick_check(conn: &Connection) -> Result<()> {
+    let mut stmt = conn.prepare("PRAGMA quick_check(5)").map_err(db)?;
+    let problems: Vec<String> = stmt
+        .query_map([], |row| row.get(0))
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    if problems.len() == 1 && problems[0] == "ok" {
+        return Ok(());
+    }
+    Err(Error::Corrupted {
+        detail: problems.join("; "),
+        source: None,
+    })
+}
+
+fn has_table(conn: &Connection, table: &str) -> Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+        [table],
+        |row| row.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+    .map_err(db)
+}
+
+fn has_column(conn: &Connection, table: &str, column: &str) -> Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
+        [table, column],
+        |row| row.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+    .map_err(db)
+}
+
+/// Brings the file from `from` to [`SCHEMA_VERSION`], one step per transaction.
+pub(crate) fn migrate(conn: &mut Connection, from: u32) -> Result<()> {
+    for step in from + 1..=SCHEMA_VERSION {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db)?;
+        // Another process may have run this step between our inspection and our lock.
+        let now: i32 = tx
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(db)?;
+        if u32::try_from(now).unwrap_or(0) >= step {
+            continue;
+        }
+        match step {
+            1 => to_v1(&tx)?,
+            2 => to_v2(&tx)?,
+            _ => unreachable_step(step)?,
+        }
+        tx.pragma_update(None, "user_version", step).map_err(db)?;
+        tx.commit().map_err(db)?;
+        tracing::info!(version = step, "outbox schema migrated");
+    }
+    Ok(())
+}
+
+fn unreachable_step(step: u32) -> Result<()> {
+    Err(Error::Backend {
+        detail: format!("no migration to schema version {step}"),
+        source: None,
+    })
+}
+
+/// Version 1: the first layout.
+fn to_v1(conn: &Connection) -> Result<()> {
+    conn.pragma_update(None, "application_id", APPLICATION_ID)
+        .map_err(db)?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS records (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            grp TEXT,
+            payload BLOB NOT NULL,
+            key TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            state INTEGER NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            unanswered INTEGER NOT NULL DEFAULT 0,
+            interrupted INTEGER NOT NULL DEFAULT 0,
+            last_attempt_at INTEGER,
+            next_attempt_at INTEGER,
+            last_error TEXT,
+            lease_token INTEGER,
+            lease_until INTEGER
+        );
+        CREATE INDEX IF NOT EXISTS records_due ON records(next_attempt_at, id)
+            WHERE state IN (0, 1);
+        CREATE TABLE IF NOT EXISTS tombstones (
+            id INTEGER PRIMARY KEY,
+            grp TEXT,
+            key TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            discarded_at INTEGER NOT NULL,
+            attempts INTEGER NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS meta (
+            name TEXT PRIMARY KEY,
+            value INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        INSERT OR IGNORE INTO meta (name, value) VALUES ('delivered', 0);",
+    )
+    .map_err(db)
+}
+
+/// Version 2: membership and claimability kept on each row, and the indexes that use them.
+fn to_v2(conn: &Connection) -> Result<()> {
+    for column in ["member", "claimable"] {
+        if !has_column(conn, "records", column)? {
+            conn.execute_batch(&format!(
+                "ALTER TABLE records ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0"
+            ))
+            .map_err(db)?;
+        }
+    }
+    conn.execute_batch(
+        "UPDATE records SET member = (grp IS NOT NULL AND state <> 4);
+        CREATE INDEX IF NOT EXISTS records_group ON records(grp, id) WHERE member = 1;
+        UPDATE records SET claimable = (
+            state IN (0, 1) AND next_attempt_at IS NOT NULL AND (
+                grp IS NULL OR (member = 1 AND id = (
+                    SELECT h.id FROM records AS h
+                    WHERE h.grp = records.grp AND h.member = 1
+                    ORDER BY h.id LIMIT 1)))
+        );
+        DROP INDEX IF EXISTS records_due;
+        CREATE INDEX IF NOT EXISTS records_claimable ON records(next_attempt_at, id)
+            WHERE claimable = 1;
+        CREATE INDEX IF NOT EXISTS records_lease ON records(lease_until, id) WHERE state = 2;
+        CREATE INDEX IF NOT EXISTS records_state ON records(state, id);",
+    )
+    .map_err(db)
+}

@@ -1,0 +1,387 @@
+//! [`SqliteStore`]: the [`Store`] on one SQLite file.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use outbox_core::{
+    Applied, Claim, Error, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, Stats,
+    Store, Tombstone, Transition,
+};
+use rusqlite::{Connection, OpenFlags, Transaction};
+use tokio::sync::oneshot;
+
+use crate::config::SqliteConfig;
+use crate::error::db;
+use crate::ops;
+use crate::schema::{self, APPLICATION_ID, SCHEMA_VERSION};
+use crate::worker::{Reader, Writer};
+
+/// An outbox [`Store`] on one SQLite file in WAL mode.
+///
+/// Writes go to a dedicated writer thread that commits concurrent writes together (group
+/// commit) and answers each only after its transaction is durable at the configured
+/// [`Durability`](crate::Durability); queries go to a second thread with its own connection.
+/// Several stores, in one process or many, may open the same file: claims run in immediate
+/// transactions, so no record is claimed twice while its lease holds, and an in-flight record
+/// whose process died is recovered when its lease expires.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> outbox_core::Result<()> {
+/// use outbox_core::{Claim, Lease, NewRecord, Store};
+/// use outbox_sqlite::{SqliteConfig, SqliteStore};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("outbox.db");
+/// let store = SqliteStore::create(&path, SqliteConfig::default()).await?;
+/// let ids = store.enqueue(vec![NewRecord::new(b"hello".to_vec())], 1_000).await?;
+/// store.close().await;
+///
+/// // The record is still there when the file is opened again.
+/// let store = SqliteStore::open(&path, SqliteConfig::default()).await?;
+/// let lease = Lease { token: 1, until: 31_000 };
+/// let claimed = store.claim(Claim { now: 1_000, limit: 10, lease }).await?;
+/// assert_eq!(claimed[0].id, ids[0]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    config: SqliteConfig,
+    writer: Writer,
+    reader: Reader,
+    closed: [oneshot::Receiver<()>; 2],
+}
+
+/// Runs blocking work on a thread of its own, so `create` and `open` never block an executor.
+async fn off_executor<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let (reply, answer) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("outbox-sqlite-open".into())
+        .spawn(move || {
+            let _ = reply.send(work());
+        })
+        .map_err(Error::backend)?;
+    answer.await.map_err(|_| Error::Stopped)?
+}
+
+impl SqliteStore {
+    /// Creates a new outbox file at `path` and opens it.
+    ///
+    /// Fails with [`Error::AlreadyExists`] if anything is at `path`: an existing file is never
+    /// overwritten or taken over. The file is built under a temporary name and linked into
+    /// place complete, so a crash during `create` leaves no half-made outbox behind.
+    pub async fn create(path: impl AsRef<Path>, config: SqliteConfig) -> Result<Self> {
+        if config.read_only {
+            return Err(Error::InvalidConfig(
+                "a read-only store cannot be created".into(),
+            ));
+        }
+        let path = path.as_ref().to_path_buf();
+        off_executor(move || {
+            create_file(&path, &config)?;
+            Self::open_now(path, config)
+        })
+        .await
+    }
+
+    /// Opens the existing outbox file at `path`, migrating it to the current schema if it is
+    /// older.
+    ///
+    /// Before anything is written the file is checked: [`Error::NotFound`] if nothing is at
+    /// `path`, [`Error::NotAnOutbox`] for an empty, foreign or non-database file,
+    /// [`Error::SchemaTooNew`] for a file from a newer build, [`Error::Corrupted`] for a
+    /// damaged one; in each case the file's bytes are left as they were.
+    pub async fn open(path: impl AsRef<Path>, config: SqliteConfig) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        off_executor(move || Self::open_now(path, config)).await
+    }
+
+    fn open_now(path: PathBuf, config: SqliteConfig) -> Result<Self> {
+        match fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => {
+                return Err(Error::NotAnOutbox {
+                    detail: format!("{} is not a file", path.display()),
+                    source: None,
+                })
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                return Err(Error::NotFound {
+                    path: path.display().to_string(),
+                })
+            }
+            Err(err) => return Err(Error::backend(err)),
+        }
+        let mut conn = schema::connect(&path, config.read_only)?;
+        // Inspect before anything (even the journal mode) is written to the file.
+        let version = schema::inspect(&conn, config.check_on_open)?;
+        if version < SCHEMA_VERSION && config.read_only {
+            return Err(Error::ReadOnly { source: None });
+        }
+        schema::configure(&conn, &config)?;
+        if version < SCHEMA_VERSION {
+            schema::migrate(&mut conn, version)?;
+        }
+        let reader = schema::connect(&path, config.read_only)?;
+        reader.busy_timeout(config.busy_timeout).map_err(db)?;
+        reader.pragma_update(None, "query_only", true).map_err(db)?;
+        let (writer_closed, writer_done) = oneshot::channel();
+        let (reader_closed, reader_done) = oneshot::channel();
+        let writer = Writer::start(conn, config.max_group_commit, writer_closed)?;
+        let reader = Reader::start(reader, reader_closed)?;
+        Ok(SqliteStore {
+            path,
+            config,
+            writer,
+            reader,
+            closed: [writer_done, reader_done],
+        })
+    }
+
+    /// The file this store is on.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The settings it was opened with.
+    pub fn config(&self) -> &SqliteConfig {
+        &self.config
+    }
+
+    /// Closes the store and waits until its connections are closed (and the WAL checkpointed
+    /// into the file, when this was the file's last connection). Dropping the store closes it
+    /// too, without waiting.
+    pub async fn close(self) {
+        let SqliteStore {
+            writer,
+            reader,
+            closed,
+            ..
+        } = self;
+        drop(writer);
+        drop(reader);
+        for done in closed {
+            let _ = done.await;
+        }
+    }
+
+    fn check_payloads(&self, records: &[NewRecord]) -> Result<()> {
+        let max = self.config.max_payload;
+        match records.iter().find(|r| r.payload.len() > max) {
+            Some(big) => Err(Error::PayloadTooLarge {
+                size: big.payload.len(),
+                max,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Enqueues records inside the caller's own transaction, so a business write and its
+    /// outbox records commit (or roll back) together. Returns their ids.
+    ///
+    /// This is a blocking call on the caller's connection, like the rest of its transaction.
+    /// The records become visible, and due, when the caller commits; then wake the runner
+    /// with the handle's `notify()` so it delivers them without waiting for its timer. The
+    /// caller's connection should have a busy timeout, as the store's own writes may hold the
+    /// write lock for a moment.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_core::{NewRecord, Store};
+    /// use outbox_sqlite::{SqliteConfig, SqliteStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("app.db");
+    /// let store = SqliteStore::create(&path, SqliteConfig::default()).await?;
+    ///
+    /// let mut conn = rusqlite::Connection::open(&path).unwrap();
+    /// conn.execute_batch("CREATE TABLE IF NOT EXISTS docs (id INTEGER PRIMARY KEY, title TEXT)").unwrap();
+    /// let tx = conn.transaction().unwrap();
+    /// tx.execute("INSERT INTO docs (title) VALUES ('draft')", []).unwrap();
+    /// let ids = store.enqueue_in(&tx, vec![NewRecord::new(b"create doc".to_vec())], 1_000)?;
+    /// tx.commit().unwrap();
+    ///
+    /// assert!(store.get(ids[0]).await?.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn enqueue_in(
+        &self,
+        tx: &Transaction<'_>,
+        records: Vec<NewRecord>,
+        now: Millis,
+    ) -> Result<Vec<RecordId>> {
+        self.check_payloads(&records)?;
+        check_outbox(tx)?;
+        ops::insert(tx, records, now)
+    }
+}
+
+/// Refuses a connection to a file that is not an outbox of this build's schema.
+fn check_outbox(conn: &Connection) -> Result<()> {
+    let app: i32 = conn
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(db)?;
+    if app != APPLICATION_ID {
+        return Err(Error::NotAnOutbox {
+            detail: "the transaction's database is not an outbox".into(),
+            source: None,
+        });
+    }
+    let version: i32 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(db)?;
+    let version = u32::try_from(version).unwrap_or(0);
+    if version > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version < SCHEMA_VERSION {
+        return Err(Error::InvalidConfig(format!(
+            "the outbox schema is at version {version}: open it with SqliteStore::open first"
+        )));
+    }
+    Ok(())
+}
+
+/// Builds a new outbox file under a temporary name, then links it into place only if `path`
+/// is still free.
+fn create_file(path: &Path, config: &SqliteConfig) -> Result<()> {
+    let exists = || Error::AlreadyExists {
+        path: path.display().to_string(),
+    };
+    if fs::symlink_metadata(path).is_ok() {
+        return Err(exists());
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::InvalidConfig(format!("{} names no file", path.display())))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let temp = dir.join(format!(
+        ".{}.creating-{:016x}",
+        name.to_string_lossy(),
+        outbox_core::fastrand::u64(..)
+    ));
+    let built = build(&temp, config);
+    let placed = built.and_then(|()| match fs::hard_link(&temp, path) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Err(exists()),
+        // A file system without hard links: fall back to a rename, checked just before.
+        Err(_) if fs::symlink_metadata(path).is_err() => {
+            fs::rename(&temp, path).map_err(Error::backend)
+        }
+        Err(_) => Err(exists()),
+    });
+    let _ = fs::remove_file(&temp);
+    placed?;
+    if config.durability == crate::Durability::Full {
+        // The new directory entry must survive a power cut too.
+        fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(Error::backend)?;
+    }
+    Ok(())
+}
+
+fn build(temp: &Path, config: &SqliteConfig) -> Result<()> {
+    let mut conn = Connection::open_with_flags(
+        temp,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(db)?;
+    schema::configure(&conn, &config.clone().size_limit(None))?;
+    schema::migrate(&mut conn, 0)?;
+    // Closing the only connection checkpoints the WAL into the file, so the file is complete
+    // on its own before it is linked into place.
+    conn.close().map_err(|(_, err)| db(err))
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+        self.check_payloads(&records)?;
+        self.writer
+            .write(move |conn| ops::insert(conn, records, now))
+            .await
+    }
+
+    async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
+        self.writer.write(move |conn| ops::claim(conn, claim)).await
+    }
+
+    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
+        let ids = ids.to_vec();
+        self.writer
+            .write(move |conn| ops::renew(conn, &ids, lease))
+            .await
+    }
+
+    async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
+        self.writer
+            .write(move |conn| ops::apply(conn, transitions))
+            .await
+    }
+
+    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.reader
+            .read(move |conn| ops::expired(conn, now, limit))
+            .await
+    }
+
+    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.reader
+            .read(move |conn| ops::scheduled_after(conn, at, limit))
+            .await
+    }
+
+    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
+        self.reader.read(move |conn| ops::get(conn, id)).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
+        let query = query.clone();
+        self.reader.read(move |conn| ops::list(conn, &query)).await
+    }
+
+    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
+        self.reader
+            .read(move |conn| ops::tombstones(conn, after, limit))
+            .await
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.reader
+            .read(|conn| {
+                // One read transaction, so the counts describe one moment.
+                let tx = conn.transaction().map_err(db)?;
+                let stats = ops::stats(&tx)?;
+                tx.commit().map_err(db)?;
+                Ok(stats)
+            })
+            .await
+    }
+
+    async fn next_due(&self) -> Result<Option<Millis>> {
+        self.reader.read(|conn| ops::next_due(conn)).await
+    }
+
+    async fn prune(&self, older_than: Millis) -> Result<u64> {
+        self.writer
+            .write(move |conn| ops::prune(conn, older_than))
+            .await
+    }
+}
