@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+pub mod backend;
+pub mod harness;
+pub mod memory;
+pub mod scenarios;
+pub mod sink;
+
+mod macros;
+
+pub use backend::{Backend, Capabilities};
+pub use harness::{run_scenario, skip_unless, Capability, Failure, ScenarioResult, Verdict};
+pub use memory::MemoryBackend;
+pub use sink::{Delivery, Reply, ScriptedSink};
+
+// Re-exported so scenario authors and users name the same clock as the core.
+pub use outbox_core::ManualClock;

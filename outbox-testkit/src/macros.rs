@@ -1,0 +1,60 @@
+//! The one-line entry point: `conformance!` expands to one test per scenario.
+
+/// Runs the whole conformance suite on a backend: one `#[test]` per scenario, named after it.
+///
+/// Put one line in a backend crate's `tests/conformance.rs`; the argument is an expression that
+/// builds the [`Backend`](crate::Backend) (it is evaluated once per test). Scenarios that need a
+/// capability the backend does not declare still appear, pass, and print
+/// `skipped: <scenario> needs <capability>`.
+///
+/// ```
+/// // tests/conformance.rs of a backend crate
+/// outbox_testkit::conformance!(outbox_testkit::MemoryBackend::new());
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! conformance {
+    ($backend:expr $(,)?) => {
+        $crate::__conformance_tests! {
+            ($backend)
+            fifo
+            deadlines_honoured
+            groups_in_order_held_back
+            due_query_ignores_backlog
+            paging
+            payload_limit
+            ids_never_reused
+            claims_are_exclusive
+            budget_rule_both_halves
+            backoff_jitter_window
+            ceiling_parks_record
+            retry_after_honoured
+            lease_expiry_recovers
+            renew_extends_lease
+            guards_skip_stale
+            manual_retry_resets_budget
+            poison_at_head_does_not_block
+            discard_leaves_tombstone
+            stats_exact
+            ceiling_survives_reopen
+            restart_preserves_records
+        }
+    };
+}
+
+/// Expands to one test per scenario name; used by [`conformance!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_tests {
+    (($backend:expr) $($scenario:ident)*) => {
+        $(
+            #[test]
+            fn $scenario() {
+                $crate::run_scenario(
+                    || $backend,
+                    |backend| async move { $crate::scenarios::$scenario(&*backend).await },
+                );
+            }
+        )*
+    };
+}
