@@ -40,10 +40,12 @@
 pub mod config;
 mod error;
 mod ops;
+#[cfg(test)]
+mod plan_tests;
 pub mod schema;
 pub mod store;
 mod worker;
 
 pub use config::{Durability, SqliteConfig};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
-pub use store::SqliteStore;
+pub use store::{EffectiveSettings, SqliteStore};

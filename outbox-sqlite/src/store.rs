@@ -171,6 +171,45 @@ impl SqliteStore {
         }
     }
 
+    /// The settings SQLite actually applies on the store's write connection, read back from
+    /// it: the proof of the durability level, since a crash test that only kills the process
+    /// passes even with syncing off.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_sqlite::{SqliteConfig, SqliteStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = SqliteStore::create(dir.path().join("o.db"), SqliteConfig::default()).await?;
+    /// let settings = store.effective_settings().await?;
+    /// assert_eq!(settings.journal_mode, "wal");
+    /// assert_eq!(settings.synchronous, 2); // FULL
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn effective_settings(&self) -> Result<EffectiveSettings> {
+        self.writer
+            .write(|conn| {
+                let text = |name: &str| -> Result<String> {
+                    conn.pragma_query_value(None, name, |row| row.get(0))
+                        .map_err(db)
+                };
+                let number = |name: &str| -> Result<i64> {
+                    conn.pragma_query_value(None, name, |row| row.get(0))
+                        .map_err(db)
+                };
+                Ok(EffectiveSettings {
+                    journal_mode: text("journal_mode")?.to_ascii_lowercase(),
+                    synchronous: number("synchronous")?,
+                    busy_timeout_ms: number("busy_timeout")?,
+                    max_page_count: number("max_page_count")?,
+                    schema_version: u32::try_from(number("user_version")?).unwrap_or(0),
+                })
+            })
+            .await
+    }
+
     fn check_payloads(&self, records: &[NewRecord]) -> Result<()> {
         let max = self.config.max_payload;
         match records.iter().find(|r| r.payload.len() > max) {
@@ -222,6 +261,22 @@ impl SqliteStore {
         check_outbox(tx)?;
         ops::insert(tx, records, now)
     }
+}
+
+/// SQLite's settings as read back from a store's write connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EffectiveSettings {
+    /// `PRAGMA journal_mode`, lowercase: `wal` for every writable store.
+    pub journal_mode: String,
+    /// `PRAGMA synchronous`: 0 off, 1 normal, 2 full, 3 extra.
+    pub synchronous: i64,
+    /// `PRAGMA busy_timeout`, in milliseconds.
+    pub busy_timeout_ms: i64,
+    /// `PRAGMA max_page_count`: the size limit in pages.
+    pub max_page_count: i64,
+    /// `PRAGMA user_version`: the schema version of the file.
+    pub schema_version: u32,
 }
 
 /// Refuses a connection to a file that is not an outbox of this build's schema.

@@ -1,0 +1,117 @@
+//! The due query, the group-head lookup and the lease query are index lookups: checked in the
+//! query plans, and by counting the virtual machine steps a claim takes as the backlog of
+//! not-yet-due records grows.
+
+use outbox_core::{Claim, Lease, NewRecord};
+use rusqlite::{Connection, StatementStatus};
+
+use crate::{ops, schema};
+
+fn outbox() -> Connection {
+    let mut conn = Connection::open_in_memory().expect("open");
+    schema::migrate(&mut conn, 0).expect("schema");
+    conn
+}
+
+fn plan(conn: &Connection, sql: &str) -> String {
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .expect("explain");
+    // The plan does not depend on the values; bind nulls.
+    let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+    let details: Vec<String> = stmt
+        .query_map(rusqlite::params_from_iter(nulls), |row| {
+            row.get::<_, String>(3)
+        })
+        .expect("plan")
+        .collect::<rusqlite::Result<_>>()
+        .expect("rows");
+    details.join("\n")
+}
+
+#[test]
+fn the_due_query_reads_the_due_index_in_order() {
+    let plan = plan(&outbox(), ops::DUE_SQL);
+    assert!(
+        plan.contains("SEARCH records USING COVERING INDEX records_claimable (next_attempt_at<?)"),
+        "{plan}"
+    );
+    assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
+}
+
+#[test]
+fn the_next_deadline_is_the_first_entry_of_the_due_index() {
+    let plan = plan(&outbox(), ops::NEXT_DUE_SQL);
+    assert!(plan.contains("records_claimable"), "{plan}");
+    assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+}
+
+#[test]
+fn the_head_of_a_group_is_an_index_lookup() {
+    let plan = plan(&outbox(), ops::HEAD_SQL);
+    assert!(
+        plan.contains("SEARCH records USING COVERING INDEX records_group (grp=?)"),
+        "{plan}"
+    );
+    assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+}
+
+#[test]
+fn expired_leases_come_from_the_lease_index() {
+    let plan = plan(&outbox(), ops::EXPIRED_SQL);
+    assert!(
+        plan.contains("USING INDEX records_lease (lease_until<?)"),
+        "{plan}"
+    );
+    assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+}
+
+/// Virtual machine steps of one due query at `now`, with `limit`.
+fn due_steps(conn: &Connection, now: u64, limit: usize) -> i32 {
+    let mut stmt = conn.prepare(ops::DUE_SQL).expect("prepare");
+    let rows = stmt
+        .query_map(rusqlite::params![ops::ms(now), limit as i64], |row| {
+            row.get::<_, i64>(0)
+        })
+        .expect("query")
+        .count();
+    assert_eq!(rows, limit);
+    stmt.get_status(StatementStatus::VmStep)
+}
+
+#[test]
+fn a_claim_costs_the_same_whatever_the_backlog_of_records_not_yet_due() {
+    let conn = outbox();
+    let due: Vec<NewRecord> = (0..20).map(|_| NewRecord::new(b"due".to_vec())).collect();
+    ops::insert(&conn, due, 1_000).expect("due records");
+    let small = due_steps(&conn, 1_000, 10);
+
+    // Twenty thousand records due later, and a thousand held back behind their group heads.
+    let later: Vec<NewRecord> = (0..20_000)
+        .map(|_| NewRecord::new(b"later".to_vec()))
+        .collect();
+    ops::insert(&conn, later, 50_000).expect("later records");
+    let held: Vec<NewRecord> = (0..1_000)
+        .map(|i| NewRecord::new(b"held".to_vec()).in_group(format!("g{}", i % 10)))
+        .collect();
+    ops::insert(&conn, held, 900).expect("grouped records");
+    let large = due_steps(&conn, 1_000, 10);
+    assert!(large <= small + 20, "steps grew from {small} to {large}");
+
+    // And the claim itself returns the earliest deadlines first: the ten group heads at 900.
+    let lease = Lease {
+        token: 1,
+        until: 9_000,
+    };
+    let claimed = ops::claim(
+        &conn,
+        Claim {
+            now: 1_000,
+            limit: 10,
+            lease,
+        },
+    )
+    .expect("claim");
+    assert!(claimed.iter().all(|r| r.next_attempt_at == Some(900)));
+    assert_eq!(claimed.len(), 10);
+}

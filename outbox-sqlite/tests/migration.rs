@@ -1,0 +1,261 @@
+//! A file written with the first schema, built here by hand (a frozen copy of version 1, not
+//! the crate's own migration code), filled, and upgraded by `open` with nothing lost.
+
+use std::path::Path;
+
+use outbox_core::{Claim, Lease, ListQuery, Record, RecordId, State, Store};
+use outbox_sqlite::{SqliteConfig, SqliteStore, APPLICATION_ID, SCHEMA_VERSION};
+use rusqlite::{params, Connection};
+
+/// The layout version 1 of this crate wrote.
+const FIRST_SCHEMA: &str = "
+    PRAGMA journal_mode = WAL;
+    CREATE TABLE records (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        grp TEXT,
+        payload BLOB NOT NULL,
+        key TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        state INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        unanswered INTEGER NOT NULL DEFAULT 0,
+        interrupted INTEGER NOT NULL DEFAULT 0,
+        last_attempt_at INTEGER,
+        next_attempt_at INTEGER,
+        last_error TEXT,
+        lease_token INTEGER,
+        lease_until INTEGER
+    );
+    CREATE INDEX records_due ON records(next_attempt_at, id) WHERE state IN (0, 1);
+    CREATE TABLE tombstones (
+        id INTEGER PRIMARY KEY,
+        grp TEXT,
+        key TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        discarded_at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL
+    );
+    CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    INSERT INTO meta (name, value) VALUES ('delivered', 7);
+    PRAGMA user_version = 1;
+";
+
+/// One row of the first schema, in column order from `grp` on.
+struct Row {
+    group: Option<&'static str>,
+    state: State,
+    attempts: u32,
+    last_attempt_at: Option<u64>,
+    next_attempt_at: Option<u64>,
+    last_error: Option<&'static str>,
+    lease: Option<Lease>,
+}
+
+fn row(group: Option<&'static str>, state: State, next: Option<u64>) -> Row {
+    Row {
+        group,
+        state,
+        attempts: 0,
+        last_attempt_at: None,
+        next_attempt_at: next,
+        last_error: None,
+        lease: None,
+    }
+}
+
+/// What the store must return for `row` with id `id`.
+fn expected(id: u64, row: &Row) -> Record {
+    Record {
+        id: RecordId(id),
+        group: row.group.map(str::to_owned),
+        payload: format!("payload {id}").into_bytes(),
+        key: format!("key-{id}"),
+        created_at: 100 + id,
+        state: row.state,
+        attempts: row.attempts,
+        unanswered: 0,
+        interrupted: 0,
+        last_attempt_at: row.last_attempt_at,
+        next_attempt_at: row.next_attempt_at,
+        last_error: row.last_error.map(str::to_owned),
+        lease: row.lease,
+    }
+}
+
+fn rows() -> Vec<Row> {
+    vec![
+        // 1: ungrouped, due.
+        row(None, State::Pending, Some(101)),
+        // 2, 3: group g parked at its head; 3 is held behind it.
+        Row {
+            attempts: 5,
+            last_attempt_at: Some(150),
+            last_error: Some("gave up"),
+            ..row(Some("g"), State::NeedsAttention, None)
+        },
+        row(Some("g"), State::Pending, Some(103)),
+        // 4, 5: group h, its first record rejected, so 5 is the head and due.
+        Row {
+            attempts: 1,
+            last_attempt_at: Some(160),
+            last_error: Some("400"),
+            ..row(Some("h"), State::Rejected, None)
+        },
+        row(Some("h"), State::Pending, Some(105)),
+        // 6: retrying, due later.
+        Row {
+            attempts: 1,
+            last_attempt_at: Some(170),
+            last_error: Some("503"),
+            ..row(None, State::Retrying, Some(5_000))
+        },
+        // 7, 8: group k in flight at its head (lease expired at 900), 8 waits.
+        Row {
+            lease: Some(Lease {
+                token: u64::MAX - 3,
+                until: 900,
+            }),
+            ..row(Some("k"), State::InFlight, Some(107))
+        },
+        row(Some("k"), State::Pending, Some(108)),
+    ]
+}
+
+fn build_first_schema(path: &Path) -> Vec<Record> {
+    let conn = Connection::open(path).expect("open");
+    conn.pragma_update(None, "application_id", APPLICATION_ID)
+        .expect("application id");
+    conn.execute_batch(FIRST_SCHEMA).expect("first schema");
+    let mut records = Vec::new();
+    for (i, row) in rows().iter().enumerate() {
+        let id = i as u64 + 1;
+        let record = expected(id, row);
+        conn.execute(
+            "INSERT INTO records (grp, payload, key, created_at, state, attempts, \
+             last_attempt_at, next_attempt_at, last_error, lease_token, lease_until) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                record.group,
+                record.payload,
+                record.key,
+                record.created_at as i64,
+                record.state.code(),
+                record.attempts,
+                record.last_attempt_at.map(|t| t as i64),
+                record.next_attempt_at.map(|t| t as i64),
+                record.last_error,
+                record.lease.map(|l| l.token as i64),
+                record.lease.map(|l| l.until as i64),
+            ],
+        )
+        .expect("insert");
+        records.push(record);
+    }
+    // A record that was delivered: its id must never be handed out again.
+    conn.execute_batch(
+        "INSERT INTO records (id, payload, key, created_at, state) VALUES (9, x'00', 'gone', 1, 0);
+         DELETE FROM records WHERE id = 9;
+         INSERT INTO tombstones VALUES (3, NULL, 'key-t', 'by a person', 400, 2);",
+    )
+    .expect("history");
+    records
+}
+
+async fn check_upgraded(store: &SqliteStore, records: &[Record]) {
+    let settings = store.effective_settings().await.expect("settings");
+    assert_eq!(settings.schema_version, SCHEMA_VERSION);
+    let listed = store.list(&ListQuery::new(100)).await.expect("list");
+    assert_eq!(listed, records, "every record kept as it was");
+
+    let stats = store.stats().await.expect("stats");
+    assert_eq!(stats.pending, 4);
+    assert_eq!(stats.retrying, 1);
+    assert_eq!(stats.in_flight, 1);
+    assert_eq!(stats.needs_attention, 1);
+    assert_eq!(stats.rejected, 1);
+    assert_eq!(stats.discarded, 1);
+    assert_eq!(stats.delivered, 7);
+    assert_eq!(stats.held, 1);
+    assert_eq!(stats.next_due, Some(101));
+    assert_eq!(stats.oldest_created_at, Some(101));
+
+    let expired = store.expired(1_000, 10).await.expect("expired");
+    assert_eq!(expired, vec![records[6].clone()]);
+    let tombstones = store.tombstones(None, 10).await.expect("tombstones");
+    assert_eq!(tombstones.len(), 1);
+    assert_eq!(tombstones[0].reason, "by a person");
+}
+
+#[tokio::test]
+async fn a_first_schema_file_is_upgraded_with_nothing_lost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v1.db");
+    let records = build_first_schema(&path);
+
+    let store = SqliteStore::open(&path, SqliteConfig::default())
+        .await
+        .expect("open and migrate");
+    check_upgraded(&store, &records).await;
+    store.close().await;
+
+    // Opening again is idempotent: same version, same data.
+    let store = SqliteStore::open(&path, SqliteConfig::default())
+        .await
+        .expect("reopen");
+    check_upgraded(&store, &records).await;
+
+    // The upgraded file claims by the current rules: heads only, in deadline order.
+    let lease = Lease {
+        token: 1,
+        until: 60_000,
+    };
+    let claimed = store
+        .claim(Claim {
+            now: 1_000,
+            limit: 10,
+            lease,
+        })
+        .await
+        .expect("claim");
+    let ids: Vec<u64> = claimed.iter().map(|r| r.id.0).collect();
+    assert_eq!(ids, vec![1, 5]);
+    // Ids are never reused, not even the one delivered before the upgrade.
+    let new = store
+        .enqueue(vec![outbox_core::NewRecord::new(b"new".to_vec())], 2_000)
+        .await
+        .expect("enqueue");
+    assert_eq!(new, vec![RecordId(10)]);
+}
+
+#[tokio::test]
+async fn two_stores_upgrading_one_file_at_once_converge() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v1.db");
+    let records = build_first_schema(&path);
+    let (a, b) = tokio::join!(
+        SqliteStore::open(&path, SqliteConfig::default()),
+        SqliteStore::open(&path, SqliteConfig::default()),
+    );
+    let (a, b) = (a.expect("first"), b.expect("second"));
+    check_upgraded(&a, &records).await;
+    check_upgraded(&b, &records).await;
+}
+
+#[tokio::test]
+async fn a_first_schema_file_opened_read_only_is_not_altered() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v1.db");
+    build_first_schema(&path);
+    // Fold the WAL into the file so its bytes are the whole story.
+    Connection::open(&path)
+        .expect("open")
+        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .expect("checkpoint");
+    let before = std::fs::read(&path).expect("read");
+    let result = SqliteStore::open(&path, SqliteConfig::default().read_only(true)).await;
+    assert!(
+        matches!(result, Err(outbox_core::Error::ReadOnly { .. })),
+        "{result:?}"
+    );
+    assert!(std::fs::read(&path).expect("read") == before);
+}
