@@ -38,6 +38,14 @@ macro_rules! conformance {
             stats_exact
             ceiling_survives_reopen
             restart_preserves_records
+            random_ops_match_reference
+            runner_backoff_growth_and_cap
+            runner_poison_at_head
+            runner_retry_after
+            runner_halt_resume
+            runner_groups
+            runner_manual_retry
+            runner_recovers_interrupted
         }
     };
 }

@@ -6,7 +6,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use outbox_core::{http, Clock, Millis, Outcome, Record, RecordId};
+use async_trait::async_trait;
+use outbox_core::{http, Clock, Millis, Outcome, Record, RecordId, Sink};
 
 /// One scripted answer of the server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +76,10 @@ pub struct Delivery {
     pub payload: Vec<u8>,
     /// Its group.
     pub group: Option<String>,
+    /// Answered failures the record had spent before this delivery.
+    pub attempts: u32,
+    /// Interrupted deliveries of the record before this one.
+    pub interrupted: u32,
     /// When the sink saw it, by the sink's clock.
     pub at: Millis,
     /// What the sink answered.
@@ -214,6 +219,8 @@ impl ScriptedSink {
                 key: record.key.clone(),
                 payload: record.payload.clone(),
                 group: record.group.clone(),
+                attempts: record.attempts,
+                interrupted: record.interrupted,
                 at: self.clock.now(),
                 reply: reply.clone(),
             });
@@ -223,5 +230,12 @@ impl ScriptedSink {
             Some(outcome) => outcome,
             None => panic!("scripted panic while delivering record {}", record.id),
         }
+    }
+}
+
+#[async_trait]
+impl Sink for ScriptedSink {
+    async fn deliver(&self, record: &Record) -> Outcome {
+        self.answer(record).await
     }
 }

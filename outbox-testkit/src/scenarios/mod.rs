@@ -16,8 +16,10 @@ use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure};
 
 mod lifecycle;
+mod model;
 mod queue;
 mod restart;
+mod runner;
 mod stats;
 
 pub use lifecycle::{
@@ -25,11 +27,16 @@ pub use lifecycle::{
     guards_skip_stale, lease_expiry_recovers, manual_retry_resets_budget,
     poison_at_head_does_not_block, renew_extends_lease, retry_after_honoured,
 };
+pub use model::{random_ops_match_reference, run_model, DEFAULT_STEPS, SEED_ENV};
 pub use queue::{
     claims_are_exclusive, deadlines_honoured, due_query_ignores_backlog, fifo,
     groups_in_order_held_back, ids_never_reused, paging, payload_limit,
 };
 pub use restart::{ceiling_survives_reopen, restart_preserves_records};
+pub use runner::{
+    runner_backoff_growth_and_cap, runner_groups, runner_halt_resume, runner_manual_retry,
+    runner_poison_at_head, runner_recovers_interrupted, runner_retry_after,
+};
 pub use stats::stats_exact;
 
 /// A realistic wall-clock base for scenarios: 2023-11-14, in milliseconds.
