@@ -1,0 +1,575 @@
+//! The store's behaviour: claim order, groups, guards, stats, prune, the caller's transaction,
+//! group commit, and a seeded comparison with the memory reference model.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::disk::Disk;
+use common::{failed, fresh, fresh_with, lease};
+use outbox_core::{
+    Change, Claim, Error, Guard, ListQuery, NewRecord, Progress, RecordId, State, Stats, Store,
+    Transition,
+};
+use outbox_memory::MemoryStore;
+use outbox_redb::{Durability, RedbConfig, RedbStore};
+
+fn new(payload: &str) -> NewRecord {
+    NewRecord::new(payload.as_bytes().to_vec())
+}
+
+fn claim(now: u64, limit: usize, token: u64) -> Claim {
+    Claim {
+        now,
+        limit,
+        lease: lease(token, now + 30_000),
+    }
+}
+
+fn ids(records: &[outbox_core::Record]) -> Vec<u64> {
+    records.iter().map(|r| r.id.0).collect()
+}
+
+#[tokio::test]
+async fn claims_in_deadline_then_id_order_and_never_twice() {
+    let (_dir, _path, store) = fresh().await;
+    store.enqueue(vec![new("a"), new("b")], 200).await.unwrap();
+    store.enqueue(vec![new("c")], 100).await.unwrap();
+    store.enqueue(vec![new("later")], 5_000).await.unwrap();
+
+    let first = store.claim(claim(1_000, 2, 1)).await.unwrap();
+    assert_eq!(ids(&first), [3, 1]);
+    assert!(first.iter().all(|r| r.state == State::InFlight));
+    assert_eq!(first[0].lease, Some(lease(1, 31_000)));
+
+    let second = store.claim(claim(1_000, 10, 2)).await.unwrap();
+    assert_eq!(
+        ids(&second),
+        [2],
+        "in-flight and not-yet-due records are not claimed"
+    );
+    assert_eq!(store.next_due().await.unwrap(), Some(5_000));
+}
+
+#[tokio::test]
+async fn a_group_goes_one_at_a_time_in_id_order() {
+    let (_dir, _path, store) = fresh().await;
+    let g = |p: &str| new(p).in_group("doc");
+    store
+        .enqueue(vec![g("1"), g("2"), new("free")], 0)
+        .await
+        .unwrap();
+
+    let claimed = store.claim(claim(0, 10, 1)).await.unwrap();
+    assert_eq!(
+        ids(&claimed),
+        [1, 3],
+        "only the head of the group is claimable"
+    );
+
+    let delivered = Transition {
+        id: RecordId(1),
+        guard: Guard::Lease(1),
+        change: Change::Delivered,
+    };
+    store.apply(vec![delivered]).await.unwrap();
+    let next = store.claim(claim(0, 10, 2)).await.unwrap();
+    assert_eq!(ids(&next), [2], "the next member became the head");
+}
+
+#[tokio::test]
+async fn a_parked_head_holds_its_group_only_and_counts_as_held() {
+    let (_dir, _path, store) = fresh().await;
+    let g = |p: &str| new(p).in_group("doc");
+    store
+        .enqueue(vec![g("1"), g("2"), g("3"), new("other")], 0)
+        .await
+        .unwrap();
+    let claimed = store.claim(claim(0, 1, 1)).await.unwrap();
+    let parked = Progress {
+        state: State::NeedsAttention,
+        next_attempt_at: None,
+        ..failed(&claimed[0], 10, 0)
+    };
+    store
+        .apply(vec![Transition {
+            id: RecordId(1),
+            guard: Guard::Lease(1),
+            change: Change::Update(parked),
+        }])
+        .await
+        .unwrap();
+
+    let stats = store.stats().await.unwrap();
+    assert_eq!(
+        (stats.needs_attention, stats.pending, stats.held),
+        (1, 3, 2)
+    );
+    assert_eq!(ids(&store.claim(claim(100, 10, 2)).await.unwrap()), [4]);
+
+    // Rejecting the parked head lets the group move on.
+    let rejected = Progress {
+        state: State::Rejected,
+        next_attempt_at: None,
+        ..failed(&claimed[0], 20, 0)
+    };
+    store
+        .apply(vec![Transition {
+            id: RecordId(1),
+            guard: Guard::Idle,
+            change: Change::Update(rejected),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(ids(&store.claim(claim(100, 10, 3)).await.unwrap()), [2]);
+    assert_eq!(store.stats().await.unwrap().held, 0);
+}
+
+#[tokio::test]
+async fn guards_skip_stale_reports_and_verbs_on_in_flight_records() {
+    let (_dir, _path, store) = fresh().await;
+    store.enqueue(vec![new("a"), new("b")], 0).await.unwrap();
+    store.claim(claim(0, 1, 7)).await.unwrap();
+
+    let applied = store
+        .apply(vec![
+            Transition {
+                id: RecordId(1),
+                guard: Guard::Lease(8),
+                change: Change::Delivered,
+            },
+            Transition {
+                id: RecordId(1),
+                guard: Guard::Idle,
+                change: Change::Discard {
+                    reason: "user".into(),
+                    at: 5,
+                },
+            },
+            Transition {
+                id: RecordId(2),
+                guard: Guard::Lease(7),
+                change: Change::Delivered,
+            },
+            Transition {
+                id: RecordId(99),
+                guard: Guard::Idle,
+                change: Change::Delivered,
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        applied.skipped,
+        [RecordId(1), RecordId(1), RecordId(2), RecordId(99)]
+    );
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.in_flight, stats.pending, stats.delivered), (1, 1, 0));
+
+    store
+        .apply(vec![Transition {
+            id: RecordId(1),
+            guard: Guard::Lease(7),
+            change: Change::Delivered,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(store.stats().await.unwrap().delivered, 1);
+}
+
+#[tokio::test]
+async fn renew_moves_only_leases_held_under_the_token() {
+    let (_dir, _path, store) = fresh().await;
+    store.enqueue(vec![new("a"), new("b")], 0).await.unwrap();
+    store.claim(claim(0, 1, 1)).await.unwrap();
+    store.claim(claim(0, 1, 2)).await.unwrap();
+    store
+        .renew(&[RecordId(1), RecordId(2)], lease(1, 90_000))
+        .await
+        .unwrap();
+    let expired = store.expired(30_000, 10).await.unwrap();
+    assert_eq!(ids(&expired), [2]);
+    assert_eq!(
+        store.get(RecordId(1)).await.unwrap().unwrap().lease,
+        Some(lease(1, 90_000))
+    );
+}
+
+#[tokio::test]
+async fn discard_keeps_a_tombstone_and_prune_removes_old_ones() {
+    let (_dir, _path, store) = fresh().await;
+    store
+        .enqueue(
+            vec![new("a").in_group("g"), new("b").in_group("g"), new("c")],
+            0,
+        )
+        .await
+        .unwrap();
+    store
+        .apply(vec![Transition {
+            id: RecordId(1),
+            guard: Guard::Idle,
+            change: Change::Discard {
+                reason: "user".into(),
+                at: 100,
+            },
+        }])
+        .await
+        .unwrap();
+    let tombstones = store.tombstones(None, 10).await.unwrap();
+    assert_eq!(tombstones.len(), 1);
+    assert_eq!(
+        (
+            tombstones[0].id,
+            tombstones[0].group.as_deref(),
+            tombstones[0].reason.as_str()
+        ),
+        (RecordId(1), Some("g"), "user")
+    );
+    assert_eq!(
+        ids(&store.claim(claim(0, 10, 1)).await.unwrap()),
+        [2, 3],
+        "the discarded head let its group move on"
+    );
+
+    let record = store.get(RecordId(3)).await.unwrap().unwrap();
+    let rejected = Progress {
+        state: State::Rejected,
+        next_attempt_at: None,
+        ..failed(&record, 150, 0)
+    };
+    store
+        .apply(vec![Transition {
+            id: RecordId(3),
+            guard: Guard::Lease(1),
+            change: Change::Update(rejected),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.prune(100).await.unwrap(),
+        0,
+        "nothing is older than 100"
+    );
+    assert_eq!(store.prune(151).await.unwrap(), 2);
+    assert!(store.tombstones(None, 10).await.unwrap().is_empty());
+    assert!(store.get(RecordId(3)).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn payload_over_the_limit_is_refused_and_nothing_of_the_batch_is_enqueued() {
+    let config = RedbConfig {
+        max_payload: 4,
+        ..RedbConfig::default()
+    };
+    let (_dir, _path, store) = fresh_with(config).await;
+    let err = store
+        .enqueue(vec![new("ok"), new("too long")], 0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::PayloadTooLarge { size: 8, max: 4 }),
+        "{err:?}"
+    );
+
+    let db = store.database().unwrap();
+    let txn = db.begin_write().unwrap();
+    let err = store
+        .enqueue_in(&txn, vec![new("ok"), new("too long")], 0)
+        .unwrap_err();
+    assert!(matches!(err, Error::PayloadTooLarge { .. }), "{err:?}");
+    txn.commit().unwrap();
+    assert_eq!(store.stats().await.unwrap(), Stats::default());
+    assert_eq!(
+        store.enqueue(vec![new("ok")], 0).await.unwrap(),
+        [RecordId(1)]
+    );
+}
+
+const NOTES: redb::TableDefinition<u64, &str> = redb::TableDefinition::new("notes");
+
+#[tokio::test]
+async fn enqueue_in_commits_and_aborts_with_the_callers_writes() {
+    let (_dir, path, store) = fresh().await;
+    let db = store.database().unwrap();
+
+    let txn = db.begin_write().unwrap();
+    txn.open_table(NOTES).unwrap().insert(1, "kept").unwrap();
+    let kept = store.enqueue_in(&txn, vec![new("kept")], 10).unwrap();
+    txn.commit().unwrap();
+
+    let txn = db.begin_write().unwrap();
+    txn.open_table(NOTES).unwrap().insert(2, "dropped").unwrap();
+    store.enqueue_in(&txn, vec![new("dropped")], 20).unwrap();
+    txn.abort().unwrap();
+
+    let after = store.enqueue(vec![new("next")], 30).await.unwrap();
+    assert_eq!(kept, [RecordId(1)]);
+    assert_eq!(after, [RecordId(2)], "the aborted enqueue used no id");
+    drop(store);
+
+    let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
+    let all = store.list(&ListQuery::new(10)).await.unwrap();
+    assert_eq!(ids(&all), [1, 2]);
+    assert_eq!(all[0].payload, b"kept");
+    let db = store.database().unwrap();
+    let read = redb::ReadableDatabase::begin_read(db).unwrap();
+    let notes = read.open_table(NOTES).unwrap();
+    assert!(redb::ReadableTable::get(&notes, 1).unwrap().is_some());
+    assert!(redb::ReadableTable::get(&notes, 2).unwrap().is_none());
+}
+
+#[tokio::test]
+async fn in_flight_records_expire_at_open_without_touching_counters() {
+    let (_dir, path, store) = fresh().await;
+    store.enqueue(vec![new("a"), new("b")], 0).await.unwrap();
+    store.claim(claim(0, 1, 5)).await.unwrap();
+    drop(store);
+
+    let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
+    let expired = store.expired(0, 10).await.unwrap();
+    assert_eq!(ids(&expired), [1]);
+    assert_eq!(expired[0].lease, Some(lease(5, 0)));
+    assert_eq!(
+        expired[0].interrupted, 0,
+        "the core decides what the interruption means"
+    );
+    assert_eq!(store.stats().await.unwrap().in_flight, 1);
+}
+
+#[tokio::test]
+async fn the_delivered_counter_and_ids_survive_reopen() {
+    let (_dir, path, store) = fresh().await;
+    store.enqueue(vec![new("a"), new("b")], 0).await.unwrap();
+    store.claim(claim(0, 2, 1)).await.unwrap();
+    let done = |id| Transition {
+        id: RecordId(id),
+        guard: Guard::Lease(1),
+        change: Change::Delivered,
+    };
+    store.apply(vec![done(1), done(2)]).await.unwrap();
+    drop(store);
+
+    let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
+    assert_eq!(store.stats().await.unwrap().delivered, 2);
+    assert_eq!(
+        store.enqueue(vec![new("c")], 0).await.unwrap(),
+        [RecordId(3)],
+        "ids are never reused"
+    );
+}
+
+/// While a caller holds the write lock, 64 concurrent enqueues queue up; then they share at
+/// most two commits, counted as syncs of the disk.
+#[tokio::test(flavor = "current_thread")]
+async fn concurrent_enqueues_share_commits() {
+    let disk = Disk::default();
+    let store = RedbStore::create_with_backend(disk.clone(), RedbConfig::default())
+        .await
+        .unwrap();
+    let before = disk.syncs();
+    store.enqueue(vec![new("alone")], 0).await.unwrap();
+    let per_commit = disk.syncs() - before;
+    assert!(per_commit > 0, "an immediate commit syncs");
+
+    let store = Arc::new(store);
+    let held = store.database().unwrap().begin_write().unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..64 {
+        let store = Arc::clone(&store);
+        tasks.spawn(async move { store.enqueue(vec![new(&i.to_string())], 0).await });
+    }
+    // Each task sends its request on its first poll; one yield polls them all.
+    tokio::task::yield_now().await;
+    let before = disk.syncs();
+    held.abort().unwrap();
+
+    let mut got = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        got.extend(result.unwrap().unwrap());
+    }
+    got.sort();
+    assert_eq!(got, (2..=65).map(RecordId).collect::<Vec<_>>());
+    assert!(
+        disk.syncs() - before <= 2 * per_commit,
+        "64 enqueues took {} syncs; one commit takes {per_commit}",
+        disk.syncs() - before
+    );
+    assert_eq!(store.stats().await.unwrap().pending, 65);
+}
+
+/// A seeded random sequence of operations gives the same answers as the memory reference model.
+#[tokio::test]
+async fn behaves_like_the_memory_model() {
+    for seed in 0..6 {
+        compare_with_model(seed).await;
+    }
+}
+
+async fn compare_with_model(seed: u64) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let config = RedbConfig {
+        durability: Durability::None,
+        ..RedbConfig::default()
+    };
+    let (_dir, _path, redb) = fresh_with(config).await;
+    let model = MemoryStore::new();
+    let mut now = 1_000u64;
+    let mut tokens = vec![1u64];
+    let groups = [None, Some("a"), Some("b"), Some("c")];
+    for step in 0..250 {
+        let ctx = format!("seed {seed} step {step}");
+        match rng.u8(0..10) {
+            0 | 1 => {
+                let batch: Vec<NewRecord> = (0..rng.usize(1..4))
+                    .map(|i| {
+                        let record = NewRecord::new(vec![i as u8; rng.usize(0..20)])
+                            .with_key(format!("k{step}-{i}"));
+                        match groups[rng.usize(0..groups.len())] {
+                            Some(g) => record.in_group(g),
+                            None => record,
+                        }
+                    })
+                    .collect();
+                let at = now.saturating_sub(rng.u64(0..500));
+                let a = model.enqueue(batch.clone(), at).await.unwrap();
+                let b = redb.enqueue(batch, at).await.unwrap();
+                assert_eq!(a, b, "{ctx}");
+            }
+            2 | 3 => {
+                let token = rng.u64(1..1_000);
+                tokens.push(token);
+                let c = Claim {
+                    now,
+                    limit: rng.usize(0..5),
+                    lease: lease(token, now + rng.u64(1..2_000)),
+                };
+                assert_eq!(
+                    model.claim(c).await.unwrap(),
+                    redb.claim(c).await.unwrap(),
+                    "{ctx}"
+                );
+            }
+            4..=6 => {
+                let records = model.list(&ListQuery::new(usize::MAX)).await.unwrap();
+                let transitions: Vec<Transition> = (0..rng.usize(1..4))
+                    .map(|_| random_transition(&mut rng, &records, &tokens, now))
+                    .collect();
+                assert_eq!(
+                    model.apply(transitions.clone()).await.unwrap(),
+                    redb.apply(transitions).await.unwrap(),
+                    "{ctx}"
+                );
+            }
+            7 => {
+                let ids: Vec<RecordId> = (0..3).map(|_| RecordId(rng.u64(1..40))).collect();
+                let token = tokens[rng.usize(0..tokens.len())];
+                let l = lease(token, now + rng.u64(0..3_000));
+                model.renew(&ids, l).await.unwrap();
+                redb.renew(&ids, l).await.unwrap();
+            }
+            8 => {
+                let older = now.saturating_sub(rng.u64(0..5_000));
+                assert_eq!(
+                    model.prune(older).await.unwrap(),
+                    redb.prune(older).await.unwrap(),
+                    "{ctx}"
+                );
+            }
+            _ => now += rng.u64(0..800),
+        }
+        if step % 5 == 0 {
+            compare_reads(&model, &redb, now, &ctx).await;
+        }
+    }
+    compare_reads(&model, &redb, now, &format!("seed {seed} end")).await;
+}
+
+/// Mostly transitions that apply (an existing record, the guard that holds), sometimes stale
+/// ones: an unknown id, a wrong token, a verb on an in-flight record.
+fn random_transition(
+    rng: &mut fastrand::Rng,
+    records: &[outbox_core::Record],
+    tokens: &[u64],
+    now: u64,
+) -> Transition {
+    let record =
+        (!records.is_empty() && rng.u8(0..10) != 0).then(|| &records[rng.usize(0..records.len())]);
+    let id = record.map_or(RecordId(rng.u64(1..200)), |r| r.id);
+    let holding = record.and_then(|r| r.lease).map(|l| Guard::Lease(l.token));
+    let guard = match (holding, rng.u8(0..5)) {
+        (Some(guard), 0..=3) => guard,
+        (None, 0..=3) => Guard::Idle,
+        (_, _) if rng.bool() => Guard::Idle,
+        _ => Guard::Lease(tokens[rng.usize(0..tokens.len())]),
+    };
+    let change = match rng.u8(0..6) {
+        0 | 1 => Change::Delivered,
+        2 => Change::Discard {
+            reason: "test".into(),
+            at: now,
+        },
+        _ => {
+            let state = [
+                State::Pending,
+                State::Retrying,
+                State::NeedsAttention,
+                State::Rejected,
+            ][rng.usize(0..4)];
+            let next = state
+                .is_due_kind()
+                .then(|| now + rng.u64(0..1_500))
+                .filter(|_| rng.u8(0..8) != 0);
+            Change::Update(Progress {
+                state,
+                attempts: rng.u32(0..5),
+                unanswered: rng.u32(0..5),
+                interrupted: rng.u32(0..3),
+                last_attempt_at: Some(now.saturating_sub(rng.u64(0..1_000))),
+                next_attempt_at: next,
+                last_error: rng.bool().then(|| "boom".to_string()),
+            })
+        }
+    };
+    Transition { id, guard, change }
+}
+
+async fn compare_reads(model: &MemoryStore, redb: &RedbStore, now: u64, ctx: &str) {
+    assert_eq!(
+        model.stats().await.unwrap(),
+        redb.stats().await.unwrap(),
+        "{ctx}"
+    );
+    assert_eq!(
+        model.next_due().await.unwrap(),
+        redb.next_due().await.unwrap(),
+        "{ctx}"
+    );
+    let all = ListQuery::new(usize::MAX);
+    assert_eq!(
+        model.list(&all).await.unwrap(),
+        redb.list(&all).await.unwrap(),
+        "{ctx}"
+    );
+    let page = ListQuery::new(3).group("a").after(RecordId(2));
+    assert_eq!(
+        model.list(&page).await.unwrap(),
+        redb.list(&page).await.unwrap(),
+        "{ctx}"
+    );
+    assert_eq!(
+        model.tombstones(None, usize::MAX).await.unwrap(),
+        redb.tombstones(None, usize::MAX).await.unwrap(),
+        "{ctx}"
+    );
+    assert_eq!(
+        model.expired(now, usize::MAX).await.unwrap(),
+        redb.expired(now, usize::MAX).await.unwrap(),
+        "{ctx}"
+    );
+    assert_eq!(
+        model.scheduled_after(now, usize::MAX).await.unwrap(),
+        redb.scheduled_after(now, usize::MAX).await.unwrap(),
+        "{ctx}"
+    );
+}
