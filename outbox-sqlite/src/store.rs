@@ -16,7 +16,7 @@ use crate::config::SqliteConfig;
 use crate::error::db;
 use crate::ops;
 use crate::schema::{self, APPLICATION_ID, SCHEMA_VERSION};
-use crate::worker::{Reader, Writer};
+use crate::worker::{wait, Reader, Writer};
 
 /// An outbox [`Store`] on one SQLite file in WAL mode.
 ///
@@ -67,7 +67,7 @@ async fn off_executor<T: Send + 'static>(
             let _ = reply.send(work());
         })
         .map_err(Error::backend)?;
-    answer.await.map_err(|_| Error::Stopped)?
+    wait(answer).await
 }
 
 impl SqliteStore {

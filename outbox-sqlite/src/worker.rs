@@ -124,8 +124,24 @@ impl Writer {
         self.queue
             .send(Box::new(Task { work, reply }))
             .map_err(|_| Error::Stopped)?;
-        answer.await.map_err(|_| Error::Stopped)?
+        wait(answer).await
     }
+}
+
+/// Waits for a thread's answer.
+///
+/// On a tokio runtime the wait itself runs in the blocking pool: tokio's paused clock (the
+/// way runner tests make minutes pass at once) jumps to the next timer whenever no task can
+/// run, and a future waiting on another thread looks exactly like that, while a running
+/// blocking task holds the clock back. Elsewhere the answer is simply awaited.
+pub(crate) async fn wait<T: Send + 'static>(answer: oneshot::Receiver<Result<T>>) -> Result<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return answer.await.map_err(|_| Error::Stopped)?;
+    }
+    tokio::task::spawn_blocking(move || answer.blocking_recv())
+        .await
+        .map_err(Error::backend)?
+        .map_err(|_| Error::Stopped)?
 }
 
 fn close(conn: Connection) {
@@ -239,6 +255,6 @@ impl Reader {
                 let _ = reply.send(work(conn));
             }))
             .map_err(|_| Error::Stopped)?;
-        answer.await.map_err(|_| Error::Stopped)?
+        wait(answer).await
     }
 }
