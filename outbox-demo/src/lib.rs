@@ -8,6 +8,10 @@
 
 pub mod server;
 
+/// The repository README, compiled here so its example cannot rot.
+#[doc = include_str!("../../README.md")]
+pub mod readme {}
+
 use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
