@@ -354,22 +354,15 @@ impl Runner {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            _ = self.shared.wake.notified() => {}
-            _ = sleep => {}
-            _ = online_changed => {}
-            _ = self.stop.changed() => {}
-        }
-        if self.is_online() && self.link.down {
-            // A trigger may mean the link is back: the next probe is not pushed further out,
-            // and a connectivity transition to online probes at once.
-            if self
-                .online
-                .as_ref()
-                .is_some_and(|rx| rx.has_changed().unwrap_or(false))
-            {
-                self.link.probe_at = self.shared.now();
-            }
+        let connectivity = tokio::select! {
+            _ = self.shared.wake.notified() => false,
+            _ = sleep => false,
+            _ = online_changed => true,
+            _ = self.stop.changed() => false,
+        };
+        if connectivity && self.is_online() && self.link.down {
+            // The device just came online: probe at once instead of waiting out the backoff.
+            self.link.probe_at = self.shared.now();
         }
     }
 

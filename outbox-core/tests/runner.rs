@@ -703,3 +703,34 @@ impl std::io::Write for LogCapture {
         Ok(())
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn coming_online_probes_at_once_instead_of_waiting_out_the_backoff() {
+    let (online, online_rx) = watch::channel(true);
+    let policy = exact_policy().with_backoff(Backoff::Table(vec![Duration::from_secs(600)]));
+    let r = rig(policy, RunnerConfig::default(), Some(online_rx)).await;
+    r.sink.plan(
+        "a",
+        vec![
+            answer(Outcome::no_answer("no route")),
+            answer(Outcome::Delivered),
+        ],
+    );
+    r.sink.plan("b", vec![answer(Outcome::Delivered)]);
+    r.outbox.enqueue(rec("a")).await.unwrap();
+    run_for(Duration::from_secs(1)).await;
+    // The link is down: "b" waits for the probe, 10 minutes out.
+    r.outbox.enqueue(rec("b")).await.unwrap();
+    run_for(Duration::from_secs(60)).await;
+    assert_eq!(r.sink.order(), ["a"], "no hammering while the link is down");
+    // The operating system reports a transition: offline, then online.
+    online.send(false).unwrap();
+    run_for(Duration::from_secs(1)).await;
+    online.send(true).unwrap();
+    run_for(Duration::from_millis(10)).await;
+    assert_eq!(
+        r.sink.order(),
+        ["a", "b"],
+        "probed as soon as the link came back"
+    );
+}
