@@ -734,3 +734,71 @@ async fn coming_online_probes_at_once_instead_of_waiting_out_the_backoff() {
         "probed as soon as the link came back"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_handle_stops_the_runner_and_releases_its_records() {
+    let store = Arc::new(MemoryStore::new());
+    let r = rig_on(store.clone(), exact_policy(), RunnerConfig::default(), None).await;
+    for i in 0..3 {
+        r.sink.plan(&format!("r{i}"), vec![Act::Hang]);
+    }
+    r.outbox
+        .enqueue_batch((0..3).map(|i| rec(&format!("r{i}"))).collect())
+        .await
+        .unwrap();
+    run_for(Duration::from_millis(10)).await;
+    assert_eq!(store.stats().await.unwrap().in_flight, 3);
+    drop(r.outbox);
+    run_for(Duration::from_secs(1)).await;
+    let stats = store.stats().await.unwrap();
+    assert_eq!(
+        (stats.in_flight, stats.pending),
+        (0, 3),
+        "released, nothing spent"
+    );
+    // Nothing runs any more: a new due record is never attempted.
+    store.enqueue(vec![rec("late")], BASE).await.unwrap();
+    run_for(Duration::from_secs(3_600)).await;
+    assert_eq!(r.sink.count(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_park_reject_halt_and_discard_writes_one_log_line() {
+    let logs = LogCapture::default();
+    let _guard = tracing::subscriber::set_default(logs.subscriber());
+    let config = RunnerConfig {
+        concurrency: 1,
+        ..RunnerConfig::default()
+    };
+    let r = rig(exact_policy().with_max_attempts(1), config, None).await;
+    r.sink.plan("park", vec![http503()]);
+    r.sink
+        .plan("reject", vec![answer(Outcome::rejected("HTTP 404"))]);
+    r.sink.plan(
+        "halt",
+        vec![
+            answer(Outcome::halt("HTTP 401")),
+            answer(Outcome::Delivered),
+        ],
+    );
+    let ids = r
+        .outbox
+        .enqueue_batch(vec![rec("park"), rec("reject"), rec("halt")])
+        .await
+        .unwrap();
+    run_for(Duration::from_secs(5)).await;
+    r.outbox.discard(ids[0], "dismissed").await.unwrap();
+    let lines = logs.lines();
+    let find = |level: &str, text: &str, id: RecordId| {
+        lines
+            .iter()
+            .filter(|l| {
+                l.contains(level) && l.contains(text) && l.contains(&format!("record={}", id.0))
+            })
+            .count()
+    };
+    assert_eq!(find("WARN", "parked", ids[0]), 1, "{lines:?}");
+    assert_eq!(find("WARN", "rejected", ids[1]), 1, "{lines:?}");
+    assert_eq!(find("ERROR", "halted", ids[2]), 1, "{lines:?}");
+    assert_eq!(find("WARN", "discarded", ids[0]), 1, "{lines:?}");
+}
