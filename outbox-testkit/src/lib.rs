@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod crash;
 pub mod harness;
 pub mod memory;
 pub mod scenarios;

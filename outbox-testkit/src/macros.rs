@@ -47,6 +47,19 @@ macro_rules! conformance {
             runner_manual_retry
             runner_recovers_interrupted
         }
+
+        /// Not a scenario: the entry of the crash scenarios' child processes. It returns at
+        /// once unless the test binary was re-executed as a worker.
+        #[test]
+        fn __outbox_testkit_worker() {
+            $crate::crash::worker_entry(|| $backend);
+        }
+
+        $crate::__conformance_crash_tests! {
+            ($backend)
+            crash_sigkill
+            crash_loop_parks_record
+        }
     };
 }
 
@@ -61,6 +74,27 @@ macro_rules! __conformance_tests {
                 $crate::run_scenario(
                     || $backend,
                     |backend| async move { $crate::scenarios::$scenario(&*backend).await },
+                );
+            }
+        )*
+    };
+}
+
+/// Expands to one test per crash scenario, each told where the worker entry test is; used by
+/// [`conformance!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_crash_tests {
+    (($backend:expr) $($scenario:ident)*) => {
+        $(
+            #[test]
+            fn $scenario() {
+                let worker = $crate::crash::Worker::at(module_path!(), "__outbox_testkit_worker");
+                $crate::run_scenario(
+                    || $backend,
+                    |backend| async move {
+                        $crate::scenarios::$scenario(&*backend, &worker).await
+                    },
                 );
             }
         )*

@@ -27,7 +27,7 @@ pub use lifecycle::{
     guards_skip_stale, lease_expiry_recovers, manual_retry_resets_budget,
     poison_at_head_does_not_block, renew_extends_lease, retry_after_honoured,
 };
-pub use model::{random_ops_match_reference, run_model, DEFAULT_STEPS, SEED_ENV};
+pub use model::{random_ops_match_reference, run_model, seed_from_env, DEFAULT_STEPS, SEED_ENV};
 pub use queue::{
     claims_are_exclusive, deadlines_honoured, due_query_ignores_backlog, fifo,
     groups_in_order_held_back, ids_never_reused, paging, payload_limit,
@@ -38,6 +38,8 @@ pub use runner::{
     runner_poison_at_head, runner_recovers_interrupted, runner_retry_after,
 };
 pub use stats::stats_exact;
+
+pub use crate::crash::{crash_loop_parks_record, crash_sigkill};
 
 /// A realistic wall-clock base for scenarios: 2023-11-14, in milliseconds.
 pub const T0: Millis = 1_700_000_000_000;

@@ -30,16 +30,21 @@ pub const DEFAULT_STEPS: usize = 300;
 ///
 /// The seed is random unless `OUTBOX_TESTKIT_SEED` is set; a failure names the seed to replay.
 pub async fn random_ops_match_reference(backend: &dyn Backend) -> ScenarioResult {
-    let seed = match std::env::var(SEED_ENV) {
-        Ok(text) => text
-            .trim()
-            .parse::<u64>()
-            .map_err(|e| Failure::new(format!("{SEED_ENV}={text:?} is not a u64: {e}")))?,
-        Err(_) => fastrand::u64(..),
-    };
+    let seed = seed_from_env()?;
     run_model(backend, seed, DEFAULT_STEPS)
         .await
         .map_err(|f| f.context(format!("seed {seed} (replay with {SEED_ENV}={seed})")))
+}
+
+/// The seed in `OUTBOX_TESTKIT_SEED`, or a random one.
+pub fn seed_from_env() -> Result<u64, Failure> {
+    match std::env::var(SEED_ENV) {
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .map_err(|e| Failure::new(format!("{SEED_ENV}={text:?} is not a u64: {e}"))),
+        Err(_) => Ok(fastrand::u64(..)),
+    }
 }
 
 /// One randomized run of `steps` steps from `seed`; the same seed makes the same run.
