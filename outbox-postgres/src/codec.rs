@@ -1,0 +1,142 @@
+//! Conversions between the record model and PostgreSQL's column types.
+//!
+//! PostgreSQL has no unsigned integers. Ids and counters always fit in `bigint`. Times are
+//! stored as plain `bigint` milliseconds so they stay readable in `psql`; a time past
+//! `i64::MAX` ms (some 292 million years out) is stored as `i64::MAX`, which orders the same
+//! way against every real clock reading. Lease tokens are opaque, so their 64 bits are stored
+//! as they are.
+
+use outbox_core::{Lease, Millis, Record, RecordId, Result, State, Tombstone};
+use tokio_postgres::Row;
+
+use crate::error::{corrupt, pg};
+
+/// The record columns every read selects, in the order [`record`] reads them.
+pub(crate) const RECORD_COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, \
+     unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
+     lease_until";
+
+/// The tombstone columns, in the order [`tombstone`] reads them.
+pub(crate) const TOMBSTONE_COLUMNS: &str = "id, grp, key, reason, discarded_at, attempts";
+
+/// A time as stored: saturating at `i64::MAX`.
+pub(crate) fn millis(at: Millis) -> i64 {
+    i64::try_from(at).unwrap_or(i64::MAX)
+}
+
+/// An id as stored. Ids come from a `bigint` sequence, so a larger one matches no row.
+pub(crate) fn id(id: RecordId) -> i64 {
+    i64::try_from(id.0).unwrap_or(i64::MAX)
+}
+
+/// A lease token as stored: the same 64 bits.
+pub(crate) fn token(token: u64) -> i64 {
+    i64::from_ne_bytes(token.to_ne_bytes())
+}
+
+fn untoken(stored: i64) -> u64 {
+    u64::from_ne_bytes(stored.to_ne_bytes())
+}
+
+/// A state as stored: its stable code.
+pub(crate) fn state(state: State) -> i16 {
+    i16::from(state.code())
+}
+
+fn unstate(code: i16) -> Result<State> {
+    u8::try_from(code)
+        .ok()
+        .and_then(State::from_code)
+        .ok_or_else(|| corrupt(format!("unknown state code {code}")))
+}
+
+fn unsigned(value: i64, what: &str) -> Result<u64> {
+    u64::try_from(value).map_err(|_| corrupt(format!("negative {what}: {value}")))
+}
+
+fn counter(value: i64, what: &str) -> Result<u32> {
+    u32::try_from(value).map_err(|_| corrupt(format!("{what} out of range: {value}")))
+}
+
+/// A counter as stored.
+pub(crate) fn count(value: u32) -> i64 {
+    i64::from(value)
+}
+
+/// Reads a record from a row selected with [`RECORD_COLUMNS`].
+pub(crate) fn record(row: &Row) -> Result<Record> {
+    let state = unstate(row.try_get(5).map_err(pg)?)?;
+    let lease_token: Option<i64> = row.try_get(12).map_err(pg)?;
+    let lease_until: Option<i64> = row.try_get(13).map_err(pg)?;
+    let lease = match (state, lease_token, lease_until) {
+        (State::InFlight, Some(token), Some(until)) => Some(Lease {
+            token: untoken(token),
+            until: unsigned(until, "lease expiry")?,
+        }),
+        (State::InFlight, _, _) => return Err(corrupt("an in-flight record has no lease")),
+        _ => None,
+    };
+    let optional_time = |index: usize, what: &str| -> Result<Option<Millis>> {
+        let value: Option<i64> = row.try_get(index).map_err(pg)?;
+        value.map(|v| unsigned(v, what)).transpose()
+    };
+    Ok(Record {
+        id: RecordId(unsigned(row.try_get(0).map_err(pg)?, "id")?),
+        group: row.try_get(1).map_err(pg)?,
+        payload: row.try_get(2).map_err(pg)?,
+        key: row.try_get(3).map_err(pg)?,
+        created_at: unsigned(row.try_get(4).map_err(pg)?, "created_at")?,
+        state,
+        attempts: counter(row.try_get(6).map_err(pg)?, "attempts")?,
+        unanswered: counter(row.try_get(7).map_err(pg)?, "unanswered")?,
+        interrupted: counter(row.try_get(8).map_err(pg)?, "interrupted")?,
+        last_attempt_at: optional_time(9, "last_attempt_at")?,
+        next_attempt_at: optional_time(10, "next_attempt_at")?,
+        last_error: row.try_get(11).map_err(pg)?,
+        lease,
+    })
+}
+
+/// Reads a tombstone from a row selected with [`TOMBSTONE_COLUMNS`].
+pub(crate) fn tombstone(row: &Row) -> Result<Tombstone> {
+    Ok(Tombstone {
+        id: RecordId(unsigned(row.try_get(0).map_err(pg)?, "id")?),
+        group: row.try_get(1).map_err(pg)?,
+        key: row.try_get(2).map_err(pg)?,
+        reason: row.try_get(3).map_err(pg)?,
+        discarded_at: unsigned(row.try_get(4).map_err(pg)?, "discarded_at")?,
+        attempts: counter(row.try_get(5).map_err(pg)?, "attempts")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_keep_all_64_bits() {
+        for t in [0, 1, u64::MAX, 1 << 63, 0x1234_5678_9abc_def0] {
+            assert_eq!(untoken(token(t)), t);
+        }
+    }
+
+    #[test]
+    fn far_times_saturate_and_keep_their_order() {
+        assert_eq!(millis(5), 5);
+        assert_eq!(millis(u64::MAX), i64::MAX);
+        assert!(millis(u64::MAX) >= millis(1_700_000_000_000));
+    }
+
+    #[test]
+    fn states_round_trip_and_bad_codes_are_corruption() {
+        for s in State::ALL {
+            assert_eq!(unstate(state(s)).ok(), Some(s));
+        }
+        assert!(matches!(
+            unstate(77),
+            Err(outbox_core::Error::Corrupted { .. })
+        ));
+        assert!(unsigned(-1, "id").is_err());
+        assert!(counter(i64::from(u32::MAX) + 1, "attempts").is_err());
+    }
+}

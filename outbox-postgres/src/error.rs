@@ -1,0 +1,113 @@
+//! PostgreSQL's and the pool's errors mapped into [`outbox_core::Error`], keeping the engine's
+//! error as the source.
+
+use deadpool_postgres::PoolError;
+use outbox_core::Error;
+use tokio_postgres::error::SqlState;
+
+/// Maps a server or connection error to the variant a caller can act on.
+///
+/// Everything that a later call may get past on its own (a dropped connection, a server
+/// restarting, a deadlock or serialization victim, too many connections) is
+/// [`Error::Unavailable`], which the runner retries with backoff.
+pub(crate) fn pg(err: tokio_postgres::Error) -> Error {
+    let Some(code) = err.code() else {
+        // No SQLSTATE: the connection broke, or a value did not convert.
+        return if err.is_closed() || is_io(&err) {
+            Error::unavailable(err)
+        } else {
+            Error::backend(err)
+        };
+    };
+    if *code == SqlState::DISK_FULL {
+        return Error::StorageFull {
+            source: Some(Box::new(err)),
+        };
+    }
+    if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        return Error::ReadOnly {
+            source: Some(Box::new(err)),
+        };
+    }
+    if is_temporary(code) {
+        return Error::unavailable(err);
+    }
+    Error::backend(err)
+}
+
+/// SQLSTATE classes and codes that mean "try the same call again later".
+fn is_temporary(code: &SqlState) -> bool {
+    let text = code.code();
+    // 08: connection exception; 40: transaction rollback (serialization, deadlock);
+    // 53: insufficient resources (except disk full, handled before); 57P: operator
+    // intervention (admin shutdown, crash shutdown, cannot connect now).
+    text.starts_with("08")
+        || text.starts_with("40")
+        || text.starts_with("53")
+        || text.starts_with("57P")
+        || *code == SqlState::LOCK_NOT_AVAILABLE
+}
+
+fn is_io(err: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        if cause.is::<std::io::Error>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// Maps a pool error: no connection could be had in time, or connecting failed.
+pub(crate) fn pool(err: PoolError) -> Error {
+    match err {
+        PoolError::Backend(err) => pg(err),
+        PoolError::Timeout(_) | PoolError::Closed => Error::unavailable(err),
+        other => Error::backend(other),
+    }
+}
+
+/// A value read from the database is out of range for its field: the table was altered by hand.
+pub(crate) fn corrupt(detail: impl Into<String>) -> Error {
+    Error::Corrupted {
+        detail: detail.into(),
+        source: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deadpool_postgres::TimeoutType;
+
+    #[test]
+    fn temporary_codes_are_the_retryable_ones() {
+        for code in [
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::TOO_MANY_CONNECTIONS,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::LOCK_NOT_AVAILABLE,
+        ] {
+            assert!(is_temporary(&code), "{code:?}");
+        }
+        for code in [
+            SqlState::UNDEFINED_TABLE,
+            SqlState::SYNTAX_ERROR,
+            SqlState::UNIQUE_VIOLATION,
+        ] {
+            assert!(!is_temporary(&code), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn pool_exhaustion_is_temporary() {
+        let err = pool(PoolError::Timeout(TimeoutType::Wait));
+        assert!(err.is_temporary());
+        assert!(std::error::Error::source(&err).is_some());
+        assert!(pool(PoolError::Closed).is_temporary());
+    }
+}

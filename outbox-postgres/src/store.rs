@@ -1,0 +1,691 @@
+//! [`PgStore`]: the [`Store`] on PostgreSQL.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use outbox_core::{
+    Applied, Change, Claim, Error, Guard, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
+    Result, State, Stats, Store, Tombstone, Transition,
+};
+use tokio_postgres::NoTls;
+
+use crate::codec::{self, count, millis, state, token};
+use crate::config::PgConfig;
+use crate::error::{corrupt, pg, pool};
+use crate::listen::Wakeups;
+use crate::schema::{self, group_lock};
+use crate::sql::{Exec, Sql};
+
+/// An outbox in one PostgreSQL schema, shared by every handle, process and host that opens it.
+///
+/// Cloning is cheap: clones share the connection pool.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> outbox_core::Result<()> {
+/// use outbox_core::{NewRecord, Store};
+/// use outbox_postgres::{PgConfig, PgStore};
+///
+/// let store = PgStore::connect(PgConfig::new("postgres://postgres@127.0.0.1/test", "orders_outbox")).await?;
+/// store.enqueue(vec![NewRecord::new(b"{}".to_vec()).in_group("order-7")], 1_000).await?;
+/// assert_eq!(store.stats().await?.pending, 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PgStore {
+    core: Arc<Core>,
+    engine: Arc<Engine>,
+}
+
+/// What every operation needs: the pool, the statements and the settings.
+struct Core {
+    pool: Pool,
+    sql: Sql,
+    config: PgConfig,
+}
+
+/// The store's own small runtime, on which its connections live and its statements run.
+///
+/// Store calls hop onto it from a blocking thread of the caller's runtime
+/// (`spawn_blocking` + `Handle::block_on`), so:
+/// - no engine work runs on the application's async worker threads;
+/// - a store outlives any one runtime that uses it (its pool is not tied to the caller's);
+/// - under tokio's paused clock (the conformance suite's runner scenarios) the caller's clock
+///   does not jump ahead while a statement is on the wire, since a running blocking task
+///   holds auto-advance back, and the pool's timeouts keep counting real time.
+struct Engine {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Engine {
+    fn new() -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("outbox-postgres")
+            .enable_all()
+            .build()
+            .map_err(|err| Error::Backend {
+                detail: format!("could not start the store's runtime: {err}"),
+                source: Some(Box::new(err)),
+            })?;
+        Ok(Engine {
+            runtime: Some(runtime),
+        })
+    }
+
+    fn handle(&self) -> Result<tokio::runtime::Handle> {
+        self.runtime
+            .as_ref()
+            .map(|r| r.handle().clone())
+            .ok_or(Error::Stopped)
+    }
+
+    /// Runs `work` on the store's runtime and waits for it off the caller's async workers.
+    async fn run<T, Fut>(&self, work: Fut) -> Result<T>
+    where
+        T: Send + 'static,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        let handle = self.handle()?;
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => tokio::task::spawn_blocking(move || handle.block_on(work))
+                .await
+                .map_err(Error::backend)?,
+            // Called outside any runtime (a plain `block_on` of a foreign executor): the
+            // current thread may block.
+            Err(_) => handle.block_on(work),
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            // Dropping a runtime blocks; this may run inside an async context.
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.core.config.schema)
+            .field("pool", &self.core.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects, creates the schema if it is missing and migrates it to
+    /// [`SCHEMA_VERSION`](crate::SCHEMA_VERSION) under an advisory lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a bad setting; [`Error::Unavailable`] when no server
+    /// answers in time; [`Error::SchemaTooNew`] for a schema written by a newer build and
+    /// [`Error::NotAnOutbox`] for a schema holding other tables (both left untouched).
+    pub async fn connect(config: PgConfig) -> Result<Self> {
+        config.validate()?;
+        let engine = Engine::new()?;
+        let core = engine.run(Core::connect(config)).await?;
+        Ok(PgStore {
+            core: Arc::new(core),
+            engine: Arc::new(engine),
+        })
+    }
+
+    /// Runs `op` on the store's runtime.
+    async fn run<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Core>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        self.engine.run(op(Arc::clone(&self.core))).await
+    }
+
+    /// The settings this store was opened with.
+    pub fn config(&self) -> &PgConfig {
+        &self.core.config
+    }
+
+    /// The `LISTEN`/`NOTIFY` channel every enqueue signals on: the schema name.
+    pub fn channel(&self) -> &str {
+        &self.core.config.schema
+    }
+
+    /// Starts listening for enqueues made by any process on this outbox; see [`Wakeups`].
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`] when the first connection fails; later losses are retried in
+    /// the background.
+    pub async fn listen(&self) -> Result<Wakeups> {
+        let config = self.core.config.clone();
+        // The listening task lives on the store's runtime, like its pool.
+        self.engine
+            .run(async move { Wakeups::start(&config).await })
+            .await
+    }
+
+    /// Enqueues inside the caller's own transaction, so a business write and its outbox
+    /// records commit or roll back together. Returns the ids they will have once committed.
+    ///
+    /// Every runner listening on the outbox is woken when the transaction commits. Until then
+    /// the transaction holds a lock on each group it enqueued into, which keeps every group in
+    /// id order across concurrent writers; commit promptly.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: outbox_postgres::PgStore, client: &mut tokio_postgres::Client) -> outbox_core::Result<()> {
+    /// use outbox_core::NewRecord;
+    ///
+    /// let tx = client.transaction().await.map_err(outbox_core::Error::backend)?;
+    /// tx.execute("UPDATE orders SET state = 'paid' WHERE id = 7", &[]).await.map_err(outbox_core::Error::backend)?;
+    /// store.enqueue_in(&tx, vec![NewRecord::new(b"{\"paid\":7}".to_vec()).in_group("order-7")], 1_000).await?;
+    /// tx.commit().await.map_err(outbox_core::Error::backend)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn enqueue_in(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        records: Vec<NewRecord>,
+        now: Millis,
+    ) -> Result<Vec<RecordId>> {
+        self.core.check_payloads(&records)?;
+        self.core.insert(tx, records, now).await
+    }
+}
+
+impl Core {
+    async fn connect(config: PgConfig) -> Result<Core> {
+        let manager = Manager::from_config(
+            config.pg_config()?,
+            NoTls,
+            ManagerConfig {
+                // A connection the server closed is noticed without a query; one that broke
+                // silently fails its next statement, the caller retries and the pool then
+                // drops it.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(config.connect_timeout)
+            .create_timeout(config.connect_timeout)
+            .recycle_timeout(config.connect_timeout)
+            .build()
+            .map_err(|err| Error::InvalidConfig(format!("connection pool: {err}")))?;
+        let mut client = pool.get().await.map_err(pool_err)?;
+        schema::migrate(&mut client, &config.schema).await?;
+        drop(client);
+        Ok(Core {
+            sql: Sql::new(&config.schema),
+            pool,
+            config,
+        })
+    }
+
+    fn check_payloads(&self, records: &[NewRecord]) -> Result<()> {
+        let max = self.config.max_payload;
+        match records.iter().find(|r| r.payload.len() > max) {
+            Some(big) => Err(Error::PayloadTooLarge {
+                size: big.payload.len(),
+                max,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object> {
+        self.pool.get().await.map_err(pool_err)
+    }
+
+    /// Locks the groups (sorted, so concurrent writers never deadlock on them) for the rest of
+    /// the transaction.
+    async fn lock_groups<'a>(
+        &self,
+        tx: &dyn Exec,
+        groups: impl IntoIterator<Item = &'a str>,
+    ) -> Result<()> {
+        let schema = &self.config.schema;
+        let keys: BTreeSet<i64> = groups.into_iter().map(|g| group_lock(schema, g)).collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<i64> = keys.into_iter().collect();
+        tx.rows(&self.sql.lock_groups, &[&keys]).await.map_err(pg)?;
+        Ok(())
+    }
+
+    /// The enqueue itself, in a transaction that the caller commits.
+    async fn insert(
+        &self,
+        tx: &dyn Exec,
+        records: Vec<NewRecord>,
+        now: Millis,
+    ) -> Result<Vec<RecordId>> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = &self.sql;
+        // Group locks come first: a group's ids are then allocated and committed in the same
+        // order, so no runner can see a later record of a group before an earlier one.
+        self.lock_groups(tx, records.iter().filter_map(|r| r.group.as_deref()))
+            .await?;
+        let groups: Vec<&str> = records
+            .iter()
+            .filter_map(|r| r.group.as_deref())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut occupied: BTreeSet<String> = BTreeSet::new();
+        if !groups.is_empty() {
+            for row in tx.rows(&sql.members, &[&groups]).await.map_err(pg)? {
+                occupied.insert(row.try_get(0).map_err(pg)?);
+            }
+        }
+        let n = records.len() as i64;
+        let mut ids: Vec<i64> = Vec::with_capacity(records.len());
+        for row in tx.rows(&sql.allocate_ids, &[&n]).await.map_err(pg)? {
+            ids.push(row.try_get(0).map_err(pg)?);
+        }
+        ids.sort_unstable();
+        if ids.len() != records.len() {
+            return Err(corrupt("the id sequence returned too few values"));
+        }
+        // Only the first record of a group with no member left is its head.
+        let mut claimable = Vec::with_capacity(records.len());
+        for record in &records {
+            claimable.push(match &record.group {
+                None => true,
+                Some(group) => occupied.insert(group.clone()),
+            });
+        }
+        let grps: Vec<Option<&str>> = records.iter().map(|r| r.group.as_deref()).collect();
+        let payloads: Vec<&[u8]> = records.iter().map(|r| r.payload.as_slice()).collect();
+        let keys: Vec<&str> = records.iter().map(|r| r.key.as_str()).collect();
+        let at = millis(now);
+        tx.run(
+            &sql.insert,
+            &[&ids, &grps, &payloads, &keys, &at, &claimable],
+        )
+        .await
+        .map_err(pg)?;
+        // Delivered to listeners when the transaction commits, and only then.
+        tx.rows(&sql.notify, &[&self.config.schema])
+            .await
+            .map_err(pg)?;
+        ids.into_iter()
+            .map(|id| {
+                u64::try_from(id)
+                    .map(RecordId)
+                    .map_err(|_| corrupt("negative id"))
+            })
+            .collect()
+    }
+
+    /// Applies one transition under the locks `apply` took; false when its guard fails.
+    async fn apply_one(
+        &self,
+        tx: &dyn Exec,
+        rows: &mut HashMap<i64, Current>,
+        transition: Transition,
+        delivered: &mut i64,
+    ) -> Result<bool> {
+        let sql = &self.sql;
+        let id = codec::id(transition.id);
+        let Some(current) = rows.get(&id) else {
+            return Ok(false);
+        };
+        let holds = match transition.guard {
+            Guard::Lease(t) => current.state == State::InFlight && current.token == Some(token(t)),
+            Guard::Idle => current.state != State::InFlight,
+        };
+        if !holds {
+            return Ok(false);
+        }
+        let group = current.group.clone();
+        match transition.change {
+            Change::Delivered => {
+                tx.run(&sql.delete, &[&id]).await.map_err(pg)?;
+                rows.remove(&id);
+                *delivered += 1;
+            }
+            Change::Discard { reason, at } => {
+                let gone = tx.rows(&sql.delete, &[&id]).await.map_err(pg)?;
+                let Some(row) = gone.first() else {
+                    return Ok(false);
+                };
+                let grp: Option<String> = row.try_get(0).map_err(pg)?;
+                let key: String = row.try_get(1).map_err(pg)?;
+                let attempts: i64 = row.try_get(2).map_err(pg)?;
+                tx.run(
+                    &sql.bury,
+                    &[&id, &grp, &key, &reason, &millis(at), &attempts],
+                )
+                .await
+                .map_err(pg)?;
+                rows.remove(&id);
+            }
+            Change::Update(progress) => {
+                let last = progress.last_attempt_at.map(millis);
+                let next = progress.next_attempt_at.map(millis);
+                tx.run(
+                    &sql.update,
+                    &[
+                        &id,
+                        &state(progress.state),
+                        &count(progress.attempts),
+                        &count(progress.unanswered),
+                        &count(progress.interrupted),
+                        &last,
+                        &next,
+                        &progress.last_error,
+                    ],
+                )
+                .await
+                .map_err(pg)?;
+                rows.insert(
+                    id,
+                    Current {
+                        group: group.clone(),
+                        state: progress.state,
+                        token: None,
+                    },
+                );
+            }
+        }
+        if let Some(group) = &group {
+            tx.run(&sql.refresh_group, &[group, &id])
+                .await
+                .map_err(pg)?;
+        }
+        Ok(true)
+    }
+
+    async fn records(&self, sql: &str, params: crate::sql::Params<'_>) -> Result<Vec<Record>> {
+        let client = self.client().await?;
+        let rows = client.rows(sql, params).await.map_err(pg)?;
+        rows.iter().map(codec::record).collect()
+    }
+    pub(crate) async fn enqueue(
+        self: Arc<Self>,
+        records: Vec<NewRecord>,
+        now: Millis,
+    ) -> Result<Vec<RecordId>> {
+        self.check_payloads(&records)?;
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        let ids = self.insert(&tx, records, now).await?;
+        tx.commit().await.map_err(pg)?;
+        Ok(ids)
+    }
+
+    pub(crate) async fn claim(self: Arc<Self>, claim: Claim) -> Result<Vec<Record>> {
+        if claim.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut records = self
+            .records(
+                &self.sql.claim,
+                &[
+                    &millis(claim.now),
+                    &limit(claim.limit),
+                    &token(claim.lease.token),
+                    &millis(claim.lease.until),
+                ],
+            )
+            .await?;
+        // RETURNING follows no order; the contract's is (deadline, id).
+        records.sort_by_key(|r| (r.next_attempt_at, r.id));
+        Ok(records)
+    }
+
+    pub(crate) async fn renew(self: Arc<Self>, ids: Vec<RecordId>, lease: Lease) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = ids.into_iter().map(codec::id).collect();
+        let client = self.client().await?;
+        client
+            .run(
+                &self.sql.renew,
+                &[&ids, &token(lease.token), &millis(lease.until)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    pub(crate) async fn apply(self: Arc<Self>, transitions: Vec<Transition>) -> Result<Applied> {
+        if transitions.is_empty() {
+            return Ok(Applied::default());
+        }
+        let sql = &self.sql;
+        let ids: Vec<i64> = transitions.iter().map(|t| codec::id(t.id)).collect();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        // A record's group never changes, so it can be read before the locks.
+        let mut groups: Vec<String> = Vec::new();
+        for row in tx.rows(&sql.groups_of, &[&ids]).await.map_err(pg)? {
+            groups.push(row.try_get(0).map_err(pg)?);
+        }
+        self.lock_groups(&tx, groups.iter().map(String::as_str))
+            .await?;
+        let mut rows = HashMap::new();
+        for row in tx.rows(&sql.lock_rows, &[&ids]).await.map_err(pg)? {
+            let code: i16 = row.try_get(2).map_err(pg)?;
+            let state = u8::try_from(code)
+                .ok()
+                .and_then(State::from_code)
+                .ok_or_else(|| corrupt(format!("unknown state code {code}")))?;
+            rows.insert(
+                row.try_get::<_, i64>(0).map_err(pg)?,
+                Current {
+                    group: row.try_get(1).map_err(pg)?,
+                    state,
+                    token: row.try_get(3).map_err(pg)?,
+                },
+            );
+        }
+        let mut applied = Applied::default();
+        let mut delivered = 0i64;
+        for transition in transitions {
+            let id = transition.id;
+            if !self
+                .apply_one(&tx, &mut rows, transition, &mut delivered)
+                .await?
+            {
+                applied.skipped.push(id);
+            }
+        }
+        if delivered > 0 {
+            tx.run(&sql.count_delivered, &[&delivered])
+                .await
+                .map_err(pg)?;
+        }
+        tx.commit().await.map_err(pg)?;
+        Ok(applied)
+    }
+
+    pub(crate) async fn expired(
+        self: Arc<Self>,
+        now: Millis,
+        limit_to: usize,
+    ) -> Result<Vec<Record>> {
+        self.records(&self.sql.expired, &[&millis(now), &limit(limit_to)])
+            .await
+    }
+
+    pub(crate) async fn scheduled_after(
+        self: Arc<Self>,
+        at: Millis,
+        limit_to: usize,
+    ) -> Result<Vec<Record>> {
+        self.records(&self.sql.scheduled_after, &[&millis(at), &limit(limit_to)])
+            .await
+    }
+
+    pub(crate) async fn get(self: Arc<Self>, id: RecordId) -> Result<Option<Record>> {
+        if i64::try_from(id.0).is_err() {
+            return Ok(None);
+        }
+        let records = self.records(&self.sql.get, &[&codec::id(id)]).await?;
+        Ok(records.into_iter().next())
+    }
+
+    pub(crate) async fn list(self: Arc<Self>, query: ListQuery) -> Result<Vec<Record>> {
+        let after = query.after.map_or(0, codec::id);
+        let state = query.state.map(state);
+        self.records(
+            &self.sql.list,
+            &[&after, &state, &query.group, &limit(query.limit)],
+        )
+        .await
+    }
+
+    pub(crate) async fn tombstones(
+        self: Arc<Self>,
+        after: Option<RecordId>,
+        limit_to: usize,
+    ) -> Result<Vec<Tombstone>> {
+        let after = after.map_or(0, codec::id);
+        let client = self.client().await?;
+        let rows = client
+            .rows(&self.sql.tombstones, &[&after, &limit(limit_to)])
+            .await
+            .map_err(pg)?;
+        rows.iter().map(codec::tombstone).collect()
+    }
+
+    pub(crate) async fn stats(self: Arc<Self>) -> Result<Stats> {
+        let client = self.client().await?;
+        let rows = client.rows(&self.sql.stats, &[]).await.map_err(pg)?;
+        let row = rows
+            .first()
+            .ok_or_else(|| corrupt("the stats query returned no row"))?;
+        let n = |i: usize| -> Result<u64> {
+            let v: Option<i64> = row.try_get(i).map_err(pg)?;
+            u64::try_from(v.unwrap_or(0)).map_err(|_| corrupt("a negative count"))
+        };
+        let t = |i: usize| -> Result<Option<Millis>> {
+            let v: Option<i64> = row.try_get(i).map_err(pg)?;
+            v.map(|v| u64::try_from(v).map_err(|_| corrupt("a negative time")))
+                .transpose()
+        };
+        Ok(Stats {
+            pending: n(0)?,
+            retrying: n(1)?,
+            in_flight: n(2)?,
+            needs_attention: n(3)?,
+            rejected: n(4)?,
+            oldest_created_at: t(5)?,
+            discarded: n(6)?,
+            delivered: n(7)?,
+            held: n(8)?,
+            next_due: t(9)?,
+        })
+    }
+
+    pub(crate) async fn next_due(self: Arc<Self>) -> Result<Option<Millis>> {
+        let client = self.client().await?;
+        let rows = client.rows(&self.sql.next_due, &[]).await.map_err(pg)?;
+        match rows.first() {
+            None => Ok(None),
+            Some(row) => {
+                let v: i64 = row.try_get(0).map_err(pg)?;
+                u64::try_from(v)
+                    .map(Some)
+                    .map_err(|_| corrupt("a negative deadline"))
+            }
+        }
+    }
+
+    pub(crate) async fn prune(self: Arc<Self>, older_than: Millis) -> Result<u64> {
+        let sql = &self.sql;
+        let at = millis(older_than);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        // Rejected records hold no place in their group, so removing them promotes no one.
+        let rejected = tx.run(&sql.prune_rejected, &[&at]).await.map_err(pg)?;
+        let buried = tx.run(&sql.prune_tombstones, &[&at]).await.map_err(pg)?;
+        tx.commit().await.map_err(pg)?;
+        Ok(rejected + buried)
+    }
+}
+
+/// A locked row as `apply` sees it while it works through a batch.
+struct Current {
+    group: Option<String>,
+    state: State,
+    token: Option<i64>,
+}
+
+fn pool_err(err: deadpool_postgres::PoolError) -> Error {
+    pool(err)
+}
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+        self.core.check_payloads(&records)?;
+        self.run(move |core| core.enqueue(records, now)).await
+    }
+
+    async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
+        self.run(move |core| core.claim(claim)).await
+    }
+
+    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
+        let ids = ids.to_vec();
+        self.run(move |core| core.renew(ids, lease)).await
+    }
+
+    async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
+        self.run(move |core| core.apply(transitions)).await
+    }
+
+    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.run(move |core| core.expired(now, limit)).await
+    }
+
+    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.run(move |core| core.scheduled_after(at, limit)).await
+    }
+
+    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
+        self.run(move |core| core.get(id)).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
+        let query = query.clone();
+        self.run(move |core| core.list(query)).await
+    }
+
+    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
+        self.run(move |core| core.tombstones(after, limit)).await
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.run(|core| core.stats()).await
+    }
+
+    async fn next_due(&self) -> Result<Option<Millis>> {
+        self.run(|core| core.next_due()).await
+    }
+
+    async fn prune(&self, older_than: Millis) -> Result<u64> {
+        self.run(move |core| core.prune(older_than)).await
+    }
+}

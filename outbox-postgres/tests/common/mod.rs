@@ -1,0 +1,204 @@
+//! What every test of this crate shares: finding the server, a fresh schema per test, and the
+//! conformance backend.
+//!
+//! Environment:
+//! - `OUTBOX_PG_URL`: the server (default `postgres://postgres@127.0.0.1:5432/test`).
+//! - `OUTBOX_PG_REQUIRED=1`: a missing server fails the tests instead of skipping them (CI).
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{Result, Store};
+use outbox_postgres::{PgConfig, PgStore};
+use outbox_testkit::{Backend, Capabilities};
+
+/// The variable naming the server.
+pub const URL_ENV: &str = "OUTBOX_PG_URL";
+/// The variable that turns a missing server into a failure.
+pub const REQUIRED_ENV: &str = "OUTBOX_PG_REQUIRED";
+/// The server the project's machines and CI run.
+pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The server URL from the environment, or the default.
+pub fn url() -> String {
+    std::env::var(URL_ENV).unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// Runs `future` on a fresh runtime in its own thread: usable from sync code and from inside
+/// another runtime (a `Drop`, a sync test).
+pub fn block_on_side<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for test set-up");
+        runtime.block_on(future)
+    });
+    match thread.join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// True when a server answers at [`url`]. Without one, says so loudly and returns false,
+/// unless `OUTBOX_PG_REQUIRED=1`, which makes it panic so CI never passes by skipping.
+pub fn server_ready() -> bool {
+    static READY: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let result = READY.get_or_init(|| {
+        let url = url();
+        block_on_side(async move {
+            let config: tokio_postgres::Config =
+                url.parse().map_err(|e| format!("bad {URL_ENV}: {e}"))?;
+            let connect = config.connect(tokio_postgres::NoTls);
+            match tokio::time::timeout(Duration::from_secs(5), connect).await {
+                Ok(Ok((client, connection))) => {
+                    drop(client);
+                    drop(connection);
+                    Ok(())
+                }
+                Ok(Err(err)) => Err(format!("{url}: {err}")),
+                Err(_) => Err(format!("{url}: no answer within 5 s")),
+            }
+        })
+    });
+    match result {
+        Ok(()) => true,
+        Err(why) => {
+            if std::env::var(REQUIRED_ENV).is_ok_and(|v| v == "1") {
+                panic!("{REQUIRED_ENV}=1 but no PostgreSQL server answers: {why}");
+            }
+            eprintln!(
+                "\n*** SKIPPED: no PostgreSQL server answers ({why}).\n*** Set {URL_ENV} to a \
+                 server, or {REQUIRED_ENV}=1 to make this a failure. ***\n"
+            );
+            false
+        }
+    }
+}
+
+/// A schema name no other test uses.
+pub fn fresh_schema() -> String {
+    format!("outbox_test_{:016x}", fastrand::u64(..))
+}
+
+/// The store settings tests use for `schema`: a small pool, so many tests fit in the server's
+/// connection limit at once.
+pub fn config(schema: &str) -> PgConfig {
+    PgConfig::new(url(), schema).with_pool_size(4)
+}
+
+/// Drops `schemas` and everything in them.
+pub fn drop_schemas(schemas: Vec<String>) {
+    if schemas.is_empty() {
+        return;
+    }
+    let url = url();
+    block_on_side(async move {
+        let Ok((client, connection)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await
+        else {
+            return;
+        };
+        tokio::spawn(connection);
+        // A test that failed may have left a session holding locks; do not hang on it.
+        let _ = client.batch_execute("SET lock_timeout = '5s'").await;
+        for schema in schemas {
+            if let Err(err) = client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                .await
+            {
+                eprintln!("could not drop test schema {schema}: {err}");
+            }
+        }
+    });
+}
+
+/// One client on the test server, its connection driven in the background.
+pub async fn admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .expect("the test server accepts a connection");
+    tokio::spawn(connection);
+    client
+}
+
+/// The conformance backend: each `create` makes a fresh schema, dropped with the backend.
+#[derive(Debug, Default)]
+pub struct PgBackend {
+    schemas: Mutex<Vec<String>>,
+}
+
+impl PgBackend {
+    /// A backend with no schemas yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Remembers `schema` for the clean-up.
+    pub fn adopt(&self, schema: &str) {
+        self.schemas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(schema.to_owned());
+    }
+}
+
+impl Drop for PgBackend {
+    fn drop(&mut self) {
+        let schemas = std::mem::take(&mut *self.schemas.lock().unwrap_or_else(|e| e.into_inner()));
+        drop_schemas(schemas);
+    }
+}
+
+#[async_trait]
+impl Backend for PgBackend {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            persistent: true,
+            shared: true,
+        }
+    }
+
+    async fn create(&self) -> Result<String> {
+        let schema = fresh_schema();
+        self.adopt(&schema);
+        PgStore::connect(config(&schema)).await?;
+        Ok(schema)
+    }
+
+    async fn open(&self, location: &str) -> Result<Arc<dyn Store>> {
+        Ok(Arc::new(PgStore::connect(config(location)).await?))
+    }
+}
+
+/// A fresh schema, dropped when this guard goes.
+pub struct Scratch {
+    pub schema: String,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Scratch {
+            schema: fresh_schema(),
+        }
+    }
+
+    pub async fn store(&self) -> PgStore {
+        PgStore::connect(config(&self.schema))
+            .await
+            .expect("the test store opens")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        drop_schemas(vec![self.schema.clone()]);
+    }
+}
