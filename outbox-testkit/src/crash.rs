@@ -299,7 +299,24 @@ async fn worker_main<B: Backend>(role: &str, backend: B) -> Result<(), Failure> 
             tokio::task::yield_now().await;
         }
     }
-    outbox.flush(Duration::from_secs(60)).await?;
+    // Drain everything the worker can: flush covers what is due now, and the retries the
+    // tiny backoffs schedule a few milliseconds out are awaited through the runner's events.
+    let mut progress = outbox.events();
+    loop {
+        outbox.flush(Duration::from_secs(60)).await?;
+        let stats = outbox.stats().await?;
+        if stats.pending + stats.retrying + stats.in_flight == 0 {
+            break;
+        }
+        if tokio::time::timeout(Duration::from_secs(60), progress.recv())
+            .await
+            .is_err()
+        {
+            return Err(Failure::new(format!(
+                "worker: the queue stopped moving: {stats:?}"
+            )));
+        }
+    }
     outbox.shutdown(Duration::from_secs(60)).await?;
     let _ = listener.await;
     ledger(format_args!("done"));

@@ -12,8 +12,27 @@
 /// outbox_testkit::conformance!(outbox_testkit::MemoryBackend::new());
 /// # fn main() {}
 /// ```
+///
+/// To run the suite on several configurations in one file, name a module for each; the tests
+/// are then `<module>::<scenario>`:
+///
+/// ```
+/// outbox_testkit::conformance!(small_payloads => outbox_testkit::MemoryBackend::new());
+/// outbox_testkit::conformance!(defaults => outbox_testkit::MemoryBackend::new());
+/// # fn main() {}
+/// ```
+///
+/// The macro also generates `__outbox_testkit_worker`, the entry of the child processes of the
+/// crash scenarios; in a normal run it returns at once.
 #[macro_export]
 macro_rules! conformance {
+    ($module:ident => $backend:expr $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::conformance!($backend);
+        }
+    };
     ($backend:expr $(,)?) => {
         $crate::__conformance_tests! {
             ($backend)

@@ -1,0 +1,3 @@
+//! Fixtures shared by the testkit's own test binaries.
+
+pub(crate) mod journal;
