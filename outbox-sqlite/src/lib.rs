@@ -20,7 +20,16 @@
 //! Enqueue rate at the default durability ([`Durability::Full`]: WAL, `synchronous = FULL`),
 //! measured with `cargo run --release -p outbox-sqlite --example enqueue_rate`:
 //!
-//! MEASUREMENTS
+//! | producers | enqueues | rate (3 runs) |
+//! |---|---|---|
+//! | 1 | 5,000, one at a time | 1,700 – 2,100 enqueues/s |
+//! | 64, concurrent | 32,000 (500 each) | 26,000 – 41,000 enqueues/s |
+//!
+//! One 256-byte record per `enqueue` call, each returning only once its record was synced.
+//! Machine: a 2-core VM, ext4 on a virtual disk, with other builds running (load average about
+//! 4), so the figures vary from run to run; on a quieter moment the same machine did about
+//! 4,000 – 5,500 with one producer. A lone producer pays one WAL sync per record; the 64 share
+//! each sync through group commit, 15 to 20 times the rate.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

@@ -211,3 +211,30 @@ async fn many_producers_share_commits_and_every_acknowledged_record_is_kept() {
     let stats = store.stats().await.expect("stats");
     assert_eq!(stats.pending, 320);
 }
+
+#[tokio::test]
+async fn a_write_lock_held_elsewhere_past_the_busy_timeout_is_a_temporary_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("busy.db");
+    let config = SqliteConfig::default().busy_timeout(std::time::Duration::from_millis(20));
+    let store = SqliteStore::create(&path, config).await.expect("create");
+    let other = Connection::open(&path).expect("open");
+    other
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
+
+    let busy = store.enqueue(vec![NewRecord::new(b"x".to_vec())], 1).await;
+    match busy {
+        Err(err) => assert!(err.is_temporary(), "{err:?}"),
+        Ok(ids) => panic!("enqueued {ids:?} under another writer's lock"),
+    }
+    // Reads are not blocked by a writer (WAL).
+    assert_eq!(store.stats().await.expect("stats").pending, 0);
+
+    other.execute_batch("COMMIT").expect("release");
+    let ids = store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], 1)
+        .await
+        .expect("enqueue once the lock is free");
+    assert_eq!(ids, vec![RecordId(1)]);
+}
