@@ -1,0 +1,395 @@
+//! What only the PostgreSQL store promises: the caller's transaction, guarded migrations,
+//! wake-ups by `LISTEN`/`NOTIFY`, and many claimers on one schema at once.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{admin, config, server_ready, Scratch};
+use outbox_core::{Change, Claim, Error, Guard, Lease, NewRecord, RecordId, Store, Transition};
+use outbox_postgres::{PgConfig, PgStore, SCHEMA_VERSION};
+
+const T0: u64 = 1_700_000_000_000;
+
+/// Bounds every wait of these tests: long enough for a loaded CI machine, and a hang fails
+/// instead of blocking the suite.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_in_commits_and_rolls_back_with_the_business_row() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let store = scratch.store().await;
+    let mut client = admin().await;
+    let s = &scratch.schema;
+    client
+        .batch_execute(&format!("CREATE TABLE \"{s}\".orders (id int PRIMARY KEY)"))
+        .await
+        .unwrap();
+
+    let tx = client.transaction().await.unwrap();
+    tx.execute(&format!("INSERT INTO \"{s}\".orders VALUES (1)"), &[])
+        .await
+        .unwrap();
+    let kept = store
+        .enqueue_in(&tx, vec![NewRecord::new(b"paid 1".to_vec())], T0)
+        .await
+        .unwrap();
+    // Not visible to anyone before the commit.
+    assert_eq!(store.stats().await.unwrap().pending, 0);
+    tx.commit().await.unwrap();
+
+    let tx = client.transaction().await.unwrap();
+    tx.execute(&format!("INSERT INTO \"{s}\".orders VALUES (2)"), &[])
+        .await
+        .unwrap();
+    let dropped = store
+        .enqueue_in(&tx, vec![NewRecord::new(b"paid 2".to_vec())], T0)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    let orders: i64 = client
+        .query_one(&format!("SELECT count(*) FROM \"{s}\".orders"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(orders, 1);
+    assert!(store.get(kept[0]).await.unwrap().is_some());
+    assert!(store.get(dropped[0]).await.unwrap().is_none());
+    assert_eq!(store.stats().await.unwrap().pending, 1);
+    // A refused payload fails the call before anything is written in the caller's transaction.
+    let small = PgStore::connect(config(s).with_max_payload(3))
+        .await
+        .unwrap();
+    let tx = client.transaction().await.unwrap();
+    let refused = small
+        .enqueue_in(&tx, vec![NewRecord::new(b"four".to_vec())], T0)
+        .await;
+    assert!(matches!(
+        refused,
+        Err(Error::PayloadTooLarge { size: 4, max: 3 })
+    ));
+    tx.commit().await.unwrap();
+    assert_eq!(store.stats().await.unwrap().pending, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_starting_together_migrate_once() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let opens = (0..6).map(|_| PgStore::connect(config(&scratch.schema)));
+    for result in futures::future::join_all(opens).await {
+        result.expect("every concurrent opener succeeds");
+    }
+    let client = admin().await;
+    let version: i32 = client
+        .query_one(
+            &format!("SELECT version FROM \"{}\".schema_version", scratch.schema),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, SCHEMA_VERSION as i32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_refused_and_left_untouched() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let store = scratch.store().await;
+    let ids = store
+        .enqueue(vec![NewRecord::new(b"keep me".to_vec())], T0)
+        .await
+        .unwrap();
+    let client = admin().await;
+    let s = &scratch.schema;
+    client
+        .batch_execute(&format!("UPDATE \"{s}\".schema_version SET version = 99"))
+        .await
+        .unwrap();
+    match PgStore::connect(config(s)).await {
+        Err(Error::SchemaTooNew { found, supported }) => {
+            assert_eq!((found, supported), (99, SCHEMA_VERSION));
+        }
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    let version: i32 = client
+        .query_one(&format!("SELECT version FROM \"{s}\".schema_version"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 99);
+    assert!(store.get(ids[0]).await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_schema_is_not_taken_for_an_outbox() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let client = admin().await;
+    let s = &scratch.schema;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{s}\"; CREATE TABLE \"{s}\".invoices (id int); \
+             INSERT INTO \"{s}\".invoices VALUES (7);"
+        ))
+        .await
+        .unwrap();
+    let result = PgStore::connect(config(s)).await;
+    assert!(
+        matches!(result, Err(Error::NotAnOutbox { .. })),
+        "{result:?}"
+    );
+    let kept: i64 = client
+        .query_one(&format!("SELECT count(*) FROM \"{s}\".invoices"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 1);
+    let tables: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+            &[&s.as_str()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 1, "nothing was added to the foreign schema");
+}
+
+#[tokio::test]
+async fn bad_settings_and_absent_servers_give_typed_errors() {
+    let bad_name = PgStore::connect(PgConfig::new(common::url(), "Robert'); DROP")).await;
+    assert!(
+        matches!(bad_name, Err(Error::InvalidConfig(_))),
+        "{bad_name:?}"
+    );
+    // Nothing listens on port 1: the error says "try later", which the runner retries.
+    let absent = PgStore::connect(
+        PgConfig::new("postgres://postgres@127.0.0.1:1/test", "outbox")
+            .with_connect_timeout(Some(Duration::from_secs(5))),
+    )
+    .await;
+    match absent {
+        Err(err @ Error::Unavailable { .. }) => {
+            assert!(err.is_temporary());
+            assert!(
+                std::error::Error::source(&err).is_some(),
+                "the cause is kept"
+            );
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_in_one_process_wakes_listeners_in_others() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let writer = scratch.store().await;
+    let app = format!("outbox-listen-{}", fastrand::u32(..));
+    let reader = PgStore::connect(config(&scratch.schema).with_application_name(&app))
+        .await
+        .unwrap();
+    let wakeups = reader.listen().await.unwrap();
+    writer
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], T0)
+        .await
+        .unwrap();
+    tokio::time::timeout(PATIENCE, wakeups.notified())
+        .await
+        .expect("the enqueue's NOTIFY arrives");
+
+    // Kill the listening session: the listener reconnects, wakes once for what it may have
+    // missed, and hears later enqueues again.
+    let client = admin().await;
+    let killed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND query ILIKE 'LISTEN%') AS t",
+            &[&app],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1, "the listener's session was found and ended");
+    tokio::time::timeout(PATIENCE, wakeups.notified())
+        .await
+        .expect("the listener wakes after it reconnects");
+    // Wait until the new session listens, then check a fresh enqueue is heard.
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let listening: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+                     AND query ILIKE 'LISTEN%'",
+                    &[&app],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if listening == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the listener reconnects");
+    writer
+        .enqueue(vec![NewRecord::new(b"y".to_vec())], T0)
+        .await
+        .unwrap();
+    tokio::time::timeout(PATIENCE, wakeups.notified())
+        .await
+        .expect("enqueues are heard after the reconnect");
+}
+
+/// Several stores (separate pools, as separate hosts would have) claim from one schema at once:
+/// no record is claimed twice, a group never has two records in flight, and each group is
+/// delivered in id order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_claimers_take_disjoint_records_one_per_group() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let seed = store_seed();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let setup = scratch.store().await;
+    let mut records = Vec::new();
+    for i in 0..300 {
+        let record = NewRecord::new(format!("r{i}").into_bytes());
+        records.push(match rng.u8(..4) {
+            0 => record,
+            _ => record.in_group(format!("g{}", rng.u8(..12))),
+        });
+    }
+    let ids = setup.enqueue(records.clone(), T0).await.unwrap();
+    let group_of: HashMap<RecordId, Option<String>> = ids
+        .iter()
+        .copied()
+        .zip(records.iter().map(|r| r.group.clone()))
+        .collect();
+    let group_of = Arc::new(group_of);
+
+    #[derive(Default)]
+    struct Ledger {
+        claimed: HashSet<RecordId>,
+        in_flight: HashMap<String, RecordId>,
+        order: BTreeMap<String, Vec<RecordId>>,
+    }
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let mut tasks = Vec::new();
+    for worker in 0..4u64 {
+        let store = scratch.store().await;
+        let ledger = Arc::clone(&ledger);
+        let group_of = Arc::clone(&group_of);
+        tasks.push(tokio::spawn(async move {
+            let mut token = worker << 32;
+            loop {
+                token += 1;
+                let lease = Lease {
+                    token,
+                    until: T0 + 60_000,
+                };
+                let claimed = store
+                    .claim(Claim {
+                        now: T0,
+                        limit: 3,
+                        lease,
+                    })
+                    .await
+                    .unwrap();
+                if claimed.is_empty() {
+                    if store.stats().await.unwrap().undelivered() == 0 {
+                        return;
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                {
+                    let mut ledger = ledger.lock().unwrap();
+                    for record in &claimed {
+                        assert!(
+                            ledger.claimed.insert(record.id),
+                            "{} claimed twice",
+                            record.id
+                        );
+                        if let Some(group) = &group_of[&record.id] {
+                            if let Some(other) = ledger.in_flight.insert(group.clone(), record.id) {
+                                panic!("{group}: {other} and {} in flight at once", record.id);
+                            }
+                            ledger
+                                .order
+                                .entry(group.clone())
+                                .or_default()
+                                .push(record.id);
+                        }
+                    }
+                }
+                // "Deliver": let the other claimers run while these records are in flight.
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                {
+                    // Free the groups before the report commits: a next record claimed after
+                    // the commit must find its group free.
+                    let mut ledger = ledger.lock().unwrap();
+                    for record in &claimed {
+                        if let Some(group) = &group_of[&record.id] {
+                            ledger.in_flight.remove(group);
+                        }
+                    }
+                }
+                let transitions = claimed
+                    .iter()
+                    .map(|r| Transition {
+                        id: r.id,
+                        guard: Guard::Lease(token),
+                        change: Change::Delivered,
+                    })
+                    .collect();
+                let applied = store.apply(transitions).await.unwrap();
+                assert!(applied.skipped.is_empty());
+            }
+        }));
+    }
+    tokio::time::timeout(PATIENCE, futures::future::try_join_all(tasks))
+        .await
+        .unwrap_or_else(|_| panic!("the claimers did not finish (seed {seed})"))
+        .unwrap_or_else(|e| panic!("a claimer failed (seed {seed}): {e}"));
+    let ledger = ledger.lock().unwrap();
+    assert_eq!(ledger.claimed.len(), ids.len(), "seed {seed}");
+    for (group, order) in &ledger.order {
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "{group} out of order: {order:?} (seed {seed})"
+        );
+    }
+    let stats = setup.stats().await.unwrap();
+    assert_eq!(stats.delivered, ids.len() as u64);
+    assert_eq!(stats.undelivered(), 0);
+}
+
+/// The seed of the randomized test: `OUTBOX_PG_SEED` replays a failure.
+fn store_seed() -> u64 {
+    std::env::var("OUTBOX_PG_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..))
+}
