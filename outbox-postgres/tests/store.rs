@@ -373,13 +373,15 @@ async fn concurrent_claimers_take_disjoint_records_one_per_group() {
         .await
         .unwrap_or_else(|_| panic!("the claimers did not finish (seed {seed})"))
         .unwrap_or_else(|e| panic!("a claimer failed (seed {seed}): {e}"));
-    let ledger = ledger.lock().unwrap();
-    assert_eq!(ledger.claimed.len(), ids.len(), "seed {seed}");
-    for (group, order) in &ledger.order {
-        assert!(
-            order.windows(2).all(|w| w[0] < w[1]),
-            "{group} out of order: {order:?} (seed {seed})"
-        );
+    {
+        let ledger = ledger.lock().unwrap();
+        assert_eq!(ledger.claimed.len(), ids.len(), "seed {seed}");
+        for (group, order) in &ledger.order {
+            assert!(
+                order.windows(2).all(|w| w[0] < w[1]),
+                "{group} out of order: {order:?} (seed {seed})"
+            );
+        }
     }
     let stats = setup.stats().await.unwrap();
     assert_eq!(stats.delivered, ids.len() as u64);
