@@ -159,61 +159,59 @@ fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>) {
             for job in jobs {
                 job.abort(echo(&err));
             }
-            // Writes that ran before belong to a transaction that is gone.
-            for done in ran.drain(..) {
-                done.settle(Err(echo(&err)));
-            }
             return;
         }
         for job in jobs.by_ref() {
             if let Err(err) = conn.execute_batch("SAVEPOINT job").map_err(db) {
+                lose_transaction(conn, &mut ran, &err);
                 job.abort(err);
-                continue;
+                continue 'transaction;
             }
             let done = job.run(conn);
-            if done.error().is_none() {
-                if let Err(err) = conn.execute_batch("RELEASE job").map_err(db) {
-                    done.settle(Err(err));
-                } else {
-                    ran.push(done);
-                }
+            let failure = match done.error() {
+                Some(own) => Some(echo(own)),
+                None => conn.execute_batch("RELEASE job").map_err(db).err(),
+            };
+            let Some(failure) = failure else {
+                ran.push(done);
                 continue;
+            };
+            // Undo this write alone and go on with the others, unless SQLite already rolled
+            // back the whole transaction (a full disk or an I/O error can) or cannot undo it.
+            let undone =
+                !conn.is_autocommit() && conn.execute_batch("ROLLBACK TO job; RELEASE job").is_ok();
+            let answer = match done.error() {
+                Some(_) => Ok(()),
+                None => Err(echo(&failure)),
+            };
+            done.settle(answer);
+            if !undone {
+                lose_transaction(conn, &mut ran, &failure);
+                continue 'transaction;
             }
-            if !conn.is_autocommit() {
-                // The write failed alone: undo what it did and go on with the others.
-                let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
-                done.settle(Ok(()));
-                continue;
-            }
-            // SQLite rolled back the whole transaction (a full disk or an I/O error can):
-            // the writes that ran before this one are lost, so they fail too.
-            let echoes: Vec<Error> = ran
-                .iter()
-                .map(|_| done.error().map_or(Error::Stopped, echo))
-                .collect();
-            for (earlier, err) in ran.drain(..).zip(echoes) {
-                earlier.settle(Err(err));
-            }
-            done.settle(Ok(()));
-            continue 'transaction;
         }
         break;
     }
-    let commit = conn.execute_batch("COMMIT").map_err(db);
-    match commit {
+    match conn.execute_batch("COMMIT").map_err(db) {
         Ok(()) => {
             for done in ran {
                 done.settle(Ok(()));
             }
         }
-        Err(err) => {
-            if !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            for done in ran {
-                done.settle(Err(echo(&err)));
-            }
+        Err(err) => lose_transaction(conn, &mut ran, &err),
+    }
+}
+
+/// Rolls back the batch's transaction (if SQLite has not already) and fails the writes that
+/// ran in it: none of them is durable.
+fn lose_transaction(conn: &Connection, ran: &mut Vec<Box<dyn Ran>>, cause: &Error) {
+    if !conn.is_autocommit() {
+        if let Err(err) = conn.execute_batch("ROLLBACK") {
+            tracing::error!(error = %err, "rolling back a failed outbox transaction failed");
         }
+    }
+    for done in ran.drain(..) {
+        done.settle(Err(echo(cause)));
     }
 }
 
@@ -256,5 +254,107 @@ impl Reader {
             }))
             .map_err(|_| Error::Stopped)?;
         wait(answer).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Reply = oneshot::Receiver<Result<i64>>;
+
+    /// A write that inserts `value` into `t`, then fails if `fail` says so.
+    fn insert(value: i64, fail: Option<&'static str>) -> (Box<dyn Job>, Reply) {
+        let (reply, answer) = oneshot::channel();
+        let work = move |conn: &Connection| -> Result<i64> {
+            conn.execute("INSERT INTO t VALUES (?1)", [value])
+                .map_err(db)?;
+            match fail {
+                None => Ok(value),
+                Some(sql) => {
+                    // Let the test decide what the failure leaves behind.
+                    let _ = conn.execute_batch(sql);
+                    Err(Error::InvalidConfig(format!("write {value} failed")))
+                }
+            }
+        };
+        (Box::new(Task { work, reply }), answer)
+    }
+
+    fn table() -> Connection {
+        let conn = Connection::open_in_memory().expect("open");
+        conn.execute_batch("CREATE TABLE t (v INTEGER)")
+            .expect("table");
+        conn
+    }
+
+    fn values(conn: &Connection) -> Vec<i64> {
+        let mut stmt = conn.prepare("SELECT v FROM t ORDER BY v").expect("prepare");
+        stmt.query_map([], |row| row.get(0))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows")
+    }
+
+    fn answer(reply: &mut Reply) -> Result<i64> {
+        reply.try_recv().expect("answered")
+    }
+
+    #[test]
+    fn a_failing_write_is_undone_alone_and_the_others_commit() {
+        let mut conn = table();
+        let (a, mut ra) = insert(1, None);
+        let (b, mut rb) = insert(2, Some("SELECT 1"));
+        let (c, mut rc) = insert(3, None);
+        commit_batch(&mut conn, vec![a, b, c]);
+        assert_eq!(answer(&mut ra).expect("first"), 1);
+        assert!(matches!(answer(&mut rb), Err(Error::InvalidConfig(_))));
+        assert_eq!(answer(&mut rc).expect("third"), 3);
+        assert_eq!(values(&conn), vec![1, 3]);
+        assert!(conn.is_autocommit(), "no transaction left open");
+    }
+
+    #[test]
+    fn writes_of_a_transaction_lost_to_another_write_fail_too() {
+        let mut conn = table();
+        let (a, mut ra) = insert(1, None);
+        // The failure takes the whole transaction with it, as a full disk may.
+        let (b, mut rb) = insert(2, Some("ROLLBACK"));
+        let (c, mut rc) = insert(3, None);
+        commit_batch(&mut conn, vec![a, b, c]);
+        assert!(answer(&mut ra).is_err(), "its transaction was rolled back");
+        assert!(answer(&mut rb).is_err());
+        assert_eq!(answer(&mut rc).expect("third, in a new transaction"), 3);
+        assert_eq!(values(&conn), vec![3]);
+    }
+
+    #[test]
+    fn a_failed_commit_fails_every_write_of_the_batch() {
+        let mut conn = table();
+        // A deferred foreign key that is broken at commit time makes COMMIT fail.
+        conn.execute_batch(
+            "PRAGMA foreign_keys = ON;
+             CREATE TABLE parent (id INTEGER PRIMARY KEY);
+             CREATE TABLE child (p INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .expect("tables");
+        let (a, mut ra) = insert(1, None);
+        let (reply, mut rb) = oneshot::channel();
+        let broken = Task {
+            work: |conn: &Connection| -> Result<i64> {
+                conn.execute("INSERT INTO child VALUES (42)", [])
+                    .map_err(db)?;
+                Ok(42)
+            },
+            reply,
+        };
+        commit_batch(&mut conn, vec![a, Box::new(broken)]);
+        assert!(answer(&mut ra).is_err());
+        assert!(answer(&mut rb).is_err());
+        assert_eq!(values(&conn), Vec::<i64>::new());
+        assert!(
+            conn.is_autocommit(),
+            "the failed transaction was rolled back"
+        );
     }
 }

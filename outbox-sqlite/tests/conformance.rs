@@ -1,23 +1,25 @@
 //! The conformance suite on the SQLite store: every scenario, persistent and shared.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use outbox_core::{Result, Store};
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use outbox_testkit::{Backend, Capabilities};
 
-/// Stores in files of one temporary directory, removed when the backend is dropped.
+/// Stores in files of one temporary directory, removed when the backend is dropped. The
+/// directory is made at the first `create`: the crash scenarios' child processes only `open`
+/// their parent's files, and a killed child would leave its own directory behind.
 struct SqliteBackend {
-    dir: tempfile::TempDir,
+    dir: OnceLock<tempfile::TempDir>,
     next: AtomicUsize,
 }
 
 impl SqliteBackend {
     fn new() -> Self {
         SqliteBackend {
-            dir: tempfile::tempdir().expect("temporary directory"),
+            dir: OnceLock::new(),
             next: AtomicUsize::new(0),
         }
     }
@@ -38,7 +40,10 @@ impl Backend for SqliteBackend {
 
     async fn create(&self) -> Result<String> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let path = self.dir.path().join(format!("outbox-{n}.db"));
+        let dir = self
+            .dir
+            .get_or_init(|| tempfile::tempdir().expect("temporary directory"));
+        let path = dir.path().join(format!("outbox-{n}.db"));
         SqliteStore::create(&path, SqliteConfig::default())
             .await?
             .close()
