@@ -17,6 +17,7 @@ use crate::harness::{ensure, ensure_eq, Failure};
 
 mod lifecycle;
 mod model;
+mod paused;
 mod queue;
 mod restart;
 mod runner;

@@ -2,8 +2,8 @@
 //! and tokio's paused clock, so minutes of backoff pass in no wall-clock time.
 //!
 //! These scenarios need a current-thread runtime (the `conformance!` tests build one) and
-//! pause its clock. A backend's blocking work must run off that thread (`spawn_blocking` or its
-//! own thread), as it must anyway.
+//! pause its clock. Every store call runs on tokio's blocking pool, which holds the paused clock
+//! still while the backend works (see `paused.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +15,7 @@ use outbox_core::{
 };
 use tokio::sync::broadcast;
 
+use super::paused::PausedClockStore;
 use super::{fresh, get, rec, rec_in, T0};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure, ScenarioResult, Verdict};
@@ -34,6 +35,12 @@ fn pause_time() -> Result<(), Failure> {
     )?;
     tokio::time::pause();
     Ok(())
+}
+
+/// A fresh store whose calls keep the paused clock still (see [`PausedClockStore`]).
+async fn fresh_paused(backend: &dyn Backend) -> Result<Arc<dyn Store>, Failure> {
+    let (_, store) = fresh(backend).await?;
+    Ok(PausedClockStore::wrap(store))
 }
 
 /// A policy with exact, small numbers; `jitter` as given.
@@ -158,7 +165,7 @@ async fn enqueue(rig: &Rig, records: Vec<NewRecord>) -> Result<Vec<RecordId>, Fa
 pub async fn runner_backoff_growth_and_cap(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
     for jitter in [Jitter::None, Jitter::Full] {
-        let (_, store) = fresh(backend).await?;
+        let store = fresh_paused(backend).await?;
         let clock = TokioClock::starting_at(T0);
         let sink = ScriptedSink::new(clock);
         sink.script_payload(b"r".to_vec(), vec![Reply::Unavailable; 6]);
@@ -225,7 +232,7 @@ pub async fn runner_backoff_growth_and_cap(backend: &dyn Backend) -> ScenarioRes
 /// `3 processed · 1 parked · 0 blocked`.
 pub async fn runner_poison_at_head(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
-    let (_, store) = fresh(backend).await?;
+    let store = fresh_paused(backend).await?;
     let clock = TokioClock::starting_at(T0);
     let sink = ScriptedSink::new(clock);
     sink.script_payload(b"poison".to_vec(), vec![Reply::Unavailable; 10]);
@@ -271,7 +278,7 @@ pub async fn runner_poison_at_head(backend: &dyn Backend) -> ScenarioResult {
 /// the 1 s of the local schedule.
 pub async fn runner_retry_after(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
-    let (_, store) = fresh(backend).await?;
+    let store = fresh_paused(backend).await?;
     let clock = TokioClock::starting_at(T0);
     let sink = ScriptedSink::new(clock);
     let retry_after = Duration::from_secs(120);
@@ -307,7 +314,7 @@ pub async fn runner_retry_after(backend: &dyn Backend) -> ScenarioResult {
 /// however long it waits; `resume` delivers everything.
 pub async fn runner_halt_resume(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
-    let (_, store) = fresh(backend).await?;
+    let store = fresh_paused(backend).await?;
     let clock = TokioClock::starting_at(T0);
     let sink = ScriptedSink::new(clock);
     sink.script_payload(b"a".to_vec(), [Reply::Unauthorized]);
@@ -392,7 +399,7 @@ impl Sink for Tracking {
 /// own group only, counted as held.
 pub async fn runner_groups(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
-    let (_, store) = fresh(backend).await?;
+    let store = fresh_paused(backend).await?;
     let clock = TokioClock::starting_at(T0);
     let inner = ScriptedSink::new(clock);
     inner.script_payload(b"a1".to_vec(), [Reply::Conflict]);
@@ -451,7 +458,7 @@ pub async fn runner_groups(backend: &dyn Backend) -> ScenarioResult {
 /// is delivered.
 pub async fn runner_manual_retry(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
-    let (_, store) = fresh(backend).await?;
+    let store = fresh_paused(backend).await?;
     let clock = TokioClock::starting_at(T0);
     let sink = ScriptedSink::new(clock);
     sink.script_payload(b"r".to_vec(), vec![Reply::Unavailable; 3]);
@@ -487,7 +494,7 @@ pub async fn runner_manual_retry(backend: &dyn Backend) -> ScenarioResult {
 /// panics every time is parked after `max_interruptions`.
 pub async fn runner_recovers_interrupted(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
-    let (_, store) = fresh(backend).await?;
+    let store = fresh_paused(backend).await?;
     let ids = store.enqueue(vec![rec("left"), rec("boom")], T0).await?;
     let lease = outbox_core::Lease {
         token: 99,
