@@ -1,0 +1,246 @@
+//! The criterion harness: one `benchmark_group` per workload, one row per store and per bare
+//! engine (`BenchmarkId::new(row, size)`), every store at its default durability.
+//!
+//! `cargo bench -p outbox-benches` runs the full plan; with `OUTBOX_BENCH_QUICK=1` the quick
+//! plan; `cargo test` runs every benchmark once at smoke sizes (criterion's test mode). With
+//! `OUTBOX_BENCH_META=<file>` the harness also writes each row's durability setting there, for
+//! `cargo xtask bench-report`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use outbox_benches::bare::{BareEngine, BareKind};
+use outbox_benches::plan::Plan;
+use outbox_benches::subject::{StoreKind, Subject};
+use outbox_benches::{workload, EARLY, FAR};
+use outbox_core::clock::system_now;
+use tokio::runtime::Runtime;
+
+/// Rows are inserted in transactions of this many when a bare backlog is filled.
+const BARE_FILL: usize = 10_000;
+
+fn main() {
+    let benchmarking = std::env::args().any(|a| a == "--bench");
+    let plan = if !benchmarking {
+        Plan::smoke()
+    } else if std::env::var_os("OUTBOX_BENCH_QUICK").is_some() {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut c = Criterion::default()
+        .sample_size(plan.samples)
+        .warm_up_time(Duration::from_millis(plan.warm_up_ms))
+        .measurement_time(Duration::from_millis(plan.measure_ms))
+        .configure_from_args();
+
+    enqueue_one(&mut c, &runtime);
+    enqueue_concurrent(&mut c, &runtime, &plan);
+    enqueue_batch(&mut c, &runtime, &plan);
+    drain(&mut c, &runtime, &plan);
+    due(&mut c, &runtime, &plan);
+
+    c.final_summary();
+    if benchmarking {
+        write_meta();
+    }
+}
+
+/// Panics with the error: a failing workload must stop the run, not be timed.
+fn must<T>(result: outbox_core::Result<T>, what: &str) -> T {
+    result.unwrap_or_else(|err| panic!("{what}: {err}"))
+}
+
+fn open(runtime: &Runtime, kind: StoreKind) -> Subject {
+    must(runtime.block_on(kind.open()), "opening the store")
+}
+
+fn open_bare(kind: BareKind) -> Box<dyn BareEngine> {
+    must(kind.open(), "opening the bare engine")
+}
+
+/// 1. Enqueue, one producer, one record at a time, each awaited until durable.
+fn enqueue_one(c: &mut Criterion, runtime: &Runtime) {
+    let mut group = c.benchmark_group("enqueue-one");
+    group.throughput(Throughput::Elements(1));
+    for kind in StoreKind::ALL {
+        let subject = open(runtime, kind);
+        group.bench_function(BenchmarkId::new(kind.name(), 1), |b| {
+            b.to_async(runtime).iter(|| async {
+                must(
+                    workload::enqueue_one_by_one(&subject.store, 1).await,
+                    "enqueue",
+                )
+            })
+        });
+    }
+    for kind in BareKind::ALL {
+        let mut bare = open_bare(kind);
+        group.bench_function(BenchmarkId::new(kind.name(), 1), |b| {
+            b.iter(|| must(bare.insert_each(1, system_now()), "bare insert"))
+        });
+    }
+    group.finish();
+}
+
+/// 2. Enqueue, concurrent producers, each awaited until durable: group commit at work. The
+///    bare rows insert the same number per transaction as the batch workload.
+fn enqueue_concurrent(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
+    let mut group = c.benchmark_group("enqueue-concurrent");
+    group.throughput(Throughput::Elements(plan.producers as u64));
+    for kind in StoreKind::ALL {
+        let subject = open(runtime, kind);
+        group.bench_function(BenchmarkId::new(kind.name(), plan.producers), |b| {
+            b.to_async(runtime).iter(|| async {
+                must(
+                    workload::enqueue_concurrently(&subject.store, plan.producers).await,
+                    "concurrent enqueue",
+                )
+            })
+        });
+    }
+    bare_batches(&mut group, plan.batch);
+    group.finish();
+}
+
+fn bare_batches(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    batch: usize,
+) {
+    group.throughput(Throughput::Elements(batch as u64));
+    for kind in BareKind::ALL {
+        let mut bare = open_bare(kind);
+        group.bench_function(BenchmarkId::new(kind.name(), batch), |b| {
+            b.iter(|| must(bare.insert_batch(batch, system_now()), "bare insert"))
+        });
+    }
+}
+
+/// 3. Enqueue, batches of `plan.batch` records per call.
+fn enqueue_batch(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
+    let mut group = c.benchmark_group("enqueue-batch");
+    group.throughput(Throughput::Elements(plan.batch as u64));
+    for kind in StoreKind::ALL {
+        let subject = open(runtime, kind);
+        group.bench_function(BenchmarkId::new(kind.name(), plan.batch), |b| {
+            b.to_async(runtime).iter(|| async {
+                must(
+                    workload::enqueue_batch(&subject.store, plan.batch).await,
+                    "batch enqueue",
+                )
+            })
+        });
+    }
+    bare_batches(&mut group, plan.batch);
+    group.finish();
+}
+
+/// 4. End to end: `plan.drain_records` enqueued (not timed), then a runner with the default
+///    batch and concurrency drains them to a no-op sink; timed from its start to an empty
+///    queue. The bare rows claim and delete 100 per transaction.
+fn drain(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
+    let records = plan.drain_records;
+    let mut group = c.benchmark_group("drain");
+    group.throughput(Throughput::Elements(records as u64));
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    for kind in StoreKind::ALL {
+        let subject = open(runtime, kind);
+        let store = Arc::clone(&subject.store);
+        group.bench_function(BenchmarkId::new(kind.name(), records), |b| {
+            b.to_async(runtime).iter_custom(|iters| {
+                let store = Arc::clone(&store);
+                async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        total += must(workload::drain(&store, records).await, "drain").elapsed;
+                    }
+                    total
+                }
+            })
+        });
+    }
+    for kind in BareKind::ALL {
+        let mut bare = open_bare(kind);
+        group.bench_function(BenchmarkId::new(kind.name(), records), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let now = system_now();
+                    must(bare.insert_batch(records, now), "bare fill");
+                    let started = Instant::now();
+                    let removed = must(bare.drain(100, now), "bare drain");
+                    total += started.elapsed();
+                    assert_eq!(
+                        removed, records as u64,
+                        "the bare drain removed every record"
+                    );
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+/// 5. "What is due" over a backlog of records that are not due yet: the runner's claim at a
+///    `now` before every deadline, which must cost the same whatever the backlog.
+fn due(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
+    let mut group = c.benchmark_group("due");
+    for kind in StoreKind::ALL {
+        for backlog in plan.due_backlogs {
+            let subject = open(runtime, kind);
+            must(
+                runtime.block_on(workload::fill_not_due(&subject.store, backlog)),
+                "filling the backlog",
+            );
+            group.bench_function(BenchmarkId::new(kind.name(), backlog), |b| {
+                b.to_async(runtime).iter(|| async {
+                    let claimed = must(workload::what_is_due(&subject.store).await, "due");
+                    assert_eq!(claimed, 0, "nothing is due yet");
+                })
+            });
+        }
+    }
+    for kind in BareKind::ALL {
+        for backlog in plan.due_backlogs {
+            let mut bare = open_bare(kind);
+            let mut left = backlog;
+            while left > 0 {
+                let n = left.min(BARE_FILL);
+                must(bare.insert_batch(n, FAR), "bare fill");
+                left -= n;
+            }
+            group.bench_function(BenchmarkId::new(kind.name(), backlog), |b| {
+                b.iter(|| {
+                    let due = must(bare.due(EARLY, 32), "bare due");
+                    assert_eq!(due, 0, "nothing is due yet");
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+/// Writes `row<TAB>durability` for every row to `$OUTBOX_BENCH_META`, for the report.
+fn write_meta() {
+    let Some(path) = std::env::var_os("OUTBOX_BENCH_META") else {
+        return;
+    };
+    let mut text = String::new();
+    for kind in StoreKind::ALL {
+        text.push_str(&format!("{}\t{}\n", kind.name(), kind.durability()));
+    }
+    for kind in BareKind::ALL {
+        text.push_str(&format!("{}\t{}\n", kind.name(), kind.durability()));
+    }
+    if let Err(err) = std::fs::write(&path, text) {
+        eprintln!("could not write {}: {err}", path.to_string_lossy());
+    }
+}

@@ -1,0 +1,47 @@
+//! Benchmarks of every `outbox` store, each next to the bare engine doing the same durable
+//! work, so that every figure comes with a ratio measured in the same run.
+//!
+//! The workloads live here, in the library, so the criterion harness (`benches/outbox.rs`),
+//! the smoke tests and the peak-memory tool (`drain-rss`) all run the same code:
+//!
+//! - [`subject`]: the stores under test, each opened at its default durability;
+//! - [`bare`]: rusqlite and redb driven directly, with the same durability settings;
+//! - [`workload`]: enqueue (one at a time, concurrent producers, batches), the end-to-end
+//!   drain, and "what is due" over a backlog of records that are not yet due;
+//! - [`plan`]: the sizes of a full run, a quick run and a smoke run;
+//! - [`rss`]: the resident-memory figures the peak-memory tool reports.
+//!
+//! Run everything and write `BENCHMARKS.md` with `cargo xtask bench-report` (add `--quick` for a
+//! smoke run of a minute or two).
+//!
+//! ```
+//! # fn main() -> outbox_core::Result<()> {
+//! use outbox_benches::{subject::StoreKind, workload};
+//!
+//! let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+//! runtime.block_on(async {
+//!     let subject = StoreKind::Memory.open().await?;
+//!     let drained = workload::drain(&subject.store, 100).await?;
+//!     assert_eq!(drained.records, 100);
+//!     Ok(())
+//! })
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+pub mod bare;
+mod error;
+pub mod plan;
+pub mod rss;
+pub mod subject;
+pub mod workload;
+
+/// The payload every benchmark writes: 128 bytes, the size of a small JSON API write.
+pub const PAYLOAD: [u8; 128] = [b'x'; 128];
+
+/// A deadline far in the future (year 2100 in Unix milliseconds): records due then are the
+/// backlog that "what is due" must not pay for.
+pub const FAR: u64 = 4_102_444_800_000;
+
+/// The `now` at which the due query runs: before every [`FAR`] deadline.
+pub const EARLY: u64 = 1_000;
