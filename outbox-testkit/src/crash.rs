@@ -328,11 +328,13 @@ fn number(line: &[String], at: usize) -> Option<u64> {
 }
 
 /// SIGKILL at random points: several workers enqueue and drain on one store and are killed
-/// at seeded random ledger lines (the first ones during opening and start-up recovery), then one
-/// runs to the end. Against the reopened store: no acknowledged enqueue is lost, nothing
-/// acknowledged as delivered is still queued, parked records keep their attempts, every record
-/// is delivered exactly once in the store's count, and duplicates at the sink are bounded by
-/// the number of kills.
+/// at seeded random ledger lines (the first one during opening and start-up recovery), then one
+/// runs to the end. After every worker, against the reopened store: no acknowledged enqueue is
+/// lost, nothing acknowledged as delivered is still queued, every record's attempts lie between
+/// the attempts acknowledged and the 503s the sink gave, no deadline is earlier than the last
+/// one acknowledged, parked records are still parked. At the end: only records that spent their
+/// budget or crash-looped remain, the delivered counter counts each delivered record once, and
+/// duplicates at the sink are bounded by the number of kills.
 pub async fn crash_sigkill(backend: &dyn Backend, worker: &Worker) -> ScenarioResult {
     if let Some(skip) = skip_unless(backend, "crash_sigkill", Capability::Persistent) {
         return Ok(skip);
@@ -358,111 +360,179 @@ pub async fn crash_sigkill_seeded(
     const KILLED: u64 = 5;
     let location = backend.create().await?;
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut runs = Vec::new();
+    let mut ledger = Ledger::default();
+    let mut kills = 0;
     for round in 0..=KILLED {
         let kill_after = (round < KILLED).then(|| match round {
             0 => 1, // right after "opening": during open and start-up recovery
             _ => rng.usize(0..RECORDS * 4),
         });
-        let (worker, location) = (worker.clone(), location.clone());
-        let run = tokio::task::spawn_blocking(move || {
-            run_child(&worker, DRAIN, &location, round, true, kill_after)
-        })
-        .await
-        .map_err(|e| Failure::new(format!("worker thread: {e}")))??;
-        runs.push(run);
-    }
-    let last = runs.last().ok_or_else(|| Failure::new("no worker ran"))?;
-    ensure(last.finished(), || {
-        format!(
-            "the last worker did not finish; its stderr:\n{}",
-            last.stderr
-        )
-    })?;
-    let kills = runs.iter().filter(|r| r.killed).count();
-
-    let mut enqueued = BTreeMap::new();
-    let mut delivered = BTreeSet::new();
-    let mut parked = BTreeSet::new();
-    let mut sink_ok: BTreeMap<u64, usize> = BTreeMap::new();
-    for line in runs.iter().flat_map(|r| &r.lines) {
-        match (line.first().map(String::as_str), number(line, 1)) {
-            (Some("enqueued"), Some(id)) => {
-                enqueued.insert(id, line.get(2).cloned().unwrap_or_default());
-            }
-            (Some("delivered"), Some(id)) => {
-                delivered.insert(id);
-            }
-            (Some("parked"), Some(id)) => {
-                parked.insert(id);
-            }
-            (Some("sink"), Some(id)) if line.get(2).map(String::as_str) == Some("ok") => {
-                *sink_ok.entry(id).or_default() += 1;
-            }
-            _ => {}
+        let (w, l) = (worker.clone(), location.clone());
+        let run =
+            tokio::task::spawn_blocking(move || run_child(&w, DRAIN, &l, round, true, kill_after))
+                .await
+                .map_err(|e| Failure::new(format!("worker thread: {e}")))??;
+        kills += usize::from(run.killed);
+        ledger.read(&run);
+        if round == KILLED {
+            ensure(run.finished(), || {
+                format!(
+                    "the last worker did not finish; its stderr:\n{}",
+                    run.stderr
+                )
+            })?;
         }
+        // Between workers nothing runs, so the store must agree with everything the ledger
+        // acknowledged so far.
+        let store = backend.open(&location).await?;
+        ledger
+            .check(&*store)
+            .await
+            .map_err(|f| f.context(format!("after worker {round} (killed: {})", run.killed)))?;
     }
-    ensure(!enqueued.is_empty(), || {
+    ensure(!ledger.enqueued.is_empty(), || {
         "the workers acknowledged no enqueue".into()
     })?;
-
     let store = backend.open(&location).await?;
-    let mut gone = BTreeSet::new();
-    for (&id, key) in &enqueued {
-        match store.get(RecordId(id)).await? {
-            Some(record) => ensure_eq(&record.key, key, format!("record {id}'s key"))?,
-            None => {
-                ensure(sink_ok.contains_key(&id), || {
-                    format!(
-                        "acknowledged enqueue {id} ({key}) is lost: not queued, never delivered"
-                    )
-                })?;
-                gone.insert(id);
+    ledger.check_drained(&*store, kills).await
+}
+
+/// What the workers acknowledged, from their ledger lines.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Acknowledged enqueues: id to key.
+    enqueued: BTreeMap<u64, String>,
+    /// Records acknowledged as delivered.
+    delivered: BTreeSet<u64>,
+    /// Records acknowledged as parked.
+    parked: BTreeSet<u64>,
+    /// Times the sink answered success, per record.
+    sink_ok: BTreeMap<u64, usize>,
+    /// Times the sink answered 503, per record: an upper bound of its attempts.
+    sink_503: BTreeMap<u64, u32>,
+    /// Acknowledged retries that spent an attempt, per record: a lower bound of its attempts.
+    spent: BTreeMap<u64, u32>,
+    /// The latest acknowledged deadline, per record.
+    deadline: BTreeMap<u64, Millis>,
+}
+
+impl Ledger {
+    fn read(&mut self, run: &Run) {
+        for line in &run.lines {
+            let word = |i: usize| line.get(i).map(String::as_str);
+            let Some(id) = number(line, 1) else { continue };
+            match (word(0), word(2)) {
+                (Some("enqueued"), key) => {
+                    self.enqueued.insert(id, key.unwrap_or_default().to_owned());
+                }
+                (Some("delivered"), _) => {
+                    self.delivered.insert(id);
+                }
+                (Some("parked"), _) => {
+                    self.parked.insert(id);
+                }
+                (Some("sink"), Some("ok")) => *self.sink_ok.entry(id).or_default() += 1,
+                (Some("sink"), Some("503")) => *self.sink_503.entry(id).or_default() += 1,
+                (Some("scheduled"), Some(at)) => {
+                    if let Ok(at) = at.parse::<Millis>() {
+                        let latest = self.deadline.entry(id).or_default();
+                        *latest = (*latest).max(at);
+                    }
+                    if word(3) == Some("true") {
+                        *self.spent.entry(id).or_default() += 1;
+                    }
+                }
+                _ => {}
             }
         }
     }
-    for &id in &delivered {
-        ensure_eq(
-            store.get(RecordId(id)).await?,
-            None,
-            format!("record {id} was acknowledged as delivered"),
-        )?;
-    }
-    for &id in &parked {
-        if let Some(record) = store.get(RecordId(id)).await? {
-            ensure(
-                record.state == outbox_core::State::NeedsAttention
-                    && (record.attempts == 3 || record.interrupted >= 3),
-                || format!("record {id} was acknowledged as parked: {record:?}"),
+
+    /// Checks the store against every acknowledged fact.
+    async fn check(&self, store: &dyn outbox_core::Store) -> Result<(), Failure> {
+        for (&id, key) in &self.enqueued {
+            match store.get(RecordId(id)).await? {
+                Some(record) => ensure_eq(&record.key, key, format!("record {id}'s key"))?,
+                None => {
+                    ensure(self.sink_ok.contains_key(&id), || {
+                        format!("acknowledged enqueue {id} ({key}) is lost: not queued, never delivered")
+                    })?
+                }
+            }
+        }
+        for &id in &self.delivered {
+            ensure_eq(
+                store.get(RecordId(id)).await?,
+                None,
+                format!("record {id} was acknowledged as delivered"),
             )?;
         }
+        for record in crate::scenarios::all_records(store).await? {
+            let id = record.id.0;
+            let (low, high) = (
+                self.spent.get(&id).copied().unwrap_or(0),
+                self.sink_503.get(&id).copied().unwrap_or(0),
+            );
+            ensure(record.attempts >= low && record.attempts <= high, || {
+                format!(
+                    "record {id} has {} attempts; the ledger acknowledged {low} and the sink \
+                     answered 503 {high} times: {record:?}",
+                    record.attempts
+                )
+            })?;
+            if let (Some(acknowledged), Some(at)) = (self.deadline.get(&id), record.next_attempt_at)
+            {
+                ensure(at >= *acknowledged, || {
+                    format!(
+                        "record {id} is due at {at}, before its acknowledged deadline {acknowledged}"
+                    )
+                })?;
+            }
+            if self.parked.contains(&id) {
+                ensure(record.state == outbox_core::State::NeedsAttention, || {
+                    format!("record {id} was acknowledged as parked: {record:?}")
+                })?;
+            }
+        }
+        Ok(())
     }
-    let remaining = crate::scenarios::all_records(&*store).await?;
-    for record in &remaining {
-        ensure(record.state == outbox_core::State::NeedsAttention, || {
-            format!("after the last worker flushed, only parked records remain: {record:?}")
-        })?;
-        let poison = record.payload.starts_with(b"poison");
-        ensure(
-            (poison && record.attempts == 3) || record.interrupted >= 3,
-            || format!("a parked record must have spent its budget or crash-looped: {record:?}"),
+
+    /// The checks after the last worker drained the queue: only parked records remain, the
+    /// delivered counter counts each delivered record once, and duplicates at the sink are
+    /// bounded by the kills (one delivery in flight per worker).
+    async fn check_drained(
+        &self,
+        store: &dyn outbox_core::Store,
+        kills: usize,
+    ) -> Result<(), Failure> {
+        let remaining = crate::scenarios::all_records(store).await?;
+        for record in &remaining {
+            let poison = record.payload.starts_with(b"poison");
+            ensure(
+                record.state == outbox_core::State::NeedsAttention
+                    && ((poison && record.attempts == 3) || record.interrupted >= 3),
+                || {
+                    format!(
+                        "after the last worker drained, only records that spent their budget \
+                         or crash-looped remain: {record:?}"
+                    )
+                },
+            )?;
+        }
+        let delivered = self
+            .sink_ok
+            .keys()
+            .filter(|id| !remaining.iter().any(|r| r.id.0 == **id))
+            .count();
+        ensure_eq(
+            store.stats().await?.delivered,
+            delivered as u64,
+            "the delivered counter counts each delivered record once",
         )?;
+        let duplicates: usize = self.sink_ok.values().map(|n| n - 1).sum();
+        ensure(duplicates <= kills, || {
+            format!("{duplicates} duplicate deliveries at the sink after {kills} kills")
+        })
     }
-    let delivered_ids: BTreeSet<u64> = sink_ok
-        .keys()
-        .copied()
-        .filter(|id| !remaining.iter().any(|r| r.id.0 == *id))
-        .collect();
-    ensure_eq(
-        store.stats().await?.delivered,
-        delivered_ids.len() as u64,
-        "the delivered counter counts each delivered record once",
-    )?;
-    let duplicates: usize = sink_ok.values().map(|n| n - 1).sum();
-    ensure(duplicates <= kills, || {
-        format!("{duplicates} duplicate deliveries at the sink after {kills} kills")
-    })?;
-    Ok(())
 }
 
 /// The crash-loop guard across processes: a record whose delivery aborts the process every
