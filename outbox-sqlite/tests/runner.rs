@@ -49,7 +49,7 @@ async fn a_record_enqueued_in_the_callers_transaction_is_delivered_after_notify(
     });
     let clock = TokioClock::starting_at(T0);
     let outbox = Outbox::builder(store.clone(), sink)
-        .clock(Arc::new(clock.clone()))
+        .clock(Arc::new(clock))
         // No safety poll: only the notification can wake the runner.
         .config(RunnerConfig {
             safety_poll: None,
