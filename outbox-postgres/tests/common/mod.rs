@@ -202,3 +202,36 @@ impl Drop for Scratch {
         drop_schemas(vec![self.schema.clone()]);
     }
 }
+
+/// A session listening on `channels`; yields the channel name of every notification.
+pub async fn listen(
+    channels: &[String],
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    use futures::StreamExt;
+    let (client, mut connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .expect("the test server accepts a connection");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                if tx.send(n.channel().to_owned()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let sql: String = channels
+        .iter()
+        .map(|c| format!("LISTEN \"{c}\";"))
+        .collect();
+    client
+        .batch_execute(&sql)
+        .await
+        .expect("LISTEN is accepted");
+    (client, rx)
+}
