@@ -15,6 +15,7 @@ use outbox_core::{
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure};
 
+mod leases;
 mod lifecycle;
 mod model;
 mod paused;
@@ -23,10 +24,10 @@ mod restart;
 mod runner;
 mod stats;
 
+pub use leases::{guards_skip_stale, lease_expiry_recovers, renew_extends_lease};
 pub use lifecycle::{
     backoff_jitter_window, budget_rule_both_halves, ceiling_parks_record, discard_leaves_tombstone,
-    guards_skip_stale, lease_expiry_recovers, manual_retry_resets_budget,
-    poison_at_head_does_not_block, renew_extends_lease, retry_after_honoured,
+    manual_retry_resets_budget, poison_at_head_does_not_block, retry_after_honoured,
 };
 pub use model::{random_ops_match_reference, run_model, seed_from_env, DEFAULT_STEPS, SEED_ENV};
 pub use queue::{

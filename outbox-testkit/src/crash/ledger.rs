@@ -1,0 +1,146 @@
+//! What the crash workers acknowledged, and the checks of a reopened store against it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use outbox_core::{Millis, RecordId};
+
+use super::{number, Run};
+use crate::harness::{ensure, ensure_eq, Failure};
+
+/// What the workers acknowledged, from their ledger lines.
+#[derive(Debug, Default)]
+pub(super) struct Ledger {
+    /// Acknowledged enqueues: id to key.
+    pub(super) enqueued: BTreeMap<u64, String>,
+    /// Records acknowledged as delivered.
+    delivered: BTreeSet<u64>,
+    /// Records acknowledged as parked.
+    parked: BTreeSet<u64>,
+    /// Times the sink answered success, per record.
+    sink_ok: BTreeMap<u64, usize>,
+    /// Times the sink answered 503, per record: an upper bound of its attempts.
+    sink_503: BTreeMap<u64, u32>,
+    /// Acknowledged retries that spent an attempt, per record: a lower bound of its attempts.
+    spent: BTreeMap<u64, u32>,
+    /// The latest acknowledged deadline, per record.
+    deadline: BTreeMap<u64, Millis>,
+}
+
+impl Ledger {
+    pub(super) fn read(&mut self, run: &Run) {
+        for line in &run.lines {
+            let word = |i: usize| line.get(i).map(String::as_str);
+            let Some(id) = number(line, 1) else { continue };
+            match (word(0), word(2)) {
+                (Some("enqueued"), key) => {
+                    self.enqueued.insert(id, key.unwrap_or_default().to_owned());
+                }
+                (Some("delivered"), _) => {
+                    self.delivered.insert(id);
+                }
+                (Some("parked"), _) => {
+                    self.parked.insert(id);
+                }
+                (Some("sink"), Some("ok")) => *self.sink_ok.entry(id).or_default() += 1,
+                (Some("sink"), Some("503")) => *self.sink_503.entry(id).or_default() += 1,
+                (Some("scheduled"), Some(at)) => {
+                    if let Ok(at) = at.parse::<Millis>() {
+                        let latest = self.deadline.entry(id).or_default();
+                        *latest = (*latest).max(at);
+                    }
+                    if word(3) == Some("true") {
+                        *self.spent.entry(id).or_default() += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Checks the store against every acknowledged fact.
+    pub(super) async fn check(&self, store: &dyn outbox_core::Store) -> Result<(), Failure> {
+        for (&id, key) in &self.enqueued {
+            match store.get(RecordId(id)).await? {
+                Some(record) => ensure_eq(&record.key, key, format!("record {id}'s key"))?,
+                None => {
+                    ensure(self.sink_ok.contains_key(&id), || {
+                        format!("acknowledged enqueue {id} ({key}) is lost: not queued, never delivered")
+                    })?
+                }
+            }
+        }
+        for &id in &self.delivered {
+            ensure_eq(
+                store.get(RecordId(id)).await?,
+                None,
+                format!("record {id} was acknowledged as delivered"),
+            )?;
+        }
+        for record in crate::scenarios::all_records(store).await? {
+            let id = record.id.0;
+            let (low, high) = (
+                self.spent.get(&id).copied().unwrap_or(0),
+                self.sink_503.get(&id).copied().unwrap_or(0),
+            );
+            ensure(record.attempts >= low && record.attempts <= high, || {
+                format!(
+                    "record {id} has {} attempts; the ledger acknowledged {low} and the sink \
+                     answered 503 {high} times: {record:?}",
+                    record.attempts
+                )
+            })?;
+            if let (Some(acknowledged), Some(at)) = (self.deadline.get(&id), record.next_attempt_at)
+            {
+                ensure(at >= *acknowledged, || {
+                    format!(
+                        "record {id} is due at {at}, before its acknowledged deadline {acknowledged}"
+                    )
+                })?;
+            }
+            if self.parked.contains(&id) {
+                ensure(record.state == outbox_core::State::NeedsAttention, || {
+                    format!("record {id} was acknowledged as parked: {record:?}")
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The checks after the last worker drained the queue: only parked records remain, the
+    /// delivered counter counts each delivered record once, and duplicates at the sink are
+    /// bounded by the kills (one delivery in flight per worker).
+    pub(super) async fn check_drained(
+        &self,
+        store: &dyn outbox_core::Store,
+        kills: usize,
+    ) -> Result<(), Failure> {
+        let remaining = crate::scenarios::all_records(store).await?;
+        for record in &remaining {
+            let poison = record.payload.starts_with(b"poison");
+            ensure(
+                record.state == outbox_core::State::NeedsAttention
+                    && ((poison && record.attempts == 3) || record.interrupted >= 3),
+                || {
+                    format!(
+                        "after the last worker drained, only records that spent their budget \
+                         or crash-looped remain: {record:?}"
+                    )
+                },
+            )?;
+        }
+        let delivered = self
+            .sink_ok
+            .keys()
+            .filter(|id| !remaining.iter().any(|r| r.id.0 == **id))
+            .count();
+        ensure_eq(
+            store.stats().await?.delivered,
+            delivered as u64,
+            "the delivered counter counts each delivered record once",
+        )?;
+        let duplicates: usize = self.sink_ok.values().map(|n| n - 1).sum();
+        ensure(duplicates <= kills, || {
+            format!("{duplicates} duplicate deliveries at the sink after {kills} kills")
+        })
+    }
+}
