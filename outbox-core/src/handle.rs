@@ -323,7 +323,10 @@ impl Outbox {
     /// Returns [`Error::Timeout`] if that did not finish in time (the release then goes on in
     /// the background).
     pub async fn shutdown(mut self, timeout: Duration) -> Result<()> {
-        let grace = Instant::now() + timeout.mul_f32(0.75);
+        // A huge timeout must not overflow the clock: past a day it means "wait for them".
+        let grace = Instant::now()
+            .checked_add(timeout.mul_f32(0.75))
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
         self.stop.send_replace(Some(grace));
         let Some(task) = self.task.take() else {
             return Ok(());

@@ -161,12 +161,12 @@ pub fn on_outcome(
                 let reason = format!("gave up after {attempts} attempts; last error: {error}");
                 return ceiling(record, policy, reported, attempts, reason, now);
             }
-            // The server's word wins over the local schedule, within the cap that bounds every
-            // deadline (so a restart's clock-jump clamp never rewrites it).
+            // The server's word wins over the local schedule, up to the policy's horizon that
+            // bounds every deadline (so a restart's clock-jump clamp never rewrites it).
             let at = match retry_after {
                 Some(retry_after) => retry_after
                     .deadline(now)
-                    .min(now.saturating_add(duration_ms(policy.cap()))),
+                    .min(now.saturating_add(duration_ms(policy.horizon()))),
                 None => {
                     let delay = policy.delay(attempts, previous_delay(record), rng);
                     now.saturating_add(duration_ms(delay))
@@ -200,15 +200,14 @@ pub fn on_outcome(
                 reason: reason.clone(),
             },
         ),
+        // Not the record's fault: nothing is spent and it stays due. It did report, so the
+        // crash-loop count starts over like after any other answer.
         Outcome::Halt { reason } => Step {
-            transition: Transition {
-                id,
-                guard,
-                change: Change::Update(Progress {
-                    last_error: Some(reason.clone()),
-                    ..released(record)
-                }),
-            },
+            transition: update(Progress {
+                state: State::Retrying,
+                last_error: Some(reason.clone()),
+                ..reported
+            }),
             event: Event::Halted {
                 id,
                 reason: reason.clone(),
@@ -346,8 +345,9 @@ pub fn on_interrupted(record: &Record, policy: &RetryPolicy, now: Millis) -> Ste
     )
 }
 
-/// The clock-jump clamp: a due-kind record whose deadline lies beyond `now + cap` (the clock
-/// jumped back, or the file came from elsewhere) is brought to `now + cap`.
+/// The clock-jump clamp: a due-kind record whose deadline lies beyond `now + horizon` (the
+/// clock jumped back, or the file came from elsewhere) is brought to `now + horizon`, where the
+/// horizon is the larger of the backoff cap and the longest honoured `Retry-After`.
 ///
 /// ```
 /// use outbox_core::{machine, Record, RecordId, RetryPolicy, State};
@@ -357,7 +357,7 @@ pub fn on_interrupted(record: &Record, policy: &RetryPolicy, now: Millis) -> Ste
 /// assert!(machine::clamp(&record, &RetryPolicy::default(), 0).is_some());
 /// ```
 pub fn clamp(record: &Record, policy: &RetryPolicy, now: Millis) -> Option<Transition> {
-    let limit = now.saturating_add(duration_ms(policy.cap()));
+    let limit = now.saturating_add(duration_ms(policy.horizon()));
     match record.next_attempt_at {
         Some(at) if record.state.is_due_kind() && at > limit => Some(Transition {
             id: record.id,

@@ -106,6 +106,11 @@ impl Backoff {
                         "backoff factor must be a finite number >= 1, got {factor}"
                     )));
                 }
+                if initial.is_zero() {
+                    return Err(Error::InvalidConfig(
+                        "backoff initial delay must be above zero".into(),
+                    ));
+                }
                 if initial > cap {
                     return Err(Error::InvalidConfig(format!(
                         "backoff initial delay {initial:?} exceeds its cap {cap:?}"
@@ -116,6 +121,11 @@ impl Backoff {
             Backoff::Table(table) if table.is_empty() => Err(Error::InvalidConfig(
                 "a backoff table needs at least one delay".into(),
             )),
+            Backoff::Table(table) if table.last().is_some_and(|d| d.is_zero()) => {
+                Err(Error::InvalidConfig(
+                    "the last delay of a backoff table repeats, so it must be above zero".into(),
+                ))
+            }
             Backoff::Table(_) => Ok(()),
         }
     }
@@ -195,6 +205,8 @@ pub enum Ceiling {
 /// - at the ceiling: **needs-attention**, so no write is lost by default.
 /// - `max_interruptions`: **3** deliveries in a row that killed the process park the record;
 ///   one unrelated crash never does.
+/// - `max_retry_after`: **1 hour**: a server's `Retry-After` wins over the local schedule up to
+///   this, which covers a maintenance window without trusting a server that asks for days.
 ///
 /// ```
 /// use std::time::Duration;
@@ -218,6 +230,8 @@ pub struct RetryPolicy {
     pub at_ceiling: Ceiling,
     /// Interrupted deliveries in a row after which a record is parked; at least 1.
     pub max_interruptions: u32,
+    /// The longest `Retry-After` honoured; a server asking for more is retried after this.
+    pub max_retry_after: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -232,6 +246,7 @@ impl Default for RetryPolicy {
             max_attempts: 12,
             at_ceiling: Ceiling::NeedsAttention,
             max_interruptions: 3,
+            max_retry_after: Duration::from_secs(3600),
         }
     }
 }
@@ -273,9 +288,21 @@ impl RetryPolicy {
             .apply(self.backoff.delay(n), previous, &self.backoff, rng)
     }
 
-    /// The furthest ahead any deadline may lie: the backoff's cap.
+    /// The backoff's cap: the longest delay the local schedule gives.
     pub fn cap(&self) -> Duration {
         self.backoff.cap()
+    }
+
+    /// The furthest ahead any deadline may lie: the larger of the cap and `max_retry_after`.
+    /// The clock-jump clamp brings deadlines beyond `now + horizon` back to it.
+    pub fn horizon(&self) -> Duration {
+        self.cap().max(self.max_retry_after)
+    }
+
+    /// Replaces `max_retry_after`.
+    pub fn with_max_retry_after(mut self, max_retry_after: Duration) -> Self {
+        self.max_retry_after = max_retry_after;
+        self
     }
 
     /// Checks every value is in range.
@@ -413,6 +440,12 @@ mod tests {
             RetryPolicy::default().with_max_attempts(0),
             RetryPolicy::default().with_max_interruptions(0),
             RetryPolicy::default().with_backoff(Backoff::Table(vec![])),
+            RetryPolicy::default().with_backoff(Backoff::Table(vec![Duration::ZERO])),
+            RetryPolicy::default().with_backoff(Backoff::exponential(
+                Duration::ZERO,
+                2.0,
+                Duration::ZERO,
+            )),
             RetryPolicy::default().with_backoff(Backoff::exponential(
                 Duration::from_secs(1),
                 0.5,

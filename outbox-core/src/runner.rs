@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::machine::{self, Step};
+use crate::machine::{self, Step, Transition};
 use crate::outcome::{duration_ms, ConflictResolver, Outcome};
 use crate::policy::RetryPolicy;
 use crate::record::{Lease, Millis, Record, RecordId};
@@ -36,6 +36,8 @@ use crate::store::{Claim, Store};
 ///   process lets a lease expire.
 /// - `safety_poll`: **60 s**: the runner needs no polling to be correct; this slow poll only
 ///   recovers leases that other processes left to expire on a shared store.
+/// - `delivery_timeout`: **60 s**: a sink that never reports must not hold its record (and
+///   the queue behind it) forever; set the sink's own request timeout below it.
 /// - `seed`: **random**; set it to make jitter reproducible.
 ///
 /// ```
@@ -56,6 +58,9 @@ pub struct RunnerConfig {
     pub lease: Duration,
     /// A slow poll for expired leases of other processes; `None` for none.
     pub safety_poll: Option<Duration>,
+    /// Longest wait for the sink to report one delivery; past it the delivery counts as
+    /// unanswered (nothing spent) and the record is scheduled again.
+    pub delivery_timeout: Duration,
     /// Seed of the jitter RNG; `None` for a random seed.
     pub seed: Option<u64>,
 }
@@ -67,6 +72,7 @@ impl Default for RunnerConfig {
             concurrency: 4,
             lease: Duration::from_secs(30),
             safety_poll: Some(Duration::from_secs(60)),
+            delivery_timeout: Duration::from_secs(60),
             seed: None,
         }
     }
@@ -80,15 +86,33 @@ impl RunnerConfig {
                 "batch and concurrency must be at least 1".into(),
             ));
         }
-        if self.lease < Duration::from_millis(3) {
-            return Err(Error::InvalidConfig("lease must be at least 3 ms".into()));
+        if self.lease < Duration::from_millis(3) || self.lease > MAX_WAIT {
+            return Err(Error::InvalidConfig(
+                "lease must be between 3 ms and 7 days".into(),
+            ));
         }
-        if self.safety_poll.is_some_and(|d| d.is_zero()) {
-            return Err(Error::InvalidConfig("safety_poll must not be zero".into()));
+        if self.delivery_timeout.is_zero() || self.delivery_timeout > MAX_WAIT {
+            return Err(Error::InvalidConfig(
+                "delivery_timeout must be between 1 ms and 7 days".into(),
+            ));
+        }
+        if self
+            .safety_poll
+            .is_some_and(|d| d.is_zero() || d > MAX_WAIT)
+        {
+            return Err(Error::InvalidConfig(
+                "safety_poll must be between 1 ms and 7 days".into(),
+            ));
         }
         Ok(())
     }
 }
+
+/// The longest lease, delivery timeout or poll the runner accepts.
+const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// However the jitter draws, a down link is probed no more often than this.
+const MIN_PROBE: Duration = Duration::from_millis(50);
 
 /// What the runner task and the handle share.
 pub(crate) struct Shared {
@@ -168,11 +192,11 @@ impl Shared {
         }
     }
 
-    /// The clock-jump clamp: no deadline lies further than `now + cap`.
+    /// The clock-jump clamp: no deadline lies further than `now + horizon`.
     pub(crate) async fn clamp_deadlines(&self) -> Result<()> {
         loop {
             let now = self.now();
-            let limit = now.saturating_add(duration_ms(self.policy.cap()));
+            let limit = now.saturating_add(duration_ms(self.policy.horizon()));
             let far = self.store.scheduled_after(limit, 256).await?;
             let transitions: Vec<_> = far
                 .iter()
@@ -218,7 +242,7 @@ struct Link {
 
 /// Why a round ended.
 enum RoundEnd {
-    /// The batch was full and nothing stopped it: more may be due right away.
+    /// Nothing stopped it and more may be due right away.
     More,
     /// Nothing (more) to do now; wait for the next trigger.
     Idle,
@@ -231,9 +255,22 @@ enum Report {
     Abandoned,
 }
 
-/// A delivery running as its own task, so a panic in the sink is caught and a slow sink does
-/// not stall the round.
-type Deliveries = JoinSet<Outcome>;
+/// Marks a round in progress for `flush`: a claim on its way back from the store is not yet
+/// visible as due, nor as held.
+struct Busy(Arc<Shared>);
+
+impl Busy {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.holding.fetch_add(1, Ordering::SeqCst);
+        Busy(Arc::clone(shared))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.holding.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 pub(crate) struct Runner {
     pub(crate) shared: Arc<Shared>,
@@ -241,7 +278,14 @@ pub(crate) struct Runner {
     pub(crate) stop: watch::Receiver<Option<Instant>>,
     pub(crate) online: Option<watch::Receiver<bool>>,
     link: Link,
+    /// Whether this round already counted a no-answer against the link.
+    round_unanswered: bool,
     store_failures: u32,
+    /// Outcomes whose store write failed: written again before the next claim, so a store
+    /// hiccup neither loses an outcome nor leaves its record to expire as "interrupted".
+    unsaved_steps: Vec<Step>,
+    /// Releases whose store write failed, written again likewise.
+    unsaved_releases: Vec<Transition>,
 }
 
 impl Runner {
@@ -255,7 +299,10 @@ impl Runner {
             stop,
             online,
             link: Link::default(),
+            round_unanswered: false,
             store_failures: 0,
+            unsaved_steps: Vec::new(),
+            unsaved_releases: Vec::new(),
         }
     }
 
@@ -267,6 +314,10 @@ impl Runner {
         self.online.as_ref().is_none_or(|rx| *rx.borrow())
     }
 
+    fn may_start(&self) -> bool {
+        !self.stopping() && self.is_online() && !self.shared.halted.load(Ordering::SeqCst)
+    }
+
     pub(crate) async fn run(mut self) {
         while !self.stopping() {
             if self.shared.halted.load(Ordering::SeqCst) || !self.is_online() {
@@ -274,10 +325,10 @@ impl Runner {
                 self.wait(None).await;
                 continue;
             }
-            let now = self.shared.now();
-            if self.link.down && self.link.probe_at > now {
+            if self.link.down && self.link.probe_at > self.shared.now() {
+                let next = self.next_wake().await;
                 self.shared.bump();
-                self.wait(Some(self.link.probe_at)).await;
+                self.wait(next).await;
                 continue;
             }
             match self.round().await {
@@ -303,23 +354,27 @@ impl Runner {
                 }
             }
         }
+        if let Err(err) = self.save_unsaved().await {
+            tracing::error!(error = %err, "outbox store error at shutdown; leases will expire");
+        }
         self.shared.bump();
     }
 
-    /// The wall-clock time to wake at when idle: the earliest deadline, or the link probe,
-    /// bounded by the safety poll.
+    /// The wall-clock time to wake at when idle: the earliest deadline (not before the next
+    /// probe while the link is down), bounded by the safety poll.
     async fn next_wake(&self) -> Option<Millis> {
         let now = self.shared.now();
-        let due = if self.link.down {
-            Some(self.link.probe_at)
-        } else {
-            match self.shared.store.next_due().await {
-                Ok(due) => due,
-                Err(err) => {
-                    tracing::warn!(error = %err, "could not read the next deadline");
-                    Some(now.saturating_add(1_000))
-                }
+        let due = match self.shared.store.next_due().await {
+            Ok(due) => due,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read the next deadline");
+                Some(now.saturating_add(1_000))
             }
+        };
+        let due = if self.link.down {
+            due.map(|d| d.max(self.link.probe_at))
+        } else {
+            due
         };
         let poll = self
             .shared
@@ -343,21 +398,10 @@ impl Runner {
                 None => std::future::pending().await,
             }
         };
-        let online_changed = async {
-            match &mut self.online {
-                Some(rx) => {
-                    if rx.changed().await.is_err() {
-                        // The application dropped its signal: from now on, always online.
-                        self.online = None;
-                    }
-                }
-                None => std::future::pending().await,
-            }
-        };
         let connectivity = tokio::select! {
             _ = self.shared.wake.notified() => false,
             _ = sleep => false,
-            _ = online_changed => true,
+            _ = online_changed(&mut self.online) => true,
             _ = self.stop.changed() => false,
         };
         if connectivity && self.is_online() && self.link.down {
@@ -368,6 +412,9 @@ impl Runner {
 
     async fn round(&mut self) -> Result<RoundEnd> {
         let shared = Arc::clone(&self.shared);
+        let _busy = Busy::new(&shared);
+        self.round_unanswered = false;
+        self.save_unsaved().await?;
         shared.recover_expired().await?;
         let now = shared.now();
         let limit = if self.link.down {
@@ -375,27 +422,43 @@ impl Runner {
         } else {
             shared.config.batch
         };
+        // Tokens come from the process-wide RNG, not the seeded jitter RNG: two runners with
+        // the same seed must still hold different leases.
         let lease = Lease {
-            token: shared.rng().u64(..),
+            token: fastrand::u64(..),
             until: now.saturating_add(duration_ms(shared.config.lease)),
         };
-        let claimed = shared.store.claim(Claim { now, limit, lease }).await?;
+        let mut claimed = shared.store.claim(Claim { now, limit, lease }).await?;
         if claimed.is_empty() {
             return Ok(RoundEnd::Idle);
         }
         let full = claimed.len() == limit;
         shared.holding.fetch_add(claimed.len(), Ordering::SeqCst);
+        let suspect = claimed
+            .iter()
+            .position(|r| r.interrupted > 0)
+            .map(|at| claimed.remove(at));
         let mut held = Held {
-            shared: Arc::clone(&shared),
             queue: claimed.into(),
             running: HashMap::new(),
         };
-        let result = self.deliver_all(&mut held, lease).await;
+        let solo = suspect.is_some();
+        let concurrency = match suspect {
+            Some(suspect) => {
+                // A record whose delivery was interrupted goes alone, so that if it kills the
+                // process again only it is charged, never the records claimed with it.
+                self.release(&mut held).await;
+                held.queue.push_back(suspect);
+                1
+            }
+            None => shared.config.concurrency,
+        };
+        let cut_short = self.deliver_all(&mut held, lease, concurrency).await;
         // Whatever stopped the round, records not attempted go back untouched.
-        let released = held.release_rest().await;
-        let interrupted = result?;
-        released?;
-        Ok(if full && !interrupted {
+        self.release(&mut held).await;
+        Ok(if cut_short {
+            RoundEnd::Idle
+        } else if full || solo {
             RoundEnd::More
         } else {
             RoundEnd::Idle
@@ -403,19 +466,21 @@ impl Runner {
     }
 
     /// Delivers the claimed records, `concurrency` at a time. Returns true when the round was
-    /// cut short (no answer, halt or shutdown).
-    async fn deliver_all(&mut self, held: &mut Held, mut lease: Lease) -> Result<bool> {
+    /// cut short (no answer, halt, offline or shutdown).
+    async fn deliver_all(&mut self, held: &mut Held, mut lease: Lease, concurrency: usize) -> bool {
         let shared = Arc::clone(&self.shared);
-        let mut deliveries = Deliveries::new();
+        let mut deliveries: JoinSet<Outcome> = JoinSet::new();
         let mut cut_short = false;
         let renew_every = shared.config.lease / 3;
         let mut renew_at = Instant::now() + renew_every;
         let mut abort_at: Option<Instant> = *self.stop.borrow();
+        let mut aborted = false;
+        let timeout = shared.config.delivery_timeout;
         loop {
-            if abort_at.is_some() {
+            if !self.may_start() {
                 cut_short = true;
             }
-            while !cut_short && deliveries.len() < shared.config.concurrency {
+            while !cut_short && deliveries.len() < concurrency {
                 let Some(record) = held.queue.pop_front() else {
                     break;
                 };
@@ -425,16 +490,23 @@ impl Runner {
                 });
                 let sink = Arc::clone(&shared.sink);
                 let copy = record.clone();
-                let handle = deliveries.spawn(async move { sink.deliver(&copy).await });
+                let handle = deliveries.spawn(async move {
+                    match tokio::time::timeout(timeout, sink.deliver(&copy)).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => Outcome::no_answer(format!(
+                            "the sink did not report within {timeout:?}"
+                        )),
+                    }
+                });
                 held.running.insert(handle.id(), record);
             }
             if deliveries.is_empty() {
-                return Ok(cut_short);
+                return cut_short;
             }
             let abort_sleep = async {
                 match abort_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
+                    Some(at) if !aborted => tokio::time::sleep_until(at).await,
+                    _ => std::future::pending().await,
                 }
             };
             tokio::select! {
@@ -443,15 +515,23 @@ impl Runner {
                     while let Some(more) = deliveries.try_join_next_with_id() {
                         done.push(more);
                     }
-                    if self.report(held, done).await? {
+                    if self.report(held, done).await {
                         cut_short = true;
                     }
                 }
                 _ = tokio::time::sleep_until(renew_at) => {
-                    let now = shared.now();
-                    lease.until = now.saturating_add(duration_ms(shared.config.lease));
-                    let ids: Vec<RecordId> = held.running.values().map(|r| r.id).collect();
-                    shared.store.renew(&ids, lease).await?;
+                    lease.until = shared.now().saturating_add(duration_ms(shared.config.lease));
+                    // Records waiting for a slot are renewed too: they are ours until released.
+                    let ids: Vec<RecordId> = held
+                        .running
+                        .values()
+                        .chain(held.queue.iter())
+                        .map(|r| r.id)
+                        .collect();
+                    if let Err(err) = shared.store.renew(&ids, lease).await {
+                        // Deliveries go on; the next tick tries again.
+                        tracing::warn!(error = %err, "could not renew leases");
+                    }
                     renew_at = Instant::now() + renew_every;
                 }
                 changed = self.stop.changed(), if abort_at.is_none() => {
@@ -464,7 +544,9 @@ impl Runner {
                     // Shutdown's grace ran out: stop waiting for the sink. The aborted
                     // deliveries are released below, nothing spent.
                     deliveries.abort_all();
+                    aborted = true;
                 }
+                _ = online_changed(&mut self.online) => {}
             }
         }
     }
@@ -475,7 +557,7 @@ impl Runner {
         &mut self,
         held: &mut Held,
         done: Vec<std::result::Result<(tokio::task::Id, Outcome), tokio::task::JoinError>>,
-    ) -> Result<bool> {
+    ) -> bool {
         let shared = Arc::clone(&self.shared);
         let now = shared.now();
         let mut steps = Vec::with_capacity(done.len());
@@ -505,13 +587,7 @@ impl Runner {
                 Report::Outcome(outcome) => {
                     let outcome = outcome.resolve_conflict(&record, shared.resolver.as_ref());
                     if outcome.is_unanswered() {
-                        self.link.down = true;
-                        self.link.failures = self.link.failures.saturating_add(1);
-                        let delay =
-                            shared
-                                .policy
-                                .delay(self.link.failures, None, &mut shared.rng());
-                        self.link.probe_at = now.saturating_add(duration_ms(delay));
+                        self.link_failed(now);
                         stop = true;
                     } else if !matches!(outcome, Outcome::Halt { .. }) {
                         // A server answered: the link is up and the probe delay starts over.
@@ -534,35 +610,94 @@ impl Runner {
             steps.push(step);
         }
         let count = steps.len();
-        let result = shared.commit(steps).await;
+        if let Err(err) = shared.commit(steps.clone()).await {
+            tracing::error!(error = %err, "could not record delivery outcomes; will retry");
+            self.unsaved_steps.extend(steps);
+            return true;
+        }
         shared.holding.fetch_sub(count, Ordering::SeqCst);
-        result?;
-        Ok(stop)
+        stop
+    }
+
+    /// Counts one no-answer against the link (once per round, however many deliveries of the
+    /// round went unanswered together) and schedules the next probe.
+    fn link_failed(&mut self, now: Millis) {
+        self.link.down = true;
+        if self.round_unanswered {
+            return;
+        }
+        self.round_unanswered = true;
+        self.link.failures = self.link.failures.saturating_add(1);
+        let delay = self
+            .shared
+            .policy
+            .delay(self.link.failures, None, &mut self.shared.rng())
+            .max(MIN_PROBE);
+        self.link.probe_at = now.saturating_add(duration_ms(delay));
+    }
+
+    /// Gives back every record still held, unattempted or whose delivery was abandoned.
+    async fn release(&mut self, held: &mut Held) {
+        let transitions: Vec<Transition> = held
+            .queue
+            .drain(..)
+            .chain(held.running.drain().map(|(_, r)| r))
+            .map(|r| machine::release(&r))
+            .collect();
+        if transitions.is_empty() {
+            return;
+        }
+        let count = transitions.len();
+        match self.shared.store.apply(transitions.clone()).await {
+            Ok(_) => {
+                self.shared.holding.fetch_sub(count, Ordering::SeqCst);
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "could not release claimed records; will retry");
+                self.unsaved_releases.extend(transitions);
+            }
+        }
+    }
+
+    /// Writes the outcomes and releases an earlier store failure left unsaved.
+    async fn save_unsaved(&mut self) -> Result<()> {
+        if !self.unsaved_steps.is_empty() {
+            let steps = std::mem::take(&mut self.unsaved_steps);
+            let count = steps.len();
+            if let Err(err) = self.shared.commit(steps.clone()).await {
+                self.unsaved_steps = steps;
+                return Err(err);
+            }
+            self.shared.holding.fetch_sub(count, Ordering::SeqCst);
+        }
+        if !self.unsaved_releases.is_empty() {
+            let releases = std::mem::take(&mut self.unsaved_releases);
+            let count = releases.len();
+            if let Err(err) = self.shared.store.apply(releases.clone()).await {
+                self.unsaved_releases = releases;
+                return Err(err);
+            }
+            self.shared.holding.fetch_sub(count, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// Resolves when the connectivity signal changes; never when there is none. A dropped sender
+/// turns the signal off for good (always online).
+async fn online_changed(online: &mut Option<watch::Receiver<bool>>) {
+    match online {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                *online = None;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 
 /// The records a round holds: claimed and not yet attempted, or being delivered.
 struct Held {
-    shared: Arc<Shared>,
     queue: VecDeque<Record>,
     running: HashMap<tokio::task::Id, Record>,
-}
-
-impl Held {
-    /// Gives back every record still held, unattempted or whose delivery was abandoned.
-    async fn release_rest(&mut self) -> Result<()> {
-        let rest: Vec<Record> = self
-            .queue
-            .drain(..)
-            .chain(self.running.drain().map(|(_, r)| r))
-            .collect();
-        if rest.is_empty() {
-            return Ok(());
-        }
-        let count = rest.len();
-        let transitions = rest.iter().map(machine::release).collect();
-        let result = self.shared.store.apply(transitions).await;
-        self.shared.holding.fetch_sub(count, Ordering::SeqCst);
-        result.map(drop)
-    }
 }

@@ -614,10 +614,11 @@ async fn start_up_recovers_expired_leases_parks_crash_loops_and_clamps_deadlines
         (State::NeedsAttention, 3)
     );
     let far = r.outbox.get(ids[2]).await.unwrap().unwrap();
+    // The horizon is the larger of the cap (8 s) and max_retry_after (1 hour by default).
     assert_eq!(
         far.next_attempt_at,
-        Some(BASE + 8_000),
-        "clamped to now + cap"
+        Some(BASE + 3_600_000),
+        "clamped to now + horizon"
     );
     let _ = r.clock;
 }
@@ -801,4 +802,305 @@ async fn every_park_reject_halt_and_discard_writes_one_log_line() {
     assert_eq!(find("WARN", "rejected", ids[1]), 1, "{lines:?}");
     assert_eq!(find("ERROR", "halted", ids[2]), 1, "{lines:?}");
     assert_eq!(find("WARN", "discarded", ids[0]), 1, "{lines:?}");
+}
+
+/// A store that counts claims, to tell a quiet runner from a spinning one.
+#[derive(Debug, Default)]
+struct Counting {
+    inner: MemoryStore,
+    claims: AtomicUsize,
+}
+
+#[async_trait]
+impl Store for Counting {
+    async fn enqueue(&self, r: Vec<NewRecord>, now: Millis) -> outbox_core::Result<Vec<RecordId>> {
+        self.inner.enqueue(r, now).await
+    }
+    async fn claim(&self, c: outbox_core::Claim) -> outbox_core::Result<Vec<Record>> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(c).await
+    }
+    async fn renew(&self, ids: &[RecordId], l: Lease) -> outbox_core::Result<()> {
+        self.inner.renew(ids, l).await
+    }
+    async fn apply(
+        &self,
+        t: Vec<outbox_core::Transition>,
+    ) -> outbox_core::Result<outbox_core::Applied> {
+        self.inner.apply(t).await
+    }
+    async fn expired(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
+        self.inner.expired(now, limit).await
+    }
+    async fn scheduled_after(&self, at: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
+        self.inner.scheduled_after(at, limit).await
+    }
+    async fn get(&self, id: RecordId) -> outbox_core::Result<Option<Record>> {
+        self.inner.get(id).await
+    }
+    async fn list(&self, q: &ListQuery) -> outbox_core::Result<Vec<Record>> {
+        self.inner.list(q).await
+    }
+    async fn tombstones(
+        &self,
+        a: Option<RecordId>,
+        l: usize,
+    ) -> outbox_core::Result<Vec<outbox_core::Tombstone>> {
+        self.inner.tombstones(a, l).await
+    }
+    async fn stats(&self) -> outbox_core::Result<outbox_core::Stats> {
+        self.inner.stats().await
+    }
+    async fn next_due(&self) -> outbox_core::Result<Option<Millis>> {
+        self.inner.next_due().await
+    }
+    async fn prune(&self, o: Millis) -> outbox_core::Result<u64> {
+        self.inner.prune(o).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_down_link_with_nothing_due_sleeps_instead_of_spinning() {
+    let store = Arc::new(Counting::default());
+    let clock = TokioClock::starting_at(BASE);
+    let sink = Script::default();
+    sink.plan("a", vec![answer(Outcome::no_answer("refused"))]);
+    let config = RunnerConfig {
+        safety_poll: None,
+        seed: Some(3),
+        ..RunnerConfig::default()
+    };
+    // Full jitter: the probe time and the record's own deadline differ.
+    let outbox = Outbox::builder(store.clone(), sink.clone())
+        .config(config)
+        .clock(Arc::new(clock))
+        .start()
+        .await
+        .unwrap();
+    let id = outbox.enqueue(rec("a")).await.unwrap();
+    run_for(Duration::from_millis(10)).await;
+    outbox.discard(id, "no longer wanted").await.unwrap();
+    let before = store.claims.load(Ordering::SeqCst);
+    run_for(Duration::from_secs(3_600)).await;
+    let claims = store.claims.load(Ordering::SeqCst) - before;
+    assert!(claims <= 2, "{claims} claims in an hour with nothing due");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sink_that_never_reports_times_out_and_does_not_stall_the_queue() {
+    let config = RunnerConfig {
+        delivery_timeout: Duration::from_secs(10),
+        concurrency: 1,
+        ..RunnerConfig::default()
+    };
+    let r = rig(exact_policy(), config, None).await;
+    r.sink
+        .plan("hang", vec![Act::Hang, answer(Outcome::Delivered)]);
+    let ids = r
+        .outbox
+        .enqueue_batch(vec![rec("hang"), rec("later")])
+        .await
+        .unwrap();
+    run_for(Duration::from_secs(60)).await;
+    let stats = r.outbox.stats().await.unwrap();
+    assert_eq!(stats.delivered, 2, "{stats:?}");
+    assert_eq!(r.sink.order(), ["hang", "later", "hang"]);
+    assert!(r.outbox.get(ids[0]).await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_are_renewed_for_running_and_waiting_records() {
+    let store = Arc::new(MemoryStore::new());
+    let config = RunnerConfig {
+        lease: Duration::from_secs(3),
+        concurrency: 1,
+        batch: 8,
+        ..RunnerConfig::default()
+    };
+    let r = rig_on(store.clone(), exact_policy(), config, None).await;
+    for i in 0..8 {
+        r.sink
+            .plan(&format!("r{i}"), vec![Act::Slow(Duration::from_secs(2))]);
+    }
+    r.outbox
+        .enqueue_batch((0..8).map(|i| rec(&format!("r{i}"))).collect())
+        .await
+        .unwrap();
+    use outbox_core::Clock;
+    for _ in 0..12 {
+        run_for(Duration::from_secs(1)).await;
+        let expired = store.expired(r.clock.now(), 100).await.unwrap();
+        assert!(expired.is_empty(), "lapsed while held: {expired:?}");
+    }
+    r.outbox.flush(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(r.outbox.stats().await.unwrap().delivered, 8);
+    let interrupted = store.list(&ListQuery::new(10)).await.unwrap();
+    assert!(interrupted.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn going_offline_mid_batch_stops_new_attempts() {
+    let (online, online_rx) = watch::channel(true);
+    let config = RunnerConfig {
+        concurrency: 1,
+        ..RunnerConfig::default()
+    };
+    let r = rig(exact_policy(), config, Some(online_rx)).await;
+    for i in 0..6 {
+        r.sink
+            .plan(&format!("r{i}"), vec![Act::Slow(Duration::from_secs(1))]);
+    }
+    r.outbox
+        .enqueue_batch((0..6).map(|i| rec(&format!("r{i}"))).collect())
+        .await
+        .unwrap();
+    run_for(Duration::from_millis(1_500)).await;
+    online.send(false).unwrap();
+    run_for(Duration::from_secs(3_600)).await;
+    assert_eq!(
+        r.sink.count(),
+        2,
+        "the one under way finished; nothing new started"
+    );
+    assert_eq!(r.outbox.stats().await.unwrap().in_flight, 0);
+    online.send(true).unwrap();
+    r.outbox.flush(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(r.outbox.stats().await.unwrap().delivered, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_no_answers_count_once_against_the_link() {
+    let r = rig(exact_policy(), RunnerConfig::default(), None).await;
+    for i in 0..4 {
+        r.sink.plan(
+            &format!("r{i}"),
+            vec![
+                answer(Outcome::no_answer("refused")),
+                answer(Outcome::Delivered),
+            ],
+        );
+    }
+    r.outbox
+        .enqueue_batch((0..4).map(|i| rec(&format!("r{i}"))).collect())
+        .await
+        .unwrap();
+    run_for(Duration::from_secs(30)).await;
+    // Four deliveries went unanswered together: one failure of the link, so the probe goes
+    // after the initial 1 s, not after 8 s (as four failures would make it).
+    let second_wave: Vec<Millis> = (0..4).map(|i| r.sink.times(&format!("r{i}"))[1]).collect();
+    assert_eq!(second_wave.iter().min(), Some(&(BASE + 1_000)));
+    assert_eq!(r.outbox.stats().await.unwrap().delivered, 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_discard_ceiling_leaves_a_tombstone_and_an_event() {
+    let policy = exact_policy()
+        .with_max_attempts(2)
+        .with_ceiling(outbox_core::Ceiling::Discard);
+    let r = rig(policy, RunnerConfig::default(), None).await;
+    let mut events = r.outbox.events();
+    r.sink.plan("a", vec![http503()]);
+    let id = r.outbox.enqueue(rec("a")).await.unwrap();
+    run_for(Duration::from_secs(60)).await;
+    assert!(r.outbox.get(id).await.unwrap().is_none());
+    let tombstones = r.outbox.tombstones(None, 10).await.unwrap();
+    assert_eq!(tombstones.len(), 1);
+    assert_eq!(tombstones[0].id, id);
+    assert!(std::iter::from_fn(|| events.try_recv().ok())
+        .any(|e| matches!(e, Event::Discarded { id: d, .. } if d == id)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conflict_resolver_decides_what_409_means() {
+    let clock = TokioClock::starting_at(BASE);
+    let sink = Script::default();
+    sink.plan("dup", vec![answer(Outcome::conflict("HTTP 409"))]);
+    sink.plan("other", vec![answer(Outcome::conflict("HTTP 409"))]);
+    let store = Arc::new(MemoryStore::new());
+    let outbox = Outbox::builder(store.clone(), sink)
+        .clock(Arc::new(clock))
+        .conflict_resolver(|record: &Record, _: &str| {
+            if record.payload == b"dup" {
+                outbox_core::ConflictResolution::AlreadyDelivered
+            } else {
+                outbox_core::ConflictResolution::NeedsAttention
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let ids = outbox
+        .enqueue_batch(vec![rec("dup"), rec("other")])
+        .await
+        .unwrap();
+    run_for(Duration::from_secs(1)).await;
+    assert!(
+        outbox.get(ids[0]).await.unwrap().is_none(),
+        "counted delivered"
+    );
+    let other = outbox.get(ids[1]).await.unwrap().unwrap();
+    assert_eq!((other.state, other.attempts), (State::NeedsAttention, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_accepts_any_timeout() {
+    let r = rig(exact_policy(), RunnerConfig::default(), None).await;
+    r.outbox.shutdown(Duration::MAX).await.unwrap();
+}
+
+/// One "process": a fresh runtime with its own runner on the shared store, dropped with a
+/// delivery still under way, as a crash would leave it (no release, no outcome).
+fn crashing_process(store: &Arc<MemoryStore>, round: u64, sink: &Script) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        // Each process starts an hour after the last, so the dead one's leases have expired.
+        let clock = TokioClock::starting_at(BASE + round * 3_600_000);
+        *sink.now.lock().unwrap() = Some(clock);
+        let outbox = Outbox::builder(store.clone(), sink.clone())
+            .policy(exact_policy().with_max_interruptions(3))
+            .config(RunnerConfig {
+                concurrency: 1,
+                ..RunnerConfig::default()
+            })
+            .clock(Arc::new(clock))
+            .start()
+            .await
+            .unwrap();
+        run_for(Duration::from_secs(1)).await;
+        std::mem::forget(outbox);
+    });
+    drop(runtime);
+}
+
+#[test]
+fn a_crash_charges_only_the_record_being_delivered() {
+    let store = Arc::new(MemoryStore::new());
+    let sink = Script::default();
+    sink.plan("poison", vec![Act::Hang]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let batch = std::iter::once(rec("poison"))
+        .chain((0..7).map(|i| rec(&format!("ok{i}"))))
+        .collect();
+    runtime.block_on(store.enqueue(batch, BASE)).unwrap();
+    // The poison record hangs its process every time it is delivered.
+    for round in 0..4 {
+        crashing_process(&store, round, &sink);
+    }
+    let records = runtime.block_on(store.list(&ListQuery::new(10))).unwrap();
+    assert_eq!(
+        records.len(),
+        1,
+        "the healthy records were delivered: {records:?}"
+    );
+    assert_eq!(records[0].payload, b"poison");
+    assert_eq!(records[0].state, State::NeedsAttention);
+    assert_eq!(records[0].interrupted, 3);
+    assert_eq!(runtime.block_on(store.stats()).unwrap().delivered, 7);
 }

@@ -105,14 +105,23 @@ fn retry_after_overrides_the_schedule() {
     let past = Outcome::transient("HTTP 503", Some(RetryAfter::At(NOW - 5_000)));
     assert_eq!(progress(&run(&claimed(0), past)).next_attempt_at, Some(NOW));
 
-    // Never beyond the cap, so the restart clamp cannot rewrite it.
+    // Beyond the cap (60 s) as asked, up to the horizon (max_retry_after, 1 hour), so the
+    // restart clamp never rewrites it.
+    let long = Outcome::transient(
+        "HTTP 503",
+        Some(RetryAfter::Delay(Duration::from_secs(3_000))),
+    );
+    assert_eq!(
+        progress(&run(&claimed(0), long)).next_attempt_at,
+        Some(NOW + 3_000_000)
+    );
     let far = Outcome::transient(
         "HTTP 503",
         Some(RetryAfter::Delay(Duration::from_secs(86_400))),
     );
     assert_eq!(
         progress(&run(&claimed(0), far)).next_attempt_at,
-        Some(NOW + 60_000)
+        Some(NOW + 3_600_000)
     );
 }
 
@@ -159,10 +168,12 @@ fn halt_spends_nothing_and_pauses_the_runner() {
     let mut record = claimed(2);
     record.last_attempt_at = Some(NOW - 10);
     record.next_attempt_at = Some(NOW - 10);
+    record.interrupted = 2;
     let step = run(&record, Outcome::halt("HTTP 401"));
     assert!(step.halt);
     let p = progress(&step);
     assert_eq!((p.attempts, p.unanswered), (2, 0));
+    assert_eq!(p.interrupted, 0, "it reported: not a crash loop");
     assert_eq!(p.state, State::Retrying);
     assert_eq!(
         p.next_attempt_at,
@@ -247,15 +258,16 @@ fn clamp_brings_far_deadlines_back() {
     let mut record = claimed(1);
     record.state = State::Retrying;
     record.lease = None;
+    // The horizon is the larger of the cap (60 s) and max_retry_after (1 hour).
     record.next_attempt_at = Some(NOW + 61_000);
+    assert!(machine::clamp(&record, &exact_policy(), NOW).is_none());
+    record.next_attempt_at = Some(NOW + 3_600_001);
     let t = machine::clamp(&record, &exact_policy(), NOW).unwrap();
     assert_eq!(t.guard, Guard::Idle);
     let Change::Update(p) = t.change else {
         panic!()
     };
-    assert_eq!(p.next_attempt_at, Some(NOW + 60_000));
-    record.next_attempt_at = Some(NOW + 60_000);
-    assert!(machine::clamp(&record, &exact_policy(), NOW).is_none());
+    assert_eq!(p.next_attempt_at, Some(NOW + 3_600_000));
 }
 
 #[test]
