@@ -1,0 +1,430 @@
+//! Opening and creating files: every file that is not a usable outbox gives a clear typed error
+//! and keeps its bytes; an earlier schema converges; a newer one is refused.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::fresh;
+use outbox_core::{
+    Claim, Error, ListQuery, NewRecord, Record, RecordId, State, Store, DEFAULT_MAX_PAYLOAD,
+};
+use outbox_redb::{RedbConfig, RedbStore, SCHEMA_VERSION};
+use redb::{ReadableDatabase, TableDefinition};
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+fn bytes(path: &Path) -> Vec<u8> {
+    std::fs::read(path).expect("read file")
+}
+
+async fn open(path: &Path) -> Result<RedbStore, Error> {
+    RedbStore::open(path, RedbConfig::default()).await
+}
+
+#[tokio::test]
+async fn open_of_a_missing_path_is_not_found_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing.redb");
+    let err = open(&path).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    assert!(!path.exists());
+}
+
+#[tokio::test]
+async fn create_refuses_an_existing_file_and_leaves_it_alone() {
+    let (_dir, path, store) = fresh().await;
+    store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], 0)
+        .await
+        .unwrap();
+    drop(store);
+    let before = bytes(&path);
+    let err = RedbStore::create(&path, RedbConfig::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists { .. }), "{err:?}");
+    assert_eq!(bytes(&path), before);
+    assert_eq!(open(&path).await.unwrap().stats().await.unwrap().pending, 1);
+}
+
+#[tokio::test]
+async fn an_empty_file_is_not_an_outbox_and_stays_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.redb");
+    std::fs::write(&path, b"").unwrap();
+    let err = open(&path).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::NotAnOutbox { detail, .. } if detail.contains("empty")),
+        "{err:?}"
+    );
+    let err = RedbStore::create(&path, RedbConfig::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists { .. }), "{err:?}");
+    assert!(bytes(&path).is_empty());
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_redb_is_refused_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, content) in [
+        (
+            "notes.txt",
+            &b"shopping list: milk, eggs, a durable queue\n"[..],
+        ),
+        ("short", &b"red"[..]),
+        ("sqlite.db", &b"SQLite format 3\0 and then some pages"[..]),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        let err = open(&path).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::NotAnOutbox { detail, .. } if detail.contains("not a redb")),
+            "{name}: {err:?}"
+        );
+        let err = RedbStore::open_read_only(&path, RedbConfig::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotAnOutbox { .. }), "{name}: {err:?}");
+        assert_eq!(bytes(&path), content, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_redb_database_without_an_outbox_is_refused_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.redb");
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let users: TableDefinition<&str, u64> = TableDefinition::new("users");
+        txn.open_table(users).unwrap().insert("ada", 1).unwrap();
+        txn.commit().unwrap();
+    }
+    let before = bytes(&path);
+    let err = open(&path).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::NotAnOutbox { detail, .. } if detail.contains("without outbox")),
+        "{err:?}"
+    );
+    assert_eq!(bytes(&path), before);
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_unchanged() {
+    let (_dir, path, store) = fresh().await;
+    store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], 0)
+        .await
+        .unwrap();
+    drop(store);
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert("schema_version", u64::from(SCHEMA_VERSION) + 1)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let before = bytes(&path);
+    let err = open(&path).await.unwrap_err();
+    assert!(
+        matches!(err, Error::SchemaTooNew { found, supported }
+            if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
+        "{err:?}"
+    );
+    let err = RedbStore::open_read_only(&path, RedbConfig::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::SchemaTooNew { .. }), "{err:?}");
+    assert_eq!(bytes(&path), before);
+}
+
+#[tokio::test]
+async fn a_damaged_file_gives_a_typed_error_not_a_panic() {
+    let (_dir, path, store) = fresh().await;
+    let batch = (0..200)
+        .map(|i| NewRecord::new(vec![i as u8; 500]))
+        .collect();
+    store.enqueue(batch, 0).await.unwrap();
+    drop(store);
+    let mut damaged = bytes(&path);
+    damaged.truncate(damaged.len() / 3);
+    std::fs::write(&path, &damaged).unwrap();
+    let result = open(&path).await;
+    assert!(
+        matches!(result, Err(Error::Corrupted { .. } | Error::Backend { .. })),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_handle_reads_refuses_writes_and_writes_nothing() {
+    let (_dir, path, store) = fresh().await;
+    store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], 0)
+        .await
+        .unwrap();
+    drop(store);
+    let before = bytes(&path);
+
+    let reader = RedbStore::open_read_only(&path, RedbConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(reader.stats().await.unwrap().pending, 1);
+    assert_eq!(reader.list(&ListQuery::new(10)).await.unwrap().len(), 1);
+    let err = reader
+        .enqueue(vec![NewRecord::new(b"y".to_vec())], 0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ReadOnly { .. }), "{err:?}");
+    let claim = Claim {
+        now: 0,
+        limit: 1,
+        lease: common::lease(1, 10),
+    };
+    assert!(matches!(
+        reader.claim(claim).await,
+        Err(Error::ReadOnly { .. })
+    ));
+    assert!(matches!(
+        reader.prune(10).await,
+        Err(Error::ReadOnly { .. })
+    ));
+    assert!(reader.database().is_none());
+
+    // While the reader holds the file, no writer may open it.
+    let err = open(&path).await.unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err:?}");
+    drop(reader);
+    assert_eq!(bytes(&path), before);
+}
+
+/// The child half of the lock test: holds the outbox open until its stdin closes.
+async fn hold(path: &str) {
+    let store = RedbStore::open(path, RedbConfig::default()).await;
+    let mut out = std::io::stdout();
+    match store {
+        Ok(_store) => {
+            writeln!(out, "holding").unwrap();
+            out.flush().unwrap();
+            let mut rest = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut rest);
+        }
+        Err(err) => {
+            writeln!(out, "child failed: {err}").unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_file_held_by_another_process_is_locked_and_unchanged() {
+    if let Ok(path) = std::env::var("OUTBOX_REDB_HOLD") {
+        hold(&path).await;
+        return;
+    }
+    let (_dir, path, store) = fresh().await;
+    store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], 0)
+        .await
+        .unwrap();
+    drop(store);
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_file_held_by_another_process_is_locked_and_unchanged",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("OUTBOX_REDB_HOLD", &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the child ended before holding")
+            .unwrap();
+        // libtest may print the test's name on the same line first.
+        assert!(!line.contains("child failed"), "{line}");
+        if line.ends_with("holding") {
+            break;
+        }
+    }
+
+    let before = bytes(&path);
+    let err = open(&path).await.unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err:?}");
+    let err = RedbStore::open_read_only(&path, RedbConfig::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err:?}");
+    assert_eq!(bytes(&path), before);
+
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(open(&path).await.unwrap().stats().await.unwrap().pending, 1);
+}
+
+/// Layout 1 of a record, written by hand as schema version 1 stored it.
+fn encode_v1(record: &Record) -> Vec<u8> {
+    fn opt_u64(out: &mut Vec<u8>, v: Option<u64>) {
+        match v {
+            Some(v) => {
+                out.push(1);
+                out.extend(v.to_le_bytes());
+            }
+            None => out.push(0),
+        }
+    }
+    fn text(out: &mut Vec<u8>, v: &[u8]) {
+        out.extend((v.len() as u32).to_le_bytes());
+        out.extend(v);
+    }
+    let mut out = vec![1];
+    out.extend(record.created_at.to_le_bytes());
+    out.push(record.state.code());
+    out.extend(record.attempts.to_le_bytes());
+    opt_u64(&mut out, record.last_attempt_at);
+    opt_u64(&mut out, record.next_attempt_at);
+    match &record.last_error {
+        Some(e) => {
+            out.push(1);
+            text(&mut out, e.as_bytes());
+        }
+        None => out.push(0),
+    }
+    match record.lease {
+        Some(l) => {
+            out.push(1);
+            out.extend(l.token.to_le_bytes());
+            out.extend(l.until.to_le_bytes());
+        }
+        None => out.push(0),
+    }
+    match &record.group {
+        Some(g) => {
+            out.push(1);
+            text(&mut out, g.as_bytes());
+        }
+        None => out.push(0),
+    }
+    text(&mut out, record.key.as_bytes());
+    text(&mut out, &record.payload);
+    out
+}
+
+/// Writes a schema-version-1 file: no `leases` table, records in layout 1.
+fn write_version_1(path: &Path) {
+    let records: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
+    let due: TableDefinition<(u64, u64), ()> = TableDefinition::new("due");
+    let groups: TableDefinition<(&str, u64), ()> = TableDefinition::new("groups");
+    let tombstones: TableDefinition<u64, &[u8]> = TableDefinition::new("tombstones");
+
+    let mut in_flight = Record::fresh(
+        RecordId(1),
+        Some("g".into()),
+        b"one".to_vec(),
+        "k1".into(),
+        100,
+    );
+    in_flight.state = State::InFlight;
+    in_flight.lease = Some(common::lease(9, 50_000));
+    let waiting = Record::fresh(
+        RecordId(2),
+        Some("g".into()),
+        b"two".to_vec(),
+        "k2".into(),
+        200,
+    );
+    let mut retrying = Record::fresh(RecordId(3), None, b"three".to_vec(), "k3".into(), 300);
+    retrying.state = State::Retrying;
+    retrying.attempts = 2;
+    retrying.last_attempt_at = Some(400);
+    retrying.next_attempt_at = Some(700);
+    retrying.last_error = Some("503".into());
+
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut meta = txn.open_table(META).unwrap();
+        meta.insert("schema_version", 1).unwrap();
+        meta.insert("last_id", 3).unwrap();
+        meta.insert("delivered", 5).unwrap();
+        let mut table = txn.open_table(records).unwrap();
+        for r in [&in_flight, &waiting, &retrying] {
+            table.insert(r.id.0, encode_v1(r).as_slice()).unwrap();
+        }
+        txn.open_table(due).unwrap().insert((700, 3), ()).unwrap();
+        let mut groups = txn.open_table(groups).unwrap();
+        groups.insert(("g", 1), ()).unwrap();
+        groups.insert(("g", 2), ()).unwrap();
+        txn.open_table(tombstones).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+#[tokio::test]
+async fn a_version_1_file_converges_to_the_current_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.redb");
+    write_version_1(&path);
+
+    let store = open(&path).await.unwrap();
+    let first = store.get(RecordId(1)).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            first.state,
+            first.lease,
+            first.unanswered,
+            first.interrupted
+        ),
+        (State::InFlight, Some(common::lease(9, 0)), 0, 0),
+        "the dead process's lease expires at once"
+    );
+    assert_eq!(store.expired(0, 10).await.unwrap(), [first]);
+    let stats = store.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.in_flight,
+            stats.pending,
+            stats.retrying,
+            stats.delivered,
+            stats.next_due
+        ),
+        (1, 1, 1, 5, Some(700))
+    );
+    let claim = Claim {
+        now: 1_000,
+        limit: 10,
+        lease: common::lease(1, 31_000),
+    };
+    let claimed = store.claim(claim).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((claimed[0].id, claimed[0].attempts), (RecordId(3), 2));
+    let next = store
+        .enqueue(vec![NewRecord::new(b"4".to_vec())], 0)
+        .await
+        .unwrap();
+    assert_eq!(next, [RecordId(4)]);
+    drop(store);
+
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        let version = meta.get("schema_version").unwrap().unwrap().value();
+        assert_eq!(version, u64::from(SCHEMA_VERSION));
+    }
+    // Converged: a second open changes nothing it should not.
+    let store = open(&path).await.unwrap();
+    assert_eq!(store.stats().await.unwrap().in_flight, 2);
+    assert_eq!(store.config().max_payload, DEFAULT_MAX_PAYLOAD);
+}
