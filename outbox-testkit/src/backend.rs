@@ -27,6 +27,11 @@ pub struct Capabilities {
 ///
 /// `create` makes a new, empty store and names it by a *location*: text (a file path, a schema
 /// name) that `open` accepts, in this process or in a child process the crash scenarios start.
+///
+/// Scenarios that restart a store drop every handle and then `open` the location again, so a
+/// store that only one handle may open must release it when its last handle is dropped. The
+/// crash scenarios build the backend afresh in a child process (the same expression given to
+/// `conformance!`) and call `open` there with the location alone.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     /// A short name for messages.

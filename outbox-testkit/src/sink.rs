@@ -239,3 +239,76 @@ impl Sink for ScriptedSink {
         self.answer(record).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use outbox_core::ManualClock;
+
+    use super::*;
+
+    fn record(id: u64, payload: &[u8]) -> Record {
+        Record::fresh(RecordId(id), None, payload.to_vec(), format!("k{id}"), 0)
+    }
+
+    #[tokio::test]
+    async fn an_id_script_goes_before_the_payload_script_then_the_default() {
+        let clock = ManualClock::new(5);
+        let sink = ScriptedSink::new(clock.clone());
+        sink.script_payload(b"p".to_vec(), [Reply::Unprocessable]);
+        sink.script_id(RecordId(2), [Reply::Conflict]);
+        sink.otherwise(Reply::NoAnswer);
+        let (one, two) = (record(1, b"p"), record(2, b"p"));
+        assert!(matches!(sink.answer(&two).await, Outcome::Conflict { .. }));
+        assert!(matches!(sink.answer(&two).await, Outcome::Rejected { .. }));
+        clock.set(9);
+        assert!(sink.answer(&one).await.is_unanswered());
+        let seen = sink.deliveries();
+        assert_eq!(
+            seen.iter()
+                .map(|d| (d.id.0, d.at, d.reply.clone()))
+                .collect::<Vec<_>>(),
+            vec![
+                (2, 5, Reply::Conflict),
+                (2, 5, Reply::Unprocessable),
+                (1, 9, Reply::NoAnswer)
+            ]
+        );
+        assert_eq!(sink.deliveries_of(RecordId(1)).len(), 1);
+    }
+
+    #[tokio::test]
+    async fn every_reply_maps_to_its_outcome() {
+        assert_eq!(Reply::Success.outcome(), Some(Outcome::Delivered));
+        assert!(matches!(
+            Reply::Unavailable.outcome(),
+            Some(Outcome::Transient {
+                retry_after: None,
+                ..
+            })
+        ));
+        assert!(matches!(
+            Reply::Unauthorized.outcome(),
+            Some(Outcome::Halt { .. })
+        ));
+        assert!(matches!(
+            Reply::Conflict.outcome(),
+            Some(Outcome::Conflict { .. })
+        ));
+        assert!(matches!(
+            Reply::Unprocessable.outcome(),
+            Some(Outcome::Rejected { .. })
+        ));
+        assert!(Reply::NoAnswer.outcome().is_some_and(|o| o.is_unanswered()));
+    }
+
+    #[tokio::test]
+    async fn a_scripted_panic_is_recorded_before_it_panics() {
+        let sink = ScriptedSink::new(ManualClock::new(0));
+        sink.script_id(RecordId(1), [Reply::Panic]);
+        let copy = sink.clone();
+        let joined = tokio::spawn(async move { copy.answer(&record(1, b"x")).await }).await;
+        assert!(joined.is_err_and(|e| e.is_panic()));
+        assert_eq!(sink.deliveries()[0].reply, Reply::Panic);
+        assert_eq!(sink.answer(&record(1, b"x")).await, Outcome::Delivered);
+    }
+}
