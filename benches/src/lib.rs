@@ -9,6 +9,7 @@
 //! - [`workload`]: enqueue (one at a time, concurrent producers, batches), the end-to-end
 //!   drain, and "what is due" over a backlog of records that are not yet due;
 //! - [`plan`]: the sizes of a full run, a quick run and a smoke run;
+//! - [`probe`]: a store wrapper counting the commits a drain makes;
 //! - [`rss`]: the resident-memory figures the peak-memory tool reports.
 //!
 //! Run everything and write `BENCHMARKS.md` with `cargo xtask bench-report` (add `--quick` for a
@@ -32,6 +33,7 @@
 pub mod bare;
 mod error;
 pub mod plan;
+pub mod probe;
 pub mod rss;
 pub mod subject;
 pub mod workload;

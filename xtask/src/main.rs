@@ -2,6 +2,11 @@
 //!
 //! - `ci`: formatting check, clippy with warnings denied on all targets, then the test suite
 //!   with `INSTA_UPDATE=no` (the same commands `.ci/run` runs).
+//! - `bench-report [--quick] [--rss-records N]`: runs the benchmarks of `benches/` and writes
+//!   `BENCHMARKS.md` (see [`bench_report`]).
+
+mod bench_report;
+mod json;
 
 use std::process::{Command, ExitCode};
 
@@ -9,8 +14,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("bench-report") => bench_report::bench_report(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask ci");
+            eprintln!("usage: cargo xtask ci | bench-report [--quick] [--rss-records N]");
             return ExitCode::from(2);
         }
     };

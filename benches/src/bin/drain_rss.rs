@@ -8,18 +8,21 @@
 //! memory the fill used is not counted; the parent then opens the file, resets its peak
 //! (`/proc/self/clear_refs`), starts a runner with the default configuration and a no-op sink,
 //! waits for an empty queue and prints one line of `key=value` fields, tab-separated:
-//! `store records baseline_mib peak_mib growth_mib drain_s rate peak_reset`. The memory store
+//! `store records baseline_mib peak_mib growth_mib drain_s rate peak_reset claims applies
+//! commits_per_1000` (write calls to the store per 1,000 records delivered). The memory store
 //! holds its backlog in the process, so it is filled in-process and its baseline includes it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::sync::Arc;
 
+use outbox_benches::probe::Counting;
 use outbox_benches::rss::{mib, reset_peak, Rss};
 use outbox_benches::subject::StoreKind;
 use outbox_benches::workload;
 use outbox_core::clock::system_now;
-use outbox_core::{Error, Result};
+use outbox_core::{Error, Result, Store};
 
 struct Args {
     fill_only: bool,
@@ -132,18 +135,21 @@ async fn measure(store: StoreKind, records: usize) -> Result<String> {
         workload::fill(&opened, records, system_now()).await?;
         opened
     };
+    let counting = Arc::new(Counting::new(opened));
+    let opened: Arc<dyn Store> = counting.clone();
     let peak_reset = reset_peak();
     let baseline = Rss::read()?;
     let drained = workload::drain_backlog(&opened, records as u64).await?;
     let after = Rss::read()?;
     drop(opened);
+    let calls = counting.calls();
     let baseline_kib = if peak_reset {
         baseline.current_kib
     } else {
         baseline.peak_kib
     };
     Ok(format!(
-        "store={}\trecords={}\tbaseline_mib={:.1}\tpeak_mib={:.1}\tgrowth_mib={:.1}\tdrain_s={:.2}\trate={:.0}\tpeak_reset={}",
+        "store={}\trecords={}\tbaseline_mib={:.1}\tpeak_mib={:.1}\tgrowth_mib={:.1}\tdrain_s={:.2}\trate={:.0}\tpeak_reset={}\tclaims={}\tapplies={}\tcommits_per_1000={:.1}",
         store.name(),
         drained.records,
         mib(baseline_kib),
@@ -152,5 +158,8 @@ async fn measure(store: StoreKind, records: usize) -> Result<String> {
         drained.elapsed.as_secs_f64(),
         drained.rate(),
         peak_reset,
+        calls.claims,
+        calls.applies,
+        calls.commits() as f64 * 1000.0 / drained.records.max(1) as f64,
     ))
 }

@@ -1,0 +1,638 @@
+//! `cargo xtask bench-report [--quick] [--rss-records N]`: runs the criterion benchmarks of
+//! `outbox-benches` and the `drain-rss` tool, then writes `BENCHMARKS.md` at the root: one
+//! table per workload with each row's durability, median, spread and ratio to the bare engine
+//! of the same run, the targets of issue 7, the machine, and the notes of
+//! `benches/NOTES.md`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::json::Json;
+use crate::run;
+
+/// The workloads in report order: criterion group, title, what one iteration does.
+const GROUPS: [(&str, &str, &str); 5] = [
+    (
+        "enqueue-one",
+        "1. Enqueue, one producer, one record at a time",
+        "Each record is awaited until durable before the next. Bare rows: one insert per transaction.",
+    ),
+    (
+        "enqueue-concurrent",
+        "2. Enqueue, 64 concurrent producers",
+        "64 tasks each enqueue one record and await it until durable, so the store can commit them together (group commit). Bare rows: 100 inserts per transaction.",
+    ),
+    (
+        "enqueue-batch",
+        "3. Enqueue, batches of 100",
+        "One call enqueues 100 records. Bare rows: 100 inserts per transaction.",
+    ),
+    (
+        "drain",
+        "4. End to end: enqueue, then drain to a no-op sink",
+        "The records are enqueued first (not timed); a runner with the default batch (32) and concurrency (4) then delivers them to a sink that answers `Delivered` at once, timed from its start to an empty queue. Bare rows: claim 100 due rows in one transaction, delete them in a second, until none is left.",
+    ),
+    (
+        "due",
+        "5. What is due, over a backlog of records not yet due",
+        "The runner's claim (up to 32 records) at a time before every deadline, so nothing is claimed; the size is the backlog. Bare rows: the indexed due query, read-only.",
+    ),
+];
+
+struct Options {
+    quick: bool,
+    rss_records: usize,
+}
+
+fn options(args: &[String]) -> Result<Options, String> {
+    let mut options = Options {
+        quick: false,
+        rss_records: 0,
+    };
+    let mut rss_records = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => options.quick = true,
+            "--rss-records" => {
+                let n = args.next().map(String::as_str).unwrap_or_default();
+                rss_records = Some(
+                    n.parse()
+                        .map_err(|_| format!("--rss-records takes a count, not {n:?}"))?,
+                );
+            }
+            other => return Err(format!("unknown bench-report argument {other:?}")),
+        }
+    }
+    options.rss_records = rss_records.unwrap_or(if options.quick { 20_000 } else { 1_000_000 });
+    Ok(options)
+}
+
+/// One criterion result.
+#[derive(Clone, Debug)]
+struct Row {
+    name: String,
+    size: u64,
+    median_ns: f64,
+    lower_ns: f64,
+    upper_ns: f64,
+    elements: Option<u64>,
+}
+
+impl Row {
+    fn per_second(&self) -> Option<f64> {
+        self.elements
+            .map(|n| n as f64 / (self.median_ns / 1e9).max(f64::MIN_POSITIVE))
+    }
+}
+
+/// One `drain-rss` line.
+type RssLine = BTreeMap<String, String>;
+
+pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
+    let options = options(args)?;
+    let root = root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let criterion = root.join("target").join("criterion");
+    // Rows of an earlier run with other sizes would mix into this one.
+    for (group, _, _) in GROUPS {
+        let dir = criterion.join(group);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
+        }
+    }
+    fs::create_dir_all(&criterion).map_err(|e| format!("creating {}: {e}", criterion.display()))?;
+    let meta = criterion.join("outbox-durability.tsv");
+    let meta_str = meta.to_string_lossy().into_owned();
+    let criterion_str = criterion.to_string_lossy().into_owned();
+    let mut envs = vec![
+        ("OUTBOX_BENCH_META", meta_str.as_str()),
+        ("CRITERION_HOME", criterion_str.as_str()),
+    ];
+    if options.quick {
+        envs.push(("OUTBOX_BENCH_QUICK", "1"));
+    }
+    run(
+        &cargo,
+        &["bench", "-p", "outbox-benches", "--bench", "outbox"],
+        &envs,
+    )?;
+    let rss = drain_rss(&cargo, options.rss_records)?;
+    let durability = read_durability(&meta)?;
+    let rows = read_rows(&criterion)?;
+    let notes = fs::read_to_string(root.join("benches").join("NOTES.md")).unwrap_or_default();
+    let report = render(&options, &rows, &durability, &rss, &machine(), &notes);
+    let out = root.join("BENCHMARKS.md");
+    fs::write(&out, report).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+fn root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}
+
+fn drain_rss(cargo: &str, records: usize) -> Result<Vec<RssLine>, String> {
+    run(
+        cargo,
+        &[
+            "build",
+            "--release",
+            "-p",
+            "outbox-benches",
+            "--bin",
+            "drain-rss",
+        ],
+        &[],
+    )?;
+    let exe = root().join("target").join("release").join("drain-rss");
+    let mut lines = Vec::new();
+    for store in ["memory", "sqlite", "redb"] {
+        eprintln!("$ drain-rss --store {store} --records {records}");
+        let output = Command::new(&exe)
+            .args(["--store", store, "--records", &records.to_string()])
+            .output()
+            .map_err(|e| format!("could not start {}: {e}", exe.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "drain-rss --store {store} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        eprintln!("{}", text.trim());
+        lines.push(parse_rss_line(&text));
+    }
+    Ok(lines)
+}
+
+fn parse_rss_line(text: &str) -> RssLine {
+    text.trim()
+        .split('\t')
+        .filter_map(|field| field.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn read_durability(path: &Path) -> Result<BTreeMap<String, String>, String> {
+    let text = fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split_once('\t'))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect())
+}
+
+/// Every `new/benchmark.json` under `dir`, with its estimates, by group.
+fn read_rows(dir: &Path) -> Result<BTreeMap<String, Vec<Row>>, String> {
+    let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = fs::read_dir(&dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.ends_with("new/benchmark.json") {
+                let (group, row) = read_row(&path)?;
+                rows.entry(group).or_default().push(row);
+            }
+        }
+    }
+    for group in rows.values_mut() {
+        group.sort_by(|a, b| {
+            (rank(&a.name), &a.name, a.size).cmp(&(rank(&b.name), &b.name, b.size))
+        });
+    }
+    Ok(rows)
+}
+
+/// Stores first in the usual order, then the bare engines.
+fn rank(name: &str) -> usize {
+    [
+        "memory",
+        "sqlite",
+        "redb",
+        "postgres",
+        "bare-sqlite",
+        "bare-redb",
+    ]
+    .iter()
+    .position(|n| *n == name)
+    .unwrap_or(usize::MAX)
+}
+
+fn read_json(path: &Path) -> Result<Json, String> {
+    let text = fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Json::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn read_row(benchmark: &Path) -> Result<(String, Row), String> {
+    let meta = read_json(benchmark)?;
+    let estimates = read_json(&benchmark.with_file_name("estimates.json"))?;
+    let missing = |what: &str| format!("{}: no {what}", benchmark.display());
+    let group = meta
+        .string(&["group_id"])
+        .ok_or_else(|| missing("group_id"))?;
+    let name = meta
+        .string(&["function_id"])
+        .ok_or_else(|| missing("function_id"))?;
+    let size = meta
+        .string(&["value_str"])
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| missing("value_str"))?;
+    let median = |key: &[&str]| {
+        let mut path = vec!["median"];
+        path.extend_from_slice(key);
+        estimates
+            .number(&path)
+            .ok_or_else(|| missing("median estimate"))
+    };
+    Ok((
+        group.to_owned(),
+        Row {
+            name: name.to_owned(),
+            size,
+            median_ns: median(&["point_estimate"])?,
+            lower_ns: median(&["confidence_interval", "lower_bound"])?,
+            upper_ns: median(&["confidence_interval", "upper_bound"])?,
+            elements: meta.number(&["throughput", "Elements"]).map(|n| n as u64),
+        },
+    ))
+}
+
+/// The machine the run was on.
+fn machine() -> String {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU".to_owned(), |(_, m)| m.trim().to_owned());
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<f64>().ok())
+        .map_or("unknown".to_owned(), |kb| {
+            format!("{:.1} GiB", kb / 1024.0 / 1024.0)
+        });
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let rustc = command_line("rustc", &["--version"]);
+    let date = command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    format!(
+        "- CPU: {cpu}, {cores} cores (nproc)\n- Memory: {memory}\n- Kernel: Linux {}\n- Compiler: {rustc}\n- Run at: {date}\n",
+        kernel.trim()
+    )
+}
+
+fn command_line(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn duration(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn rate(per_second: f64) -> String {
+    if per_second >= 1e6 {
+        format!("{:.2} M/s", per_second / 1e6)
+    } else if per_second >= 1e3 {
+        format!("{:.1} k/s", per_second / 1e3)
+    } else {
+        format!("{per_second:.0} /s")
+    }
+}
+
+/// The bare row a store is compared with, in a group.
+fn bare_of<'a>(rows: &'a [Row], store: &str, size: Option<u64>) -> Option<&'a Row> {
+    let bare = format!("bare-{store}");
+    rows.iter()
+        .find(|r| r.name == bare && size.is_none_or(|s| r.size == s))
+}
+
+/// Throughput of `row` over throughput of its bare engine (1.0 = as fast as the engine).
+fn ratio_to_bare(rows: &[Row], row: &Row, same_size: bool) -> Option<f64> {
+    if row.name.starts_with("bare-") {
+        return None;
+    }
+    let bare = bare_of(rows, &row.name, same_size.then_some(row.size))?;
+    match (row.per_second(), bare.per_second()) {
+        (Some(a), Some(b)) => Some(a / b),
+        _ => Some(bare.median_ns / row.median_ns),
+    }
+}
+
+/// Median at the largest backlog over the median at the smallest, for one row name.
+fn backlog_growth(rows: &[Row], name: &str) -> Option<(u64, u64, f64)> {
+    let mine: Vec<&Row> = rows.iter().filter(|r| r.name == name).collect();
+    let small = mine.iter().min_by_key(|r| r.size)?;
+    let large = mine.iter().max_by_key(|r| r.size)?;
+    (small.size != large.size).then(|| (small.size, large.size, large.median_ns / small.median_ns))
+}
+
+fn ratio(value: Option<f64>) -> String {
+    value.map_or("—".to_owned(), |r| format!("{r:.2}x"))
+}
+
+fn render(
+    options: &Options,
+    rows: &BTreeMap<String, Vec<Row>>,
+    durability: &BTreeMap<String, String>,
+    rss: &[RssLine],
+    machine: &str,
+    notes: &str,
+) -> String {
+    let empty = Vec::new();
+    let group = |name: &str| rows.get(name).unwrap_or(&empty);
+    let mut out = String::new();
+    let _ = writeln!(out, "# Benchmarks\n");
+    let _ = writeln!(
+        out,
+        "Written by `cargo xtask bench-report{}` from one run of the criterion benchmarks in \
+         `benches/` and of its `drain-rss` tool; do not edit by hand (the notes at the end come \
+         from `benches/NOTES.md`). Every store runs at its default durability; each figure is \
+         compared with the bare engine doing the same durable work **in the same run**.\n",
+        if options.quick { " --quick" } else { "" }
+    );
+    if options.quick {
+        let _ = writeln!(
+            out,
+            "**Quick run**: smaller sizes and few samples, a smoke test of the pipeline, not \
+             figures to quote.\n"
+        );
+    }
+    let _ = writeln!(out, "## Machine\n\n{machine}");
+    let _ = writeln!(
+        out,
+        "The machine was shared: other engineers were compiling and testing on the same two \
+         cores while this ran, so absolute figures are noisy. Rely on the ratios, which \
+         compare rows measured minutes apart in one run.\n"
+    );
+
+    // Targets of issue 7.
+    let _ = writeln!(out, "## Targets\n");
+    let _ = writeln!(out, "| target | store | measured | goal | met |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    let mut target =
+        |what: &str, store: &str, value: Option<f64>, goal: &str, ok: fn(f64) -> bool| {
+            let measured = ratio(value);
+            let met = value.map_or("not measured", |v| if ok(v) { "yes" } else { "**no**" });
+            let _ = writeln!(out, "| {what} | {store} | {measured} | {goal} | {met} |");
+        };
+    for store in ["sqlite", "redb"] {
+        let find = |g: &str| group(g).iter().find(|r| r.name == store);
+        target(
+            "enqueue, one producer, vs bare one insert per transaction",
+            store,
+            find("enqueue-one").and_then(|r| ratio_to_bare(group("enqueue-one"), r, true)),
+            "≥ 0.8x",
+            |v| v >= 0.8,
+        );
+        target(
+            "enqueue, 64 producers, vs bare 100 inserts per transaction",
+            store,
+            find("enqueue-concurrent")
+                .and_then(|r| ratio_to_bare(group("enqueue-concurrent"), r, false)),
+            "≥ 0.4x",
+            |v| v >= 0.4,
+        );
+        target(
+            "drain, vs bare claim + delete 100 per transaction",
+            store,
+            find("drain").and_then(|r| ratio_to_bare(group("drain"), r, true)),
+            "≥ 0.4x",
+            |v| v >= 0.4,
+        );
+    }
+    for store in ["memory", "sqlite", "redb"] {
+        let growth = backlog_growth(group("due"), store);
+        let what = growth.map_or(
+            "due query, large vs small backlog".to_owned(),
+            |(s, l, _)| format!("due query at {l} vs {s} not-due records"),
+        );
+        target(&what, store, growth.map(|g| g.2), "≤ 1.3x", |v| v <= 1.3);
+    }
+    let _ = writeln!(out);
+    if let Some(records) = rss.first().and_then(|l| l.get("records")) {
+        let _ = writeln!(
+            out,
+            "Runner memory while draining {records} records: see section 6 (goal: bounded by \
+             the batch, not by the backlog).\n"
+        );
+    }
+
+    for (name, title, what) in GROUPS {
+        let rows = group(name);
+        let _ = writeln!(out, "## {title}\n\n{what}\n");
+        if rows.is_empty() {
+            let _ = writeln!(out, "_No results: the benchmark did not run._\n");
+            continue;
+        }
+        if name == "due" {
+            let _ = writeln!(
+                out,
+                "| row | durability | backlog | median | spread (95% CI of the median) | vs bare | vs smallest backlog |"
+            );
+            let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+            for row in rows {
+                let smallest = rows
+                    .iter()
+                    .filter(|r| r.name == row.name)
+                    .min_by_key(|r| r.size)
+                    .map(|s| row.median_ns / s.median_ns);
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} – {} | {} | {} |",
+                    row.name,
+                    durability.get(&row.name).map_or("", String::as_str),
+                    row.size,
+                    duration(row.median_ns),
+                    duration(row.lower_ns),
+                    duration(row.upper_ns),
+                    ratio(ratio_to_bare(rows, row, true)),
+                    ratio(smallest),
+                );
+            }
+        } else {
+            let same_size = name != "enqueue-concurrent";
+            let _ = writeln!(
+                out,
+                "| row | durability | records per iteration | median | spread (95% CI of the median) | records/s | vs bare |"
+            );
+            let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+            for row in rows {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} – {} | {} | {} |",
+                    row.name,
+                    durability.get(&row.name).map_or("", String::as_str),
+                    row.size,
+                    duration(row.median_ns),
+                    duration(row.lower_ns),
+                    duration(row.upper_ns),
+                    row.per_second().map_or("—".to_owned(), rate),
+                    ratio(ratio_to_bare(rows, row, same_size)),
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "\n_vs bare_: the store's records/s over its engine's records/s (1.00x = as fast as \
+             the bare engine); memory has no engine.\n"
+        );
+    }
+    // Postgres rows go in each table above once `outbox-postgres` is benchmarked.
+
+    let _ = writeln!(out, "## 6. Peak memory of a runner draining a backlog\n");
+    let _ = writeln!(
+        out,
+        "`drain-rss`: a persistent store is filled by a child process; the measuring process \
+         opens it, resets its peak (`/proc/self/clear_refs`), drains it with the default runner \
+         and reads `VmHWM`. Growth is the peak over the resident size before the runner started. \
+         The memory store keeps its whole backlog in the process, so its baseline includes it. \
+         The last columns count the runner's write calls to the store (each a durable commit \
+         on a persistent store).\n"
+    );
+    let _ = writeln!(
+        out,
+        "| store | records | resident before (MiB) | peak (MiB) | growth (MiB) | drain time | records/s | claims | applies | store writes per 1,000 records |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    for line in rss {
+        let get = |k: &str| line.get(k).map_or("?", String::as_str);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} s | {} | {} | {} | {} |",
+            get("store"),
+            get("records"),
+            get("baseline_mib"),
+            get("peak_mib"),
+            get("growth_mib"),
+            get("drain_s"),
+            get("rate"),
+            get("claims"),
+            get("applies"),
+            get("commits_per_1000"),
+        );
+    }
+    let _ = writeln!(out);
+    if !notes.trim().is_empty() {
+        let _ = writeln!(out, "{}", notes.trim_end());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, size: u64, median_ns: f64, elements: Option<u64>) -> Row {
+        Row {
+            name: name.into(),
+            size,
+            median_ns,
+            lower_ns: median_ns * 0.9,
+            upper_ns: median_ns * 1.1,
+            elements,
+        }
+    }
+
+    #[test]
+    fn ratios_compare_throughput_with_the_bare_engine() {
+        // 64 records in 2 ms against 100 records in 1 ms: 32k/s over 100k/s.
+        let rows = vec![
+            row("sqlite", 64, 2e6, Some(64)),
+            row("bare-sqlite", 100, 1e6, Some(100)),
+        ];
+        let ratio = ratio_to_bare(&rows, &rows[0], false).unwrap();
+        assert!((ratio - 0.32).abs() < 1e-9, "{ratio}");
+        assert_eq!(ratio_to_bare(&rows, &rows[0], true), None);
+        assert_eq!(ratio_to_bare(&rows, &rows[1], false), None);
+    }
+
+    #[test]
+    fn the_due_target_divides_the_large_backlog_by_the_small_one() {
+        let rows = vec![
+            row("redb", 1_000_000, 150.0, None),
+            row("redb", 10_000, 100.0, None),
+        ];
+        assert_eq!(
+            backlog_growth(&rows, "redb"),
+            Some((10_000, 1_000_000, 1.5))
+        );
+        assert_eq!(backlog_growth(&rows, "sqlite"), None);
+    }
+
+    #[test]
+    fn the_report_has_a_table_per_workload_and_the_targets() {
+        let mut rows = BTreeMap::new();
+        rows.insert(
+            "enqueue-one".to_owned(),
+            vec![
+                row("sqlite", 1, 1e6, Some(1)),
+                row("bare-sqlite", 1, 0.5e6, Some(1)),
+            ],
+        );
+        let durability = BTreeMap::from([("sqlite".to_owned(), "FULL".to_owned())]);
+        let rss = vec![parse_rss_line(
+            "store=sqlite\trecords=10\tbaseline_mib=5.0\tpeak_mib=6.0\tgrowth_mib=1.0\tdrain_s=0.10\trate=100\tpeak_reset=true\tclaims=2\tapplies=5\tcommits_per_1000=700.0\n",
+        )];
+        let text = render(
+            &Options {
+                quick: true,
+                rss_records: 10,
+            },
+            &rows,
+            &durability,
+            &rss,
+            "- CPU: test\n",
+            "## Notes\n",
+        );
+        assert!(
+            text.contains("| sqlite | FULL | 1 | 1.00 ms | 900.0 µs – 1.10 ms | 1.0 k/s | 0.50x |"),
+            "{text}"
+        );
+        assert!(text.contains("| enqueue, one producer, vs bare one insert per transaction | sqlite | 0.50x | ≥ 0.8x | **no** |"), "{text}");
+        assert!(
+            text.contains("| sqlite | 10 | 5.0 | 6.0 | 1.0 | 0.10 s | 100 | 2 | 5 | 700.0 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("## 3. Enqueue, batches of 100\n\nOne call"),
+            "{text}"
+        );
+        assert!(text.contains("_No results: the benchmark did not run._"));
+        assert!(text.ends_with("## Notes\n"));
+    }
+
+    #[test]
+    fn options_take_quick_and_a_record_count() {
+        let quick = options(&["--quick".to_owned()]).unwrap();
+        assert!(quick.quick);
+        assert_eq!(quick.rss_records, 20_000);
+        let full = options(&["--rss-records".to_owned(), "500".to_owned()]).unwrap();
+        assert_eq!((full.quick, full.rss_records), (false, 500));
+        assert!(options(&["--fast".to_owned()]).is_err());
+    }
+}
