@@ -102,9 +102,11 @@ pub(crate) fn migration_lock(schema: &str) -> i64 {
     fnv1a(&[b"outbox-migrate", schema.as_bytes()])
 }
 
-/// The advisory lock key that serializes changes to one group's head.
-pub(crate) fn group_lock(schema: &str, group: &str) -> i64 {
-    fnv1a(&[b"outbox-group", schema.as_bytes(), group.as_bytes()])
+/// The seed of the server-side hash (`hashtextextended(group, seed)`) that keys the advisory
+/// lock serializing changes to one group's head: per schema, so outboxes in other schemas of
+/// the same database never contend for a group of the same name.
+pub(crate) fn group_seed(schema: &str) -> i64 {
+    fnv1a(&[b"outbox-group", schema.as_bytes()])
 }
 
 /// Creates the schema if it is missing and migrates it to [`SCHEMA_VERSION`]; returns the
@@ -222,7 +224,8 @@ mod tests {
         // migrate or promote at the same time.
         assert_eq!(migration_lock("outbox"), migration_lock("outbox"));
         assert_ne!(migration_lock("a"), migration_lock("b"));
-        assert_ne!(group_lock("ab", "c"), group_lock("a", "bc"));
+        assert_ne!(group_seed("ab"), group_seed("a"));
+        assert_ne!(group_seed("outbox"), migration_lock("outbox"));
         assert_eq!(
             fnv1a(&[]),
             i64::from_ne_bytes(0xcbf2_9ce4_8422_2325u64.to_ne_bytes())

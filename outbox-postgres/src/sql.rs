@@ -12,18 +12,18 @@ use crate::codec::{RECORD_COLUMNS, TOMBSTONE_COLUMNS};
 /// The SQL text of every statement of one schema.
 #[derive(Debug)]
 pub(crate) struct Sql {
-    pub(crate) lock_groups: String,
+    pub(crate) lock_named_groups: String,
+    pub(crate) lock_groups_of: String,
     pub(crate) allocate_ids: String,
     pub(crate) members: String,
     pub(crate) insert: String,
     pub(crate) notify: String,
     pub(crate) claim: String,
     pub(crate) renew: String,
-    pub(crate) groups_of: String,
     pub(crate) lock_rows: String,
     pub(crate) update: String,
     pub(crate) delete: String,
-    pub(crate) bury: String,
+    pub(crate) discard: String,
     pub(crate) refresh_group: String,
     pub(crate) count_delivered: String,
     pub(crate) expired: String,
@@ -47,11 +47,18 @@ impl Sql {
              coalesce((SELECT min(h.id) FROM {r} h WHERE h.grp = $1 AND h.state <> 4), -1))"
         );
         Sql {
-            // Sorted, so two transactions locking overlapping groups never wait on each other
-            // in a cycle.
-            lock_groups: "SELECT pg_advisory_xact_lock(k) FROM \
-                          (SELECT k FROM unnest($1::bigint[]) AS k ORDER BY k) AS keys"
+            // Group locks are keyed by the server's own stable text hash seeded per schema
+            // ($2), so every client computes the same key, and taken in key order, so two
+            // transactions locking overlapping groups never wait on each other in a cycle.
+            lock_named_groups: "SELECT pg_advisory_xact_lock(k) FROM \
+                 (SELECT DISTINCT hashtextextended(g, $2) AS k FROM unnest($1::text[]) AS g \
+                 ORDER BY k) AS keys"
                 .into(),
+            lock_groups_of: format!(
+                "SELECT pg_advisory_xact_lock(k) FROM \
+                 (SELECT DISTINCT hashtextextended(grp, $2) AS k FROM {r} \
+                 WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL ORDER BY k) AS keys"
+            ),
             allocate_ids: format!(
                 "SELECT nextval('{s}.record_ids') FROM generate_series(1, $1::bigint)"
             ),
@@ -77,9 +84,6 @@ impl Sql {
                 "UPDATE {r} SET lease_until = $3 WHERE id = ANY($1::bigint[]) AND state = 2 \
                  AND lease_token = $2"
             ),
-            groups_of: format!(
-                "SELECT DISTINCT grp FROM {r} WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL"
-            ),
             lock_rows: format!(
                 "SELECT id, grp, state, lease_token FROM {r} WHERE id = ANY($1::bigint[]) \
                  ORDER BY id FOR UPDATE"
@@ -91,15 +95,17 @@ impl Sql {
                  claimable = (grp IS NULL AND $2::smallint IN (0, 1) AND $7::bigint IS NOT NULL) \
                  WHERE id = $1"
             ),
-            delete: format!("DELETE FROM {r} WHERE id = $1 RETURNING grp, key, attempts"),
-            bury: format!(
-                "INSERT INTO {s}.tombstones ({TOMBSTONE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"
+            delete: format!("DELETE FROM {r} WHERE id = $1"),
+            discard: format!(
+                "WITH gone AS (DELETE FROM {r} WHERE id = $1 RETURNING id, grp, key, attempts) \
+                 INSERT INTO {s}.tombstones ({TOMBSTONE_COLUMNS}) \
+                 SELECT id, grp, key, $2, $3, attempts FROM gone"
             ),
-            // Run after any change to record $2 of group $1: the changed record and the
-            // group's head get the flag the head rule gives them.
+            // Run after changes to the records $2 of group $1: they and the group's head get
+            // the flag the head rule gives them.
             refresh_group: format!(
                 "UPDATE {r} AS r SET claimable = {claimable_here} \
-                 WHERE (r.id = $2 OR r.id = (SELECT min(h.id) FROM {r} h \
+                 WHERE (r.id = ANY($2::bigint[]) OR r.id = (SELECT min(h.id) FROM {r} h \
                  WHERE h.grp = $1 AND h.state <> 4)) \
                  AND r.claimable IS DISTINCT FROM {claimable_here}"
             ),
@@ -168,6 +174,21 @@ pub(crate) trait Exec: Send + Sync {
 
     /// Runs `sql` and returns how many rows it changed.
     async fn run(&self, sql: &str, params: Params<'_>) -> Result<u64, tokio_postgres::Error>;
+
+    /// Runs a prepared statement. Nothing is sent before the first poll, so futures polled in
+    /// order are executed in that order (pipelined on one connection).
+    async fn execute_prepared(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<u64, tokio_postgres::Error>;
+
+    /// Runs a prepared statement and returns its rows (see [`Exec::execute_prepared`]).
+    async fn query_prepared(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error>;
 }
 
 #[async_trait]
@@ -185,8 +206,23 @@ impl Exec for deadpool_postgres::Transaction<'_> {
         let statement = self.statement(sql).await?;
         self.execute(&statement, params).await
     }
-}
 
+    async fn execute_prepared(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<u64, tokio_postgres::Error> {
+        self.execute(statement, params).await
+    }
+
+    async fn query_prepared(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        self.query(statement, params).await
+    }
+}
 #[async_trait]
 impl Exec for deadpool_postgres::Object {
     async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
@@ -202,8 +238,23 @@ impl Exec for deadpool_postgres::Object {
         let statement = self.statement(sql).await?;
         self.execute(&statement, params).await
     }
-}
 
+    async fn execute_prepared(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<u64, tokio_postgres::Error> {
+        self.execute(statement, params).await
+    }
+
+    async fn query_prepared(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        self.query(statement, params).await
+    }
+}
 #[async_trait]
 impl Exec for tokio_postgres::Transaction<'_> {
     async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
@@ -216,5 +267,21 @@ impl Exec for tokio_postgres::Transaction<'_> {
 
     async fn run(&self, sql: &str, params: Params<'_>) -> Result<u64, tokio_postgres::Error> {
         self.execute(sql, params).await
+    }
+
+    async fn execute_prepared(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<u64, tokio_postgres::Error> {
+        self.execute(statement, params).await
+    }
+
+    async fn query_prepared(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        self.query(statement, params).await
     }
 }

@@ -1,6 +1,6 @@
 //! [`PgStore`]: the [`Store`] on PostgreSQL.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -9,13 +9,14 @@ use outbox_core::{
     Applied, Change, Claim, Error, Guard, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
     Result, State, Stats, Store, Tombstone, Transition,
 };
-use tokio_postgres::NoTls;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Statement};
 
 use crate::codec::{self, count, millis, state, token};
 use crate::config::PgConfig;
 use crate::error::{corrupt, pg, pool};
 use crate::listen::Wakeups;
-use crate::schema::{self, group_lock};
+use crate::schema::{self, group_seed};
 use crate::sql::{Exec, Sql};
 
 /// An outbox in one PostgreSQL schema, shared by every handle, process and host that opens it.
@@ -45,6 +46,8 @@ struct Core {
     pool: Pool,
     sql: Sql,
     config: PgConfig,
+    /// Seeds the group lock keys of this schema (see `schema::group_seed`).
+    group_seed: i64,
 }
 
 /// The store's own small runtime, on which its connections live and its statements run.
@@ -224,6 +227,7 @@ impl Core {
         drop(client);
         Ok(Core {
             sql: Sql::new(&config.schema),
+            group_seed: group_seed(&config.schema),
             pool,
             config,
         })
@@ -244,23 +248,6 @@ impl Core {
         self.pool.get().await.map_err(pool_err)
     }
 
-    /// Locks the groups (sorted, so concurrent writers never deadlock on them) for the rest of
-    /// the transaction.
-    async fn lock_groups<'a>(
-        &self,
-        tx: &dyn Exec,
-        groups: impl IntoIterator<Item = &'a str>,
-    ) -> Result<()> {
-        let schema = &self.config.schema;
-        let keys: BTreeSet<i64> = groups.into_iter().map(|g| group_lock(schema, g)).collect();
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let keys: Vec<i64> = keys.into_iter().collect();
-        tx.rows(&self.sql.lock_groups, &[&keys]).await.map_err(pg)?;
-        Ok(())
-    }
-
     /// The enqueue itself, in a transaction that the caller commits.
     async fn insert(
         &self,
@@ -272,25 +259,36 @@ impl Core {
             return Ok(Vec::new());
         }
         let sql = &self.sql;
-        // Group locks come first: a group's ids are then allocated and committed in the same
-        // order, so no runner can see a later record of a group before an earlier one.
-        self.lock_groups(tx, records.iter().filter_map(|r| r.group.as_deref()))
-            .await?;
+        let lock = tx.statement(&sql.lock_named_groups).await.map_err(pg)?;
+        let members = tx.statement(&sql.members).await.map_err(pg)?;
+        let allocate = tx.statement(&sql.allocate_ids).await.map_err(pg)?;
+        let insert = tx.statement(&sql.insert).await.map_err(pg)?;
+        let notify = tx.statement(&sql.notify).await.map_err(pg)?;
         let groups: Vec<&str> = records
             .iter()
             .filter_map(|r| r.group.as_deref())
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let mut occupied: BTreeSet<String> = BTreeSet::new();
-        if !groups.is_empty() {
-            for row in tx.rows(&sql.members, &[&groups]).await.map_err(pg)? {
-                occupied.insert(row.try_get(0).map_err(pg)?);
-            }
-        }
         let n = records.len() as i64;
+        // Group locks come first: a group's ids are then allocated and committed in the same
+        // order, so no runner can see a later record of a group before an earlier one. The
+        // three statements go out together and run in order.
+        let lock_params: [&(dyn ToSql + Sync); 2] = [&groups, &self.group_seed];
+        let member_params: [&(dyn ToSql + Sync); 1] = [&groups];
+        let allocate_params: [&(dyn ToSql + Sync); 1] = [&n];
+        let (_, member_rows, id_rows) = futures::try_join!(
+            tx.query_prepared(&lock, &lock_params),
+            tx.query_prepared(&members, &member_params),
+            tx.query_prepared(&allocate, &allocate_params),
+        )
+        .map_err(pg)?;
+        let mut occupied: BTreeSet<String> = BTreeSet::new();
+        for row in member_rows {
+            occupied.insert(row.try_get(0).map_err(pg)?);
+        }
         let mut ids: Vec<i64> = Vec::with_capacity(records.len());
-        for row in tx.rows(&sql.allocate_ids, &[&n]).await.map_err(pg)? {
+        for row in id_rows {
             ids.push(row.try_get(0).map_err(pg)?);
         }
         ids.sort_unstable();
@@ -309,16 +307,15 @@ impl Core {
         let payloads: Vec<&[u8]> = records.iter().map(|r| r.payload.as_slice()).collect();
         let keys: Vec<&str> = records.iter().map(|r| r.key.as_str()).collect();
         let at = millis(now);
-        tx.run(
-            &sql.insert,
-            &[&ids, &grps, &payloads, &keys, &at, &claimable],
+        // The NOTIFY reaches listeners when the transaction commits, and only then.
+        let insert_params: [&(dyn ToSql + Sync); 6] =
+            [&ids, &grps, &payloads, &keys, &at, &claimable];
+        let notify_params: [&(dyn ToSql + Sync); 1] = [&self.config.schema];
+        futures::try_join!(
+            tx.execute_prepared(&insert, &insert_params),
+            tx.query_prepared(&notify, &notify_params),
         )
-        .await
         .map_err(pg)?;
-        // Delivered to listeners when the transaction commits, and only then.
-        tx.rows(&sql.notify, &[&self.config.schema])
-            .await
-            .map_err(pg)?;
         ids.into_iter()
             .map(|id| {
                 u64::try_from(id)
@@ -328,83 +325,61 @@ impl Core {
             .collect()
     }
 
-    /// Applies one transition under the locks `apply` took; false when its guard fails.
-    async fn apply_one(
-        &self,
-        tx: &dyn Exec,
-        rows: &mut HashMap<i64, Current>,
-        transition: Transition,
-        delivered: &mut i64,
-    ) -> Result<bool> {
-        let sql = &self.sql;
-        let id = codec::id(transition.id);
-        let Some(current) = rows.get(&id) else {
-            return Ok(false);
-        };
-        let holds = match transition.guard {
-            Guard::Lease(t) => current.state == State::InFlight && current.token == Some(token(t)),
-            Guard::Idle => current.state != State::InFlight,
-        };
-        if !holds {
-            return Ok(false);
-        }
-        let group = current.group.clone();
-        match transition.change {
-            Change::Delivered => {
-                tx.run(&sql.delete, &[&id]).await.map_err(pg)?;
-                rows.remove(&id);
-                *delivered += 1;
+    /// Turns a batch of transitions into the statements that apply it, checking each guard
+    /// against the locked rows (and the batch's own earlier changes).
+    fn plan(&self, rows: &mut HashMap<i64, Current>, transitions: Vec<Transition>) -> Plan {
+        let mut plan = Plan::default();
+        for transition in transitions {
+            let id = codec::id(transition.id);
+            let holds = rows.get(&id).is_some_and(|current| match transition.guard {
+                Guard::Lease(t) => {
+                    current.state == State::InFlight && current.token == Some(token(t))
+                }
+                Guard::Idle => current.state != State::InFlight,
+            });
+            if !holds {
+                plan.skipped.push(transition.id);
+                continue;
             }
-            Change::Discard { reason, at } => {
-                let gone = tx.rows(&sql.delete, &[&id]).await.map_err(pg)?;
-                let Some(row) = gone.first() else {
-                    return Ok(false);
-                };
-                let grp: Option<String> = row.try_get(0).map_err(pg)?;
-                let key: String = row.try_get(1).map_err(pg)?;
-                let attempts: i64 = row.try_get(2).map_err(pg)?;
-                tx.run(
-                    &sql.bury,
-                    &[&id, &grp, &key, &reason, &millis(at), &attempts],
-                )
-                .await
-                .map_err(pg)?;
-                rows.remove(&id);
+            let group = rows.get(&id).and_then(|c| c.group.clone());
+            match transition.change {
+                Change::Delivered => {
+                    rows.remove(&id);
+                    plan.delivered += 1;
+                    plan.ops.push(Op::Delete(id));
+                }
+                Change::Discard { reason, at } => {
+                    rows.remove(&id);
+                    plan.ops.push(Op::Discard(id, reason, millis(at)));
+                }
+                Change::Update(progress) => {
+                    rows.insert(
+                        id,
+                        Current {
+                            group: group.clone(),
+                            state: progress.state,
+                            token: None,
+                        },
+                    );
+                    plan.ops.push(Op::Update(
+                        id,
+                        state(progress.state),
+                        [
+                            count(progress.attempts),
+                            count(progress.unanswered),
+                            count(progress.interrupted),
+                        ],
+                        progress.last_attempt_at.map(millis),
+                        progress.next_attempt_at.map(millis),
+                        progress.last_error,
+                    ));
+                }
             }
-            Change::Update(progress) => {
-                let last = progress.last_attempt_at.map(millis);
-                let next = progress.next_attempt_at.map(millis);
-                tx.run(
-                    &sql.update,
-                    &[
-                        &id,
-                        &state(progress.state),
-                        &count(progress.attempts),
-                        &count(progress.unanswered),
-                        &count(progress.interrupted),
-                        &last,
-                        &next,
-                        &progress.last_error,
-                    ],
-                )
-                .await
-                .map_err(pg)?;
-                rows.insert(
-                    id,
-                    Current {
-                        group: group.clone(),
-                        state: progress.state,
-                        token: None,
-                    },
-                );
+            if let Some(group) = group {
+                plan.touched.entry(group).or_default().push(id);
             }
         }
-        if let Some(group) = &group {
-            tx.run(&sql.refresh_group, &[group, &id])
-                .await
-                .map_err(pg)?;
-        }
-        Ok(true)
+        plan
     }
 
     async fn records(&self, sql: &str, params: crate::sql::Params<'_>) -> Result<Vec<Record>> {
@@ -471,16 +446,27 @@ impl Core {
         let sql = &self.sql;
         let ids: Vec<i64> = transitions.iter().map(|t| codec::id(t.id)).collect();
         let mut client = self.client().await?;
+        let statements = Statements {
+            lock_groups: client.statement(&sql.lock_groups_of).await.map_err(pg)?,
+            lock_rows: client.statement(&sql.lock_rows).await.map_err(pg)?,
+            delete: client.statement(&sql.delete).await.map_err(pg)?,
+            discard: client.statement(&sql.discard).await.map_err(pg)?,
+            update: client.statement(&sql.update).await.map_err(pg)?,
+            refresh: client.statement(&sql.refresh_group).await.map_err(pg)?,
+            count: client.statement(&sql.count_delivered).await.map_err(pg)?,
+        };
         let tx = client.transaction().await.map_err(pg)?;
-        // A record's group never changes, so it can be read before the locks.
-        let mut groups: Vec<String> = Vec::new();
-        for row in tx.rows(&sql.groups_of, &[&ids]).await.map_err(pg)? {
-            groups.push(row.try_get(0).map_err(pg)?);
-        }
-        self.lock_groups(&tx, groups.iter().map(String::as_str))
-            .await?;
+        // The groups' locks first (a record's group never changes, so it can be read before
+        // them), then the rows; sent together, run in order.
+        let lock_params: [&(dyn ToSql + Sync); 2] = [&ids, &self.group_seed];
+        let row_params: [&(dyn ToSql + Sync); 1] = [&ids];
+        let (_, locked) = futures::try_join!(
+            tx.query_prepared(&statements.lock_groups, &lock_params),
+            tx.query_prepared(&statements.lock_rows, &row_params),
+        )
+        .map_err(pg)?;
         let mut rows = HashMap::new();
-        for row in tx.rows(&sql.lock_rows, &[&ids]).await.map_err(pg)? {
+        for row in locked {
             let code: i16 = row.try_get(2).map_err(pg)?;
             let state = u8::try_from(code)
                 .ok()
@@ -495,24 +481,12 @@ impl Core {
                 },
             );
         }
-        let mut applied = Applied::default();
-        let mut delivered = 0i64;
-        for transition in transitions {
-            let id = transition.id;
-            if !self
-                .apply_one(&tx, &mut rows, transition, &mut delivered)
-                .await?
-            {
-                applied.skipped.push(id);
-            }
-        }
-        if delivered > 0 {
-            tx.run(&sql.count_delivered, &[&delivered])
-                .await
-                .map_err(pg)?;
-        }
+        let plan = self.plan(&mut rows, transitions);
+        plan.run(&tx, &statements).await?;
         tx.commit().await.map_err(pg)?;
-        Ok(applied)
+        Ok(Applied {
+            skipped: plan.skipped,
+        })
     }
 
     pub(crate) async fn expired(
@@ -627,6 +601,80 @@ struct Current {
     state: State,
     token: Option<i64>,
 }
+
+/// The prepared statements of one `apply`.
+struct Statements {
+    lock_groups: Statement,
+    lock_rows: Statement,
+    delete: Statement,
+    discard: Statement,
+    update: Statement,
+    refresh: Statement,
+    count: Statement,
+}
+
+/// One write of an `apply`, with its parameters as stored.
+enum Op {
+    Delete(i64),
+    Discard(i64, String, i64),
+    Update(i64, i16, [i64; 3], Option<i64>, Option<i64>, Option<String>),
+}
+
+/// What an `apply` writes, decided before anything is written.
+#[derive(Default)]
+struct Plan {
+    ops: Vec<Op>,
+    /// Changed records by group: each group's head flags are refreshed once, after them.
+    touched: BTreeMap<String, Vec<i64>>,
+    delivered: i64,
+    skipped: Vec<RecordId>,
+}
+
+impl Plan {
+    /// Sends every write of the plan pipelined, in order, a bounded number at a time.
+    async fn run(&self, tx: &dyn Exec, st: &Statements) -> Result<()> {
+        type Param<'a> = &'a (dyn ToSql + Sync);
+        let mut writes: Vec<(&Statement, Vec<Param<'_>>)> = Vec::new();
+        for op in &self.ops {
+            writes.push(match op {
+                Op::Delete(id) => (&st.delete, vec![id]),
+                Op::Discard(id, reason, at) => (&st.discard, vec![id, reason, at]),
+                Op::Update(id, state, [attempts, unanswered, interrupted], last, next, error) => (
+                    &st.update,
+                    vec![
+                        id,
+                        state,
+                        attempts,
+                        unanswered,
+                        interrupted,
+                        last,
+                        next,
+                        error,
+                    ],
+                ),
+            });
+        }
+        for (group, ids) in &self.touched {
+            writes.push((&st.refresh, vec![group, ids]));
+        }
+        if self.delivered > 0 {
+            writes.push((&st.count, vec![&self.delivered]));
+        }
+        // join_all polls a short list in order, so the statements go out, and run, in order.
+        for chunk in writes.chunks(PIPELINE) {
+            let sent = chunk
+                .iter()
+                .map(|(statement, params)| tx.execute_prepared(statement, params));
+            for result in futures::future::join_all(sent).await {
+                result.map_err(pg)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Statements in flight at once on one connection during an `apply`.
+const PIPELINE: usize = 16;
 
 fn pool_err(err: deadpool_postgres::PoolError) -> Error {
     pool(err)
