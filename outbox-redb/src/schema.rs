@@ -2,7 +2,7 @@
 //!
 //! | table | key → value | holds |
 //! |---|---|---|
-//! | `records` | id → encoded record | every queued record ([`crate::codec`]) |
+//! | `records` | id → encoded record | every queued record, in a versioned binary layout |
 //! | `due` | (next_attempt_at, id) → () | pending or retrying records that head their group: the claim order |
 //! | `groups` | (group, id) → () | members of each group that hold its order (every state but rejected) |
 //! | `leases` | (lease until, id) → () | in-flight records: lease recovery |
