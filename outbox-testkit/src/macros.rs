@@ -65,6 +65,8 @@ macro_rules! conformance {
             runner_groups
             runner_manual_retry
             runner_recovers_interrupted
+            runner_offline_waits
+            runner_no_answer_probes
         }
 
         /// Not a scenario: the entry of the crash scenarios' child processes. It returns at

@@ -17,6 +17,7 @@ use crate::harness::{ensure, ensure_eq, Failure};
 
 mod leases;
 mod lifecycle;
+mod link;
 mod model;
 mod paused;
 mod queue;
@@ -29,6 +30,7 @@ pub use lifecycle::{
     backoff_jitter_window, budget_rule_both_halves, ceiling_parks_record, discard_leaves_tombstone,
     manual_retry_resets_budget, poison_at_head_does_not_block, retry_after_honoured,
 };
+pub use link::{runner_no_answer_probes, runner_offline_waits};
 pub use model::{random_ops_match_reference, run_model, seed_from_env, DEFAULT_STEPS, SEED_ENV};
 pub use queue::{
     claims_are_exclusive, deadlines_honoured, due_query_ignores_backlog, fifo,

@@ -25,7 +25,7 @@ use crate::sink::{Reply, ScriptedSink};
 const PATIENCE: Duration = Duration::from_secs(86_400);
 
 /// Pauses tokio's clock, refusing a runtime where that is impossible.
-fn pause_time() -> Result<(), Failure> {
+pub(super) fn pause_time() -> Result<(), Failure> {
     let flavor = tokio::runtime::Handle::try_current()
         .map_err(|_| Failure::new("runner scenarios need a tokio runtime"))?
         .runtime_flavor();
@@ -38,13 +38,13 @@ fn pause_time() -> Result<(), Failure> {
 }
 
 /// A fresh store whose calls keep the paused clock still (see [`PausedClockStore`]).
-async fn fresh_paused(backend: &dyn Backend) -> Result<Arc<dyn Store>, Failure> {
+pub(super) async fn fresh_paused(backend: &dyn Backend) -> Result<Arc<dyn Store>, Failure> {
     let (_, store) = fresh(backend).await?;
     Ok(PausedClockStore::wrap(store))
 }
 
 /// A policy with exact, small numbers; `jitter` as given.
-fn policy(jitter: Jitter, max_attempts: u32) -> RetryPolicy {
+pub(super) fn policy(jitter: Jitter, max_attempts: u32) -> RetryPolicy {
     RetryPolicy::default()
         .with_backoff(Backoff::exponential(
             Duration::from_secs(1),
@@ -55,7 +55,7 @@ fn policy(jitter: Jitter, max_attempts: u32) -> RetryPolicy {
         .with_max_attempts(max_attempts)
 }
 
-fn config(batch: usize, concurrency: usize) -> RunnerConfig {
+pub(super) fn config(batch: usize, concurrency: usize) -> RunnerConfig {
     RunnerConfig {
         batch,
         concurrency,
@@ -65,26 +65,40 @@ fn config(batch: usize, concurrency: usize) -> RunnerConfig {
 }
 
 /// An outbox under test with what the scenario watches.
-struct Rig {
-    outbox: Outbox,
+pub(super) struct Rig {
+    pub(super) outbox: Outbox,
     events: broadcast::Receiver<Event>,
     seen: Vec<Event>,
 }
 
 impl Rig {
-    async fn start(
+    pub(super) async fn start(
         store: Arc<dyn Store>,
         sink: impl Sink,
         clock: TokioClock,
         policy: RetryPolicy,
         config: RunnerConfig,
     ) -> Result<Rig, Failure> {
-        let outbox = Outbox::builder(store, sink)
+        Self::start_with(store, sink, clock, policy, config, None).await
+    }
+
+    /// [`Rig::start`] with a connectivity signal.
+    pub(super) async fn start_with(
+        store: Arc<dyn Store>,
+        sink: impl Sink,
+        clock: TokioClock,
+        policy: RetryPolicy,
+        config: RunnerConfig,
+        online: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> Result<Rig, Failure> {
+        let mut builder = Outbox::builder(store, sink)
             .policy(policy)
             .config(config)
-            .clock(Arc::new(clock))
-            .start()
-            .await?;
+            .clock(Arc::new(clock));
+        if let Some(online) = online {
+            builder = builder.connectivity(online);
+        }
+        let outbox = builder.start().await?;
         let events = outbox.events();
         Ok(Rig {
             outbox,
@@ -94,7 +108,11 @@ impl Rig {
     }
 
     /// Waits (on the paused clock) until the stats satisfy `done`, collecting events.
-    async fn until(&mut self, what: &str, done: impl Fn(&Stats) -> bool) -> Result<Stats, Failure> {
+    pub(super) async fn until(
+        &mut self,
+        what: &str,
+        done: impl Fn(&Stats) -> bool,
+    ) -> Result<Stats, Failure> {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             while let Ok(event) = self.events.try_recv() {
@@ -117,7 +135,7 @@ impl Rig {
     }
 
     /// Waits (on the paused clock) for an event matching `wanted`.
-    async fn until_event(
+    pub(super) async fn until_event(
         &mut self,
         what: &str,
         wanted: impl Fn(&Event) -> bool,
@@ -148,14 +166,14 @@ impl Rig {
             .collect()
     }
 
-    async fn stop(self) -> Result<(), Failure> {
+    pub(super) async fn stop(self) -> Result<(), Failure> {
         self.outbox.shutdown(Duration::from_secs(60)).await?;
         Ok(())
     }
 }
 
 /// Enqueues through the handle, as an application does.
-async fn enqueue(rig: &Rig, records: Vec<NewRecord>) -> Result<Vec<RecordId>, Failure> {
+pub(super) async fn enqueue(rig: &Rig, records: Vec<NewRecord>) -> Result<Vec<RecordId>, Failure> {
     Ok(rig.outbox.enqueue_batch(records).await?)
 }
 

@@ -1,0 +1,96 @@
+//! The link through the runner: offline means nothing is attempted, and after a failure no
+//! server answered the runner probes with one record on backoff instead of hammering the rest.
+
+use std::time::Duration;
+
+use outbox_core::{Jitter, Millis, TokioClock};
+
+use super::runner::{config, enqueue, fresh_paused, pause_time, policy, Rig};
+use super::{rec, T0};
+use crate::backend::Backend;
+use crate::harness::{ensure, ensure_eq, ScenarioResult, Verdict};
+use crate::sink::{Reply, ScriptedSink};
+
+/// Offline: while the connectivity signal says offline nothing is attempted, however long it
+/// lasts; the transition to online delivers everything.
+pub async fn runner_offline_waits(backend: &dyn Backend) -> ScenarioResult {
+    pause_time()?;
+    let store = fresh_paused(backend).await?;
+    let clock = TokioClock::starting_at(T0);
+    let sink = ScriptedSink::new(clock);
+    let (online, signal) = tokio::sync::watch::channel(false);
+    let policy = policy(Jitter::None, 3);
+    let mut rig = Rig::start_with(
+        store,
+        sink.clone(),
+        clock,
+        policy,
+        config(32, 4),
+        Some(signal),
+    )
+    .await?;
+    enqueue(&rig, vec![rec("a"), rec("b"), rec("c")]).await?;
+    tokio::time::sleep(Duration::from_secs(3_600)).await;
+    ensure_eq(
+        sink.deliveries().len(),
+        0,
+        "nothing attempted while offline",
+    )?;
+    ensure_eq(
+        rig.outbox.stats().await?.pending,
+        3,
+        "all three still pending",
+    )?;
+    online.send_replace(true);
+    rig.until("delivered once online", |s| s.delivered == 3)
+        .await?;
+    ensure(
+        sink.deliveries().iter().all(|d| d.at >= T0 + 3_600_000),
+        || "every delivery happened after the link came up".into(),
+    )?;
+    rig.stop().await?;
+    Ok(Verdict::Passed)
+}
+
+/// No answer: the first failure where no server answered stops the round; the runner then
+/// probes with one record at a time on a growing backoff, and once a server answers it drains
+/// the whole queue.
+pub async fn runner_no_answer_probes(backend: &dyn Backend) -> ScenarioResult {
+    pause_time()?;
+    let store = fresh_paused(backend).await?;
+    let clock = TokioClock::starting_at(T0);
+    let sink = ScriptedSink::new(clock);
+    sink.otherwise(Reply::NoAnswer);
+    let mut rig = Rig::start(
+        store,
+        sink.clone(),
+        clock,
+        policy(Jitter::None, 3),
+        config(32, 1),
+    )
+    .await?;
+    let names: Vec<String> = (0..10).map(|i| format!("r{i}")).collect();
+    enqueue(&rig, names.iter().map(|n| rec(n)).collect()).await?;
+    let probes = sink.clone();
+    rig.until("five attempts while the link is down", move |_| {
+        probes.deliveries().len() >= 5
+    })
+    .await?;
+    let outage: Vec<Millis> = sink.deliveries().iter().take(5).map(|d| d.at).collect();
+    ensure(outage.windows(2).all(|w| w[1] > w[0]), || {
+        format!("one attempt per probe while the link is down, at {outage:?}")
+    })?;
+    let gaps: Vec<Millis> = outage.windows(2).map(|w| w[1] - w[0]).collect();
+    ensure(gaps.windows(2).all(|w| w[1] >= w[0]), || {
+        format!("the probes back off: gaps {gaps:?}")
+    })?;
+    let records = super::all_records(&**rig.outbox.store()).await?;
+    ensure(records.iter().all(|r| r.attempts == 0), || {
+        format!("no answer spends no budget: {records:?}")
+    })?;
+    sink.otherwise(Reply::Success);
+    rig.until("drained once a server answers", |s| s.delivered == 10)
+        .await?;
+    rig.stop().await?;
+    Ok(Verdict::Passed)
+}
