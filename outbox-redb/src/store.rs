@@ -221,13 +221,41 @@ impl RedbStore {
     }
 
     /// The redb database, for the caller's own transactions ([`RedbStore::enqueue_in`]);
-    /// `None` for a read-only store. While a caller's write transaction is open, the store's
-    /// own writes wait for it.
+    /// `None` for a read-only store.
+    ///
+    /// redb runs one write transaction at a time: while yours is open, the store's own writes
+    /// (enqueue, claim, apply) wait for it. Commit or abort it before awaiting one of them, or
+    /// the two wait for each other.
     pub fn database(&self) -> Option<&Database> {
         match &self.db {
             Db::Write(db) => Some(db),
             Db::Read(_) => None,
         }
+    }
+
+    /// Closes the file, waiting off the async executor for the writer thread to finish what is
+    /// queued. Dropping the store does the same, but blocks the dropping thread while it waits.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_redb::{RedbConfig, RedbStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("outbox.redb");
+    /// RedbStore::create(&path, RedbConfig::default()).await?.close().await;
+    /// let again = RedbStore::open(&path, RedbConfig::default()).await?; // the file is free
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn close(self) {
+        let RedbStore { db, writer, .. } = self;
+        let closing = tokio::task::spawn_blocking(move || {
+            drop(writer);
+            drop(db);
+        });
+        // A panic while closing has nothing left to report to: the file is released either way.
+        let _ = closing.await;
     }
 
     /// The configuration the store was opened with.

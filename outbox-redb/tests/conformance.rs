@@ -45,8 +45,11 @@ impl Backend for RedbBackend {
             .dir
             .get_or_init(|| tempfile::tempdir().expect("temporary directory"));
         let path = dir.path().join(format!("outbox-{n}.redb"));
-        // Dropping the store closes the file, so `open` (here or in a child) can take it.
-        drop(RedbStore::create(&path, RedbConfig::default()).await?);
+        // Closing releases the file, so `open` (here or in a child) can take it.
+        RedbStore::create(&path, RedbConfig::default())
+            .await?
+            .close()
+            .await;
         Ok(path.display().to_string())
     }
 

@@ -169,3 +169,35 @@ async fn acknowledged_writes_survive_a_power_cut_with_one_phase_commit() {
         cut_and_restart(seed, &config).await;
     }
 }
+
+/// A full disk refuses the write with `StorageFull`, and every write acknowledged before it is
+/// still there when the store is opened again.
+#[tokio::test]
+async fn a_full_disk_refuses_the_write_and_loses_nothing() {
+    let disk = Disk::with_capacity(4 * 1024 * 1024);
+    let store = RedbStore::create_with_backend(disk.clone(), RedbConfig::default())
+        .await
+        .unwrap();
+    let mut acked = Vec::new();
+    let err = loop {
+        let batch = (0..4).map(|_| NewRecord::new(vec![7; 60_000])).collect();
+        match store.enqueue(batch, 0).await {
+            Ok(ids) => acked.extend(ids),
+            Err(err) => break err,
+        }
+        assert!(acked.len() < 1_000, "the disk never filled");
+    };
+    assert!(
+        matches!(err, outbox_core::Error::StorageFull { .. }),
+        "{err:?}"
+    );
+    assert!(!acked.is_empty());
+    drop(store);
+
+    let store = RedbStore::open_with_backend(disk, RedbConfig::default())
+        .await
+        .unwrap();
+    for id in &acked {
+        assert!(store.get(*id).await.unwrap().is_some(), "{id} was lost");
+    }
+}

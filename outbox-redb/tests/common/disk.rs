@@ -30,6 +30,8 @@ struct State {
     syncs: u64,
     /// Set when the power is cut: every later call fails.
     after_cut: Option<Vec<u8>>,
+    /// Growing past this many bytes fails with `StorageFull`.
+    capacity: Option<usize>,
 }
 
 /// A `StorageBackend` that keeps the synced image apart from unsynced writes.
@@ -53,6 +55,13 @@ impl Disk {
         Disk {
             state: Arc::new(Mutex::new(state)),
         }
+    }
+
+    /// An empty disk that holds at most `bytes`.
+    pub fn with_capacity(bytes: usize) -> Disk {
+        let disk = Disk::default();
+        disk.lock().capacity = Some(bytes);
+        disk
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -138,6 +147,9 @@ impl StorageBackend for Disk {
             return Err(power_off());
         }
         let len = usize::try_from(len).map_err(io::Error::other)?;
+        if state.capacity.is_some_and(|c| len > c) {
+            return Err(io::Error::from(io::ErrorKind::StorageFull));
+        }
         state.live.resize(len, 0);
         state.unsynced.push(Unsynced::SetLen(len));
         Ok(())
@@ -172,6 +184,9 @@ impl StorageBackend for Disk {
             return Err(power_off());
         }
         let start = usize::try_from(offset).map_err(io::Error::other)?;
+        if state.capacity.is_some_and(|c| start + data.len() > c) {
+            return Err(io::Error::from(io::ErrorKind::StorageFull));
+        }
         if state.live.len() < start + data.len() {
             state.live.resize(start + data.len(), 0);
         }
