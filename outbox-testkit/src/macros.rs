@@ -67,6 +67,7 @@ macro_rules! conformance {
             runner_recovers_interrupted
             runner_offline_waits
             runner_no_answer_probes
+            runner_events_follow_commits
         }
 
         /// Not a scenario: the entry of the crash scenarios' child processes. It returns at

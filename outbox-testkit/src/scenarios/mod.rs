@@ -15,6 +15,7 @@ use outbox_core::{
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure};
 
+mod events;
 mod leases;
 mod lifecycle;
 mod link;
@@ -25,6 +26,7 @@ mod restart;
 mod runner;
 mod stats;
 
+pub use events::runner_events_follow_commits;
 pub use leases::{guards_skip_stale, lease_expiry_recovers, renew_extends_lease};
 pub use lifecycle::{
     backoff_jitter_window, budget_rule_both_halves, ceiling_parks_record, discard_leaves_tombstone,
