@@ -1,8 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod apply;
 mod codec;
 pub mod config;
+mod engine;
 mod error;
 pub mod listen;
 pub mod schema;

@@ -1,19 +1,21 @@
 //! [`PgStore`]: the [`Store`] on PostgreSQL.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use outbox_core::{
-    Applied, Change, Claim, Error, Guard, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, State, Stats, Store, Tombstone, Transition,
+    Applied, Claim, Error, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, State,
+    Stats, Store, Tombstone, Transition,
 };
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Statement};
+use tokio_postgres::NoTls;
 
-use crate::codec::{self, count, millis, state, token};
+use crate::apply::{Current, Plan, Statements};
+use crate::codec::{self, millis, state, token};
 use crate::config::PgConfig;
+use crate::engine::Engine;
 use crate::error::{corrupt, pg, pool};
 use crate::listen::Wakeups;
 use crate::schema::{self, group_seed};
@@ -48,69 +50,6 @@ struct Core {
     config: PgConfig,
     /// Seeds the group lock keys of this schema (see `schema::group_seed`).
     group_seed: i64,
-}
-
-/// The store's own small runtime, on which its connections live and its statements run.
-///
-/// Store calls hop onto it from a blocking thread of the caller's runtime
-/// (`spawn_blocking` + `Handle::block_on`), so:
-/// - no engine work runs on the application's async worker threads;
-/// - a store outlives any one runtime that uses it (its pool is not tied to the caller's);
-/// - under tokio's paused clock (the conformance suite's runner scenarios) the caller's clock
-///   does not jump ahead while a statement is on the wire, since a running blocking task
-///   holds auto-advance back, and the pool's timeouts keep counting real time.
-struct Engine {
-    runtime: Option<tokio::runtime::Runtime>,
-}
-
-impl Engine {
-    fn new() -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("outbox-postgres")
-            .enable_all()
-            .build()
-            .map_err(|err| Error::Backend {
-                detail: format!("could not start the store's runtime: {err}"),
-                source: Some(Box::new(err)),
-            })?;
-        Ok(Engine {
-            runtime: Some(runtime),
-        })
-    }
-
-    fn handle(&self) -> Result<tokio::runtime::Handle> {
-        self.runtime
-            .as_ref()
-            .map(|r| r.handle().clone())
-            .ok_or(Error::Stopped)
-    }
-
-    /// Runs `work` on the store's runtime and waits for it off the caller's async workers.
-    async fn run<T, Fut>(&self, work: Fut) -> Result<T>
-    where
-        T: Send + 'static,
-        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
-    {
-        let handle = self.handle()?;
-        match tokio::runtime::Handle::try_current() {
-            Ok(_) => tokio::task::spawn_blocking(move || handle.block_on(work))
-                .await
-                .map_err(Error::backend)?,
-            // Called outside any runtime (a plain `block_on` of a foreign executor): the
-            // current thread may block.
-            Err(_) => handle.block_on(work),
-        }
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            // Dropping a runtime blocks; this may run inside an async context.
-            runtime.shutdown_background();
-        }
-    }
 }
 
 impl std::fmt::Debug for PgStore {
@@ -325,63 +264,6 @@ impl Core {
             .collect()
     }
 
-    /// Turns a batch of transitions into the statements that apply it, checking each guard
-    /// against the locked rows (and the batch's own earlier changes).
-    fn plan(&self, rows: &mut HashMap<i64, Current>, transitions: Vec<Transition>) -> Plan {
-        let mut plan = Plan::default();
-        for transition in transitions {
-            let id = codec::id(transition.id);
-            let holds = rows.get(&id).is_some_and(|current| match transition.guard {
-                Guard::Lease(t) => {
-                    current.state == State::InFlight && current.token == Some(token(t))
-                }
-                Guard::Idle => current.state != State::InFlight,
-            });
-            if !holds {
-                plan.skipped.push(transition.id);
-                continue;
-            }
-            let group = rows.get(&id).and_then(|c| c.group.clone());
-            match transition.change {
-                Change::Delivered => {
-                    rows.remove(&id);
-                    plan.delivered += 1;
-                    plan.ops.push(Op::Delete(id));
-                }
-                Change::Discard { reason, at } => {
-                    rows.remove(&id);
-                    plan.ops.push(Op::Discard(id, reason, millis(at)));
-                }
-                Change::Update(progress) => {
-                    rows.insert(
-                        id,
-                        Current {
-                            group: group.clone(),
-                            state: progress.state,
-                            token: None,
-                        },
-                    );
-                    plan.ops.push(Op::Update(
-                        id,
-                        state(progress.state),
-                        [
-                            count(progress.attempts),
-                            count(progress.unanswered),
-                            count(progress.interrupted),
-                        ],
-                        progress.last_attempt_at.map(millis),
-                        progress.next_attempt_at.map(millis),
-                        progress.last_error,
-                    ));
-                }
-            }
-            if let Some(group) = group {
-                plan.touched.entry(group).or_default().push(id);
-            }
-        }
-        plan
-    }
-
     async fn records(&self, sql: &str, params: crate::sql::Params<'_>) -> Result<Vec<Record>> {
         let client = self.client().await?;
         let rows = client.rows(sql, params).await.map_err(pg)?;
@@ -481,7 +363,7 @@ impl Core {
                 },
             );
         }
-        let plan = self.plan(&mut rows, transitions);
+        let plan = Plan::new(&mut rows, transitions);
         plan.run(&tx, &statements).await?;
         tx.commit().await.map_err(pg)?;
         Ok(Applied {
@@ -594,87 +476,6 @@ impl Core {
         Ok(rejected + buried)
     }
 }
-
-/// A locked row as `apply` sees it while it works through a batch.
-struct Current {
-    group: Option<String>,
-    state: State,
-    token: Option<i64>,
-}
-
-/// The prepared statements of one `apply`.
-struct Statements {
-    lock_groups: Statement,
-    lock_rows: Statement,
-    delete: Statement,
-    discard: Statement,
-    update: Statement,
-    refresh: Statement,
-    count: Statement,
-}
-
-/// One write of an `apply`, with its parameters as stored.
-enum Op {
-    Delete(i64),
-    Discard(i64, String, i64),
-    Update(i64, i16, [i64; 3], Option<i64>, Option<i64>, Option<String>),
-}
-
-/// What an `apply` writes, decided before anything is written.
-#[derive(Default)]
-struct Plan {
-    ops: Vec<Op>,
-    /// Changed records by group: each group's head flags are refreshed once, after them.
-    touched: BTreeMap<String, Vec<i64>>,
-    delivered: i64,
-    skipped: Vec<RecordId>,
-}
-
-impl Plan {
-    /// Sends every write of the plan pipelined, in order, a bounded number at a time.
-    async fn run(&self, tx: &dyn Exec, st: &Statements) -> Result<()> {
-        type Param<'a> = &'a (dyn ToSql + Sync);
-        let mut writes: Vec<(&Statement, Vec<Param<'_>>)> = Vec::new();
-        for op in &self.ops {
-            writes.push(match op {
-                Op::Delete(id) => (&st.delete, vec![id]),
-                Op::Discard(id, reason, at) => (&st.discard, vec![id, reason, at]),
-                Op::Update(id, state, [attempts, unanswered, interrupted], last, next, error) => (
-                    &st.update,
-                    vec![
-                        id,
-                        state,
-                        attempts,
-                        unanswered,
-                        interrupted,
-                        last,
-                        next,
-                        error,
-                    ],
-                ),
-            });
-        }
-        for (group, ids) in &self.touched {
-            writes.push((&st.refresh, vec![group, ids]));
-        }
-        if self.delivered > 0 {
-            writes.push((&st.count, vec![&self.delivered]));
-        }
-        // join_all polls a short list in order, so the statements go out, and run, in order.
-        for chunk in writes.chunks(PIPELINE) {
-            let sent = chunk
-                .iter()
-                .map(|(statement, params)| tx.execute_prepared(statement, params));
-            for result in futures::future::join_all(sent).await {
-                result.map_err(pg)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Statements in flight at once on one connection during an `apply`.
-const PIPELINE: usize = 16;
 
 fn pool_err(err: deadpool_postgres::PoolError) -> Error {
     pool(err)

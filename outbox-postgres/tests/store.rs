@@ -100,6 +100,30 @@ async fn processes_starting_together_migrate_once() {
     assert_eq!(version, SCHEMA_VERSION as i32);
 }
 
+/// A schema a DBA created ahead (empty, perhaps with its own grants) is version 0: the store
+/// adopts it and builds its tables inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_schema_made_ahead_is_adopted() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let client = admin().await;
+    client
+        .batch_execute(&format!("CREATE SCHEMA \"{}\"", scratch.schema))
+        .await
+        .unwrap();
+    let store = scratch.store().await;
+    let ids = store
+        .enqueue(vec![NewRecord::new(b"x".to_vec()).in_group("g")], T0)
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![RecordId(1)]);
+    // Opening again finds it current and changes nothing.
+    let again = scratch.store().await;
+    assert_eq!(again.stats().await.unwrap().pending, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_schema_is_refused_and_left_untouched() {
     if !server_ready() {
