@@ -237,7 +237,7 @@ pub async fn crash_sigkill_seeded(
 
 /// The crash-loop guard across processes: a record whose delivery aborts the process every
 /// time ends in needs-attention after `max_interruptions` restarts, and the healthy record
-/// enqueued with it is delivered.
+/// enqueued (and claimed) right behind it is delivered, not parked with it.
 pub async fn crash_loop_parks_record(backend: &dyn Backend, worker: &Worker) -> ScenarioResult {
     if let Some(skip) = skip_unless(backend, "crash_loop_parks_record", Capability::Persistent) {
         return Ok(skip);

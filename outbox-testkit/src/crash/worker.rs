@@ -126,11 +126,11 @@ async fn worker_main<B: Backend>(role: &str, backend: B) -> Result<(), Failure> 
     });
     if enqueue {
         let records: Vec<NewRecord> = match role {
-            // The healthy record goes first: a record claimed in the same batch as the
-            // crashing one but not yet attempted is charged each interruption too.
+            // The crashing record goes first, so the healthy one is claimed with it: a crash
+            // charged to every record of the batch would park the healthy one as well.
             CRASH_LOOP => vec![
-                NewRecord::new(b"healthy".to_vec()).with_key("healthy"),
                 NewRecord::new(b"abort".to_vec()).with_key("abort"),
+                NewRecord::new(b"healthy".to_vec()).with_key("healthy"),
             ],
             _ => (0..RECORDS)
                 .map(|i| {
