@@ -5,6 +5,9 @@
 //! plan; `cargo test` runs every benchmark once at smoke sizes (criterion's test mode). With
 //! `OUTBOX_BENCH_META=<file>` the harness also writes each row's durability setting there, for
 //! `cargo xtask bench-report`.
+//!
+//! Each row opens and fills its store the first time criterion runs it, so a filtered run
+//! (`cargo bench -p outbox-benches -- due/redb`) pays only for the rows it measures.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,8 +73,9 @@ fn enqueue_one(c: &mut Criterion, runtime: &Runtime) {
     let mut group = c.benchmark_group("enqueue-one");
     group.throughput(Throughput::Elements(1));
     for kind in StoreKind::ALL {
-        let subject = open(runtime, kind);
+        let mut subject = None;
         group.bench_function(BenchmarkId::new(kind.name(), 1), |b| {
+            let subject = subject.get_or_insert_with(|| open(runtime, kind));
             b.to_async(runtime).iter(|| async {
                 must(
                     workload::enqueue_one_by_one(&subject.store, 1).await,
@@ -81,8 +85,9 @@ fn enqueue_one(c: &mut Criterion, runtime: &Runtime) {
         });
     }
     for kind in BareKind::ALL {
-        let mut bare = open_bare(kind);
+        let mut bare = None;
         group.bench_function(BenchmarkId::new(kind.name(), 1), |b| {
+            let bare = bare.get_or_insert_with(|| open_bare(kind));
             b.iter(|| must(bare.insert_each(1, system_now()), "bare insert"))
         });
     }
@@ -95,8 +100,9 @@ fn enqueue_concurrent(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
     let mut group = c.benchmark_group("enqueue-concurrent");
     group.throughput(Throughput::Elements(plan.producers as u64));
     for kind in StoreKind::ALL {
-        let subject = open(runtime, kind);
+        let mut subject = None;
         group.bench_function(BenchmarkId::new(kind.name(), plan.producers), |b| {
+            let subject = subject.get_or_insert_with(|| open(runtime, kind));
             b.to_async(runtime).iter(|| async {
                 must(
                     workload::enqueue_concurrently(&subject.store, plan.producers).await,
@@ -115,8 +121,9 @@ fn bare_batches(
 ) {
     group.throughput(Throughput::Elements(batch as u64));
     for kind in BareKind::ALL {
-        let mut bare = open_bare(kind);
+        let mut bare = None;
         group.bench_function(BenchmarkId::new(kind.name(), batch), |b| {
+            let bare = bare.get_or_insert_with(|| open_bare(kind));
             b.iter(|| must(bare.insert_batch(batch, system_now()), "bare insert"))
         });
     }
@@ -127,8 +134,9 @@ fn enqueue_batch(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
     let mut group = c.benchmark_group("enqueue-batch");
     group.throughput(Throughput::Elements(plan.batch as u64));
     for kind in StoreKind::ALL {
-        let subject = open(runtime, kind);
+        let mut subject = None;
         group.bench_function(BenchmarkId::new(kind.name(), plan.batch), |b| {
+            let subject = subject.get_or_insert_with(|| open(runtime, kind));
             b.to_async(runtime).iter(|| async {
                 must(
                     workload::enqueue_batch(&subject.store, plan.batch).await,
@@ -151,9 +159,9 @@ fn drain(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
     group.sampling_mode(SamplingMode::Flat);
     group.sample_size(10);
     for kind in StoreKind::ALL {
-        let subject = open(runtime, kind);
-        let store = Arc::clone(&subject.store);
+        let mut subject = None;
         group.bench_function(BenchmarkId::new(kind.name(), records), |b| {
+            let store = Arc::clone(&subject.get_or_insert_with(|| open(runtime, kind)).store);
             b.to_async(runtime).iter_custom(|iters| {
                 let store = Arc::clone(&store);
                 async move {
@@ -167,8 +175,9 @@ fn drain(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
         });
     }
     for kind in BareKind::ALL {
-        let mut bare = open_bare(kind);
+        let mut bare = None;
         group.bench_function(BenchmarkId::new(kind.name(), records), |b| {
+            let bare = bare.get_or_insert_with(|| open_bare(kind));
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -195,12 +204,16 @@ fn due(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
     let mut group = c.benchmark_group("due");
     for kind in StoreKind::ALL {
         for backlog in plan.due_backlogs {
-            let subject = open(runtime, kind);
-            must(
-                runtime.block_on(workload::fill_not_due(&subject.store, backlog)),
-                "filling the backlog",
-            );
+            let mut subject = None;
             group.bench_function(BenchmarkId::new(kind.name(), backlog), |b| {
+                let subject = subject.get_or_insert_with(|| {
+                    let subject = open(runtime, kind);
+                    must(
+                        runtime.block_on(workload::fill_not_due(&subject.store, backlog)),
+                        "filling the backlog",
+                    );
+                    subject
+                });
                 b.to_async(runtime).iter(|| async {
                     let claimed = must(workload::what_is_due(&subject.store).await, "due");
                     assert_eq!(claimed, 0, "nothing is due yet");
@@ -210,14 +223,18 @@ fn due(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
     }
     for kind in BareKind::ALL {
         for backlog in plan.due_backlogs {
-            let mut bare = open_bare(kind);
-            let mut left = backlog;
-            while left > 0 {
-                let n = left.min(BARE_FILL);
-                must(bare.insert_batch(n, FAR), "bare fill");
-                left -= n;
-            }
+            let mut bare = None;
             group.bench_function(BenchmarkId::new(kind.name(), backlog), |b| {
+                let bare = bare.get_or_insert_with(|| {
+                    let mut bare = open_bare(kind);
+                    let mut left = backlog;
+                    while left > 0 {
+                        let n = left.min(BARE_FILL);
+                        must(bare.insert_batch(n, FAR), "bare fill");
+                        left -= n;
+                    }
+                    bare
+                });
                 b.iter(|| {
                     let due = must(bare.due(EARLY, 32), "bare due");
                     assert_eq!(due, 0, "nothing is due yet");

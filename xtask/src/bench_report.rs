@@ -1,5 +1,6 @@
-//! `cargo xtask bench-report [--quick] [--rss-records N]`: runs the criterion benchmarks of
-//! `outbox-benches` and the `drain-rss` tool, then writes `BENCHMARKS.md` at the root: one
+//! `cargo xtask bench-report [--quick] [--rss-records N | --rss-from FILE]`: runs the criterion
+//! benchmarks of `outbox-benches` and the `drain-rss` tool, then writes `BENCHMARKS.md` at the
+//! root: one
 //! table per workload with each row's durability, median, spread and ratio to the bare engine
 //! of the same run, the targets of issue 7, the machine, and the notes of
 //! `benches/NOTES.md`.
@@ -45,12 +46,16 @@ const GROUPS: [(&str, &str, &str); 5] = [
 struct Options {
     quick: bool,
     rss_records: usize,
+    /// `drain-rss` lines measured earlier (the 1,000,000-record drain of a slow store takes
+    /// longer than the criterion run), instead of running it again.
+    rss_from: Option<PathBuf>,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
     let mut options = Options {
         quick: false,
         rss_records: 0,
+        rss_from: None,
     };
     let mut rss_records = None;
     let mut args = args.iter();
@@ -63,6 +68,12 @@ fn options(args: &[String]) -> Result<Options, String> {
                     n.parse()
                         .map_err(|_| format!("--rss-records takes a count, not {n:?}"))?,
                 );
+            }
+            "--rss-from" => {
+                let file = args
+                    .next()
+                    .ok_or("--rss-from takes a file of drain-rss lines")?;
+                options.rss_from = Some(PathBuf::from(file));
             }
             other => return Err(format!("unknown bench-report argument {other:?}")),
         }
@@ -120,7 +131,15 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
         &["bench", "-p", "outbox-benches", "--bench", "outbox"],
         &envs,
     )?;
-    let rss = drain_rss(&cargo, options.rss_records)?;
+    let rss = match &options.rss_from {
+        Some(file) => fs::read_to_string(file)
+            .map_err(|e| format!("reading {}: {e}", file.display()))?
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(parse_rss_line)
+            .collect(),
+        None => drain_rss(&cargo, options.rss_records)?,
+    };
     let durability = read_durability(&meta)?;
     let rows = read_rows(&criterion)?;
     let notes = fs::read_to_string(root.join("benches").join("NOTES.md")).unwrap_or_default();
@@ -514,6 +533,13 @@ fn render(
          The last columns count the runner's write calls to the store (each a durable commit \
          on a persistent store).\n"
     );
+    if options.rss_from.is_some() {
+        let _ = writeln!(
+            out,
+            "These figures come from a separate run of `drain-rss` at the same commit, just \
+             before the criterion run (`--rss-from`).\n"
+        );
+    }
     let _ = writeln!(
         out,
         "| store | records | resident before (MiB) | peak (MiB) | growth (MiB) | drain time | records/s | claims | applies | store writes per 1,000 records |"
@@ -602,6 +628,7 @@ mod tests {
             &Options {
                 quick: true,
                 rss_records: 10,
+                rss_from: None,
             },
             &rows,
             &durability,
@@ -634,5 +661,8 @@ mod tests {
         let full = options(&["--rss-records".to_owned(), "500".to_owned()]).unwrap();
         assert_eq!((full.quick, full.rss_records), (false, 500));
         assert!(options(&["--fast".to_owned()]).is_err());
+        let reuse = options(&["--rss-from".to_owned(), "rss.tsv".to_owned()]).unwrap();
+        assert_eq!(reuse.rss_from, Some(PathBuf::from("rss.tsv")));
+        assert!(options(&["--rss-from".to_owned()]).is_err());
     }
 }
