@@ -573,3 +573,56 @@ async fn compare_reads(model: &MemoryStore, redb: &RedbStore, now: u64, ctx: &st
         "{ctx}"
     );
 }
+
+const RECORDS: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("records");
+
+/// One failing request in a group commit fails alone: the others of its batch still commit,
+/// and the failed one wrote nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failing_request_does_not_take_its_batch_down() {
+    let (_dir, _path, store) = fresh().await;
+    store.enqueue(vec![new("a"), new("b")], 0).await.unwrap();
+    let store = Arc::new(store);
+    // Damage record 2 behind the store's back, then hold the write lock so that the next
+    // requests queue up into one batch.
+    let db = store.database().unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(RECORDS)
+        .unwrap()
+        .insert(2, &[9u8, 9, 9][..])
+        .unwrap();
+    txn.commit().unwrap();
+    let held = db.begin_write().unwrap();
+
+    let failing = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let discard = |id| Transition {
+                id: RecordId(id),
+                guard: Guard::Idle,
+                change: Change::Discard {
+                    reason: "user".into(),
+                    at: 1,
+                },
+            };
+            store.apply(vec![discard(1), discard(2)]).await
+        })
+    };
+    let fine = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.enqueue(vec![new("c")], 0).await })
+    };
+    tokio::task::yield_now().await;
+    held.abort().unwrap();
+
+    let err = failing.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
+    assert_eq!(fine.await.unwrap().unwrap(), [RecordId(3)]);
+    assert!(
+        store.get(RecordId(1)).await.unwrap().is_some(),
+        "the failed apply discarded nothing"
+    );
+    assert!(store.tombstones(None, 10).await.unwrap().is_empty());
+    let err = store.get(RecordId(2)).await.unwrap_err();
+    assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
+}
