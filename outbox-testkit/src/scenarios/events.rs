@@ -10,8 +10,8 @@ use crate::harness::{ensure, ensure_eq, Failure, ScenarioResult, Verdict};
 use crate::sink::{Reply, ScriptedSink};
 
 /// Events follow commits: on `Delivered` the record is gone, on `Rejected` it is rejected, on
-/// `Parked` it needs attention, on `Discarded` its tombstone is listed; and each record's
-/// events come in order (enqueued, attempted, then its fate).
+/// `Parked` it needs attention, on `Discarded` its tombstone is listed; every record is
+/// announced as enqueued, and attempted before its fate.
 pub async fn runner_events_follow_commits(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
     let store = fresh_paused(backend).await?;
@@ -101,11 +101,10 @@ pub async fn runner_events_follow_commits(backend: &dyn Backend) -> ScenarioResu
             .collect();
         let attempted = kinds.iter().position(|k| *k == "attempted");
         let end = kinds.iter().position(|k| *k == fate);
+        // `Enqueued` comes from the enqueuing task and may reach observers after a runner that
+        // was already awake claimed the record, so only the runner's own events are ordered.
         ensure(
-            kinds.first() == Some(&"enqueued")
-                && attempted.is_some()
-                && end.is_some()
-                && attempted < end,
+            kinds.contains(&"enqueued") && attempted.is_some() && end.is_some() && attempted < end,
             || format!("events of {id} out of order: {kinds:?}"),
         )?;
     }
