@@ -190,7 +190,7 @@ impl SqliteStore {
     /// ```
     pub async fn effective_settings(&self) -> Result<EffectiveSettings> {
         self.writer
-            .write(|conn| {
+            .outside(|conn| {
                 let text = |name: &str| -> Result<String> {
                     conn.pragma_query_value(None, name, |row| row.get(0))
                         .map_err(db)

@@ -79,10 +79,18 @@ impl<T: Send + 'static> Ran for Done<T> {
     }
 }
 
+/// What the writer thread is asked to do.
+enum Work {
+    /// A write, committed with the others waiting.
+    Write(Box<dyn Job>),
+    /// A look at the connection outside any transaction, between two group commits.
+    Outside(ReadJob),
+}
+
 /// The handle on the writer thread.
 #[derive(Debug)]
 pub(crate) struct Writer {
-    queue: mpsc::Sender<Box<dyn Job>>,
+    queue: mpsc::Sender<Work>,
 }
 
 impl Writer {
@@ -92,16 +100,28 @@ impl Writer {
         max_group_commit: usize,
         closed: oneshot::Sender<()>,
     ) -> Result<Self> {
-        let (queue, jobs) = mpsc::channel::<Box<dyn Job>>();
+        let (queue, jobs) = mpsc::channel::<Work>();
         thread::Builder::new()
             .name("outbox-sqlite-writer".into())
             .spawn(move || {
                 let mut conn = conn;
-                while let Ok(first) = jobs.recv() {
+                let mut next = None;
+                while let Some(work) = next.take().or_else(|| jobs.recv().ok()) {
+                    let first = match work {
+                        Work::Write(job) => job,
+                        Work::Outside(job) => {
+                            job(&mut conn);
+                            continue;
+                        }
+                    };
                     let mut batch = vec![first];
                     while batch.len() < max_group_commit.max(1) {
                         match jobs.try_recv() {
-                            Ok(job) => batch.push(job),
+                            Ok(Work::Write(job)) => batch.push(job),
+                            Ok(outside) => {
+                                next = Some(outside);
+                                break;
+                            }
                             Err(_) => break,
                         }
                     }
@@ -122,10 +142,36 @@ impl Writer {
     {
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send(Box::new(Task { work, reply }))
+            .send(Work::Write(Box::new(Task { work, reply })))
             .map_err(|_| Error::Stopped)?;
         wait(answer).await
     }
+
+    /// Runs `work` on the write connection outside any transaction (to read its settings).
+    pub(crate) async fn outside<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (job, answer) = read_job(work);
+        self.queue
+            .send(Work::Outside(job))
+            .map_err(|_| Error::Stopped)?;
+        wait(answer).await
+    }
+}
+
+/// Boxes `work` for a thread, with the receiver of its answer.
+fn read_job<T, F>(work: F) -> (ReadJob, oneshot::Receiver<Result<T>>)
+where
+    F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    let (reply, answer) = oneshot::channel();
+    let job: ReadJob = Box::new(move |conn: &mut Connection| {
+        let _ = reply.send(work(conn));
+    });
+    (job, answer)
 }
 
 /// Waits for a thread's answer.
@@ -247,12 +293,8 @@ impl Reader {
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        let (reply, answer) = oneshot::channel();
-        self.queue
-            .send(Box::new(move |conn: &mut Connection| {
-                let _ = reply.send(work(conn));
-            }))
-            .map_err(|_| Error::Stopped)?;
+        let (job, answer) = read_job(work);
+        self.queue.send(job).map_err(|_| Error::Stopped)?;
         wait(answer).await
     }
 }

@@ -178,6 +178,8 @@ async fn read_only_opening_reads_and_refuses_writes_without_touching_the_file() 
         .expect("open read-only");
     assert_eq!(store.stats().await.expect("stats").pending, 3);
     assert!(store.get(RecordId(1)).await.expect("get").is_some());
+    let settings = store.effective_settings().await.expect("settings");
+    assert_eq!(settings.journal_mode, "wal");
 
     let enqueue = store.enqueue(vec![NewRecord::new(b"x".to_vec())], 1).await;
     assert!(
@@ -323,4 +325,28 @@ async fn each_durability_level_is_what_sqlite_applies() {
             .synchronous,
         2
     );
+}
+
+#[tokio::test]
+async fn a_file_marked_as_an_outbox_without_its_tables_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("marked.db");
+    let conn = Connection::open(&path).expect("open");
+    conn.pragma_update(None, "application_id", outbox_sqlite::APPLICATION_ID)
+        .expect("mark");
+    conn.execute_batch("CREATE TABLE other (x)").expect("table");
+    drop(conn);
+    // No schema version: not an outbox, whatever its mark says.
+    refused(&path, |e| matches!(e, Error::NotAnOutbox { .. })).await;
+
+    let conn = Connection::open(&path).expect("open");
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .expect("version");
+    drop(conn);
+    // A version but no outbox tables: damaged.
+    refused(
+        &path,
+        |e| matches!(e, Error::Corrupted { detail, .. } if detail.contains("records")),
+    )
+    .await;
 }
