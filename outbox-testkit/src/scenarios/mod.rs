@@ -1,8 +1,17 @@
 //! The scenarios of the conformance suite, each a plain `pub async fn` over a [`Backend`].
 //!
 //! The `conformance!` macro runs every one of them as its own test; a backend can also call one
-//! by hand. Store-level scenarios drive the [`Store`] directly with explicit `now` values and
-//! the pure transitions of [`outbox_core::machine`], so they need no runner and no clock.
+//! by hand. They come in four kinds:
+//!
+//! - store-level scenarios drive the [`Store`] directly with explicit `now` values and the pure
+//!   transitions of [`outbox_core::machine`], so they need no runner and no clock;
+//! - [`random_ops_match_reference`] compares the store with `outbox-memory` after every step
+//!   of a seeded random sequence;
+//! - `runner_*` scenarios run the real [`Outbox`](outbox_core::Outbox) with a
+//!   [`ScriptedSink`](crate::ScriptedSink) on tokio's paused clock (they need a current-thread
+//!   runtime, which the macro's tests build);
+//! - [`crash_sigkill`] and [`crash_loop_parks_record`] kill worker processes (see
+//!   [`crate::crash`]).
 
 use std::sync::Arc;
 use std::time::Duration;
