@@ -63,11 +63,15 @@ async fn main() -> Result<()> {
     );
     for (producers, per_producer) in [(1, 5_000), (64, 500)] {
         let total = producers * per_producer;
+        let before = store.write_transactions();
         let elapsed = run(store.clone(), producers, per_producer).await?;
+        let transactions = store.write_transactions() - before;
         println!(
-            "{producers:>3} producer(s): {total:>6} enqueues in {:>7.1} ms = {:>8.0} enqueues/s",
+            "{producers:>3} producer(s): {total:>6} enqueues in {:>7.1} ms = {:>8.0} enqueues/s, \
+             {transactions} transactions ({:.1} enqueues each)",
             elapsed.as_secs_f64() * 1e3,
             total as f64 / elapsed.as_secs_f64(),
+            total as f64 / transactions.max(1) as f64,
         );
     }
     Ok(())

@@ -149,6 +149,13 @@ impl SqliteStore {
         &self.path
     }
 
+    /// How many write transactions this store has committed since it was opened. With group
+    /// commit, concurrent writes share transactions, so under load this grows more slowly than
+    /// the number of writes: the ratio is the average group size.
+    pub fn write_transactions(&self) -> u64 {
+        self.writer.commits()
+    }
+
     /// The settings it was opened with.
     pub fn config(&self) -> &SqliteConfig {
         &self.config

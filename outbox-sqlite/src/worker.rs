@@ -10,7 +10,8 @@
 //! The *reader* answers queries on a second connection; in WAL mode it reads the last committed
 //! state without waiting for the writer.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 
 use outbox_core::{Error, Result};
@@ -91,6 +92,7 @@ enum Work {
 #[derive(Debug)]
 pub(crate) struct Writer {
     queue: mpsc::Sender<Work>,
+    commits: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -101,6 +103,8 @@ impl Writer {
         closed: oneshot::Sender<()>,
     ) -> Result<Self> {
         let (queue, jobs) = mpsc::channel::<Work>();
+        let commits = Arc::new(AtomicU64::new(0));
+        let counter = commits.clone();
         thread::Builder::new()
             .name("outbox-sqlite-writer".into())
             .spawn(move || {
@@ -125,13 +129,20 @@ impl Writer {
                             Err(_) => break,
                         }
                     }
-                    commit_batch(&mut conn, batch);
+                    if commit_batch(&mut conn, batch) {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 close(conn);
                 let _ = closed.send(());
             })
             .map_err(Error::backend)?;
-        Ok(Writer { queue })
+        Ok(Writer { queue, commits })
+    }
+
+    /// How many transactions the thread has committed.
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
     }
 
     /// Runs `work` in the next group commit and returns its result once committed.
@@ -196,8 +207,9 @@ fn close(conn: Connection) {
     }
 }
 
-/// Runs a batch of writes in one transaction and answers each after the commit.
-fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>) {
+/// Runs a batch of writes in one transaction and answers each after the commit; true when the
+/// final commit succeeded.
+fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>) -> bool {
     let mut ran: Vec<Box<dyn Ran>> = Vec::with_capacity(batch.len());
     let mut jobs = batch.into_iter();
     'transaction: loop {
@@ -205,7 +217,7 @@ fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>) {
             for job in jobs {
                 job.abort(echo(&err));
             }
-            return;
+            return false;
         }
         for job in jobs.by_ref() {
             if let Err(err) = conn.execute_batch("SAVEPOINT job").map_err(db) {
@@ -243,8 +255,12 @@ fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>) {
             for done in ran {
                 done.settle(Ok(()));
             }
+            true
         }
-        Err(err) => lose_transaction(conn, &mut ran, &err),
+        Err(err) => {
+            lose_transaction(conn, &mut ran, &err);
+            false
+        }
     }
 }
 
@@ -340,6 +356,45 @@ mod tests {
 
     fn answer(reply: &mut Reply) -> Result<i64> {
         reply.try_recv().expect("answered")
+    }
+
+    #[test]
+    fn writes_waiting_together_share_one_commit() {
+        let (closed, _) = oneshot::channel();
+        let writer = Writer::start(table(), 1024, closed).expect("writer");
+        // Hold the writer thread in a first write until fifty others are queued.
+        let (release, held) = mpsc::channel::<()>();
+        let (entered, inside) = mpsc::channel::<()>();
+        let (reply, first) = oneshot::channel();
+        let work = move |_: &Connection| -> Result<i64> {
+            let _ = entered.send(());
+            let _ = held.recv();
+            Ok(0)
+        };
+        let send = |job: Box<dyn Job>| writer.queue.send(Work::Write(job)).expect("queued");
+        send(Box::new(Task { work, reply }));
+        inside.recv().expect("the writer runs the first write");
+        let replies: Vec<Reply> = (1..=50)
+            .map(|v| {
+                let (job, reply) = insert(v, None);
+                send(job);
+                reply
+            })
+            .collect();
+        release.send(()).expect("release");
+        assert_eq!(first.blocking_recv().expect("answer").expect("first"), 0);
+        for (v, reply) in (1..=50).zip(replies) {
+            assert_eq!(reply.blocking_recv().expect("answer").expect("write"), v);
+        }
+        // A look between commits returns once the thread has counted the last one.
+        let (look, seen) = read_job(|_| Ok(()));
+        writer.queue.send(Work::Outside(look)).expect("queued");
+        seen.blocking_recv().expect("answer").expect("look");
+        assert_eq!(
+            writer.commits(),
+            2,
+            "the held write, then the fifty together"
+        );
     }
 
     #[test]
