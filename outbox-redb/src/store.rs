@@ -186,6 +186,9 @@ impl RedbStore {
     /// Refuses a payload over the configured maximum with [`Error::PayloadTooLarge`], having
     /// written nothing of the batch.
     ///
+    /// Like the rest of your transaction, this is blocking redb work: call it where you run
+    /// that transaction (a blocking thread or `spawn_blocking`), not on an async worker.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
