@@ -56,6 +56,44 @@ pub use stats::stats_exact;
 
 pub use crate::crash::{crash_loop_parks_record, crash_sigkill};
 
+/// The name of every scenario, as `conformance!` names its tests.
+pub const SCENARIOS: &[&str] = &[
+    "fifo",
+    "deadlines_honoured",
+    "groups_in_order_held_back",
+    "due_query_ignores_backlog",
+    "paging",
+    "payload_limit",
+    "ids_never_reused",
+    "claims_are_exclusive",
+    "budget_rule_both_halves",
+    "backoff_jitter_window",
+    "ceiling_parks_record",
+    "retry_after_honoured",
+    "lease_expiry_recovers",
+    "renew_extends_lease",
+    "guards_skip_stale",
+    "manual_retry_resets_budget",
+    "poison_at_head_does_not_block",
+    "discard_leaves_tombstone",
+    "stats_exact",
+    "ceiling_survives_reopen",
+    "restart_preserves_records",
+    "random_ops_match_reference",
+    "runner_backoff_growth_and_cap",
+    "runner_poison_at_head",
+    "runner_retry_after",
+    "runner_halt_resume",
+    "runner_groups",
+    "runner_manual_retry",
+    "runner_recovers_interrupted",
+    "runner_offline_waits",
+    "runner_no_answer_probes",
+    "runner_events_follow_commits",
+    "crash_sigkill",
+    "crash_loop_parks_record",
+];
+
 /// A realistic wall-clock base for scenarios: 2023-11-14, in milliseconds.
 pub const T0: Millis = 1_700_000_000_000;
 
@@ -197,5 +235,38 @@ pub(crate) async fn all_tombstones(store: &dyn Store) -> Result<Vec<Tombstone>, 
         };
         out.extend(page);
         after = Some(last);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SCENARIOS;
+
+    // The macro, the README table and this list must not drift apart: a scenario missing from
+    // the macro would silently never run on any backend.
+    #[test]
+    fn every_scenario_is_in_the_macro_and_the_readme() {
+        let macros = include_str!("../macros.rs");
+        let readme = include_str!("../../README.md");
+        for name in SCENARIOS {
+            assert!(
+                macros.lines().any(|l| l.trim() == *name),
+                "{name} is not in conformance!"
+            );
+            assert!(
+                readme.contains(&format!("`{name}`")),
+                "{name} is not in the README"
+            );
+        }
+        let in_macro = macros
+            .lines()
+            .filter(|l| l.starts_with("            ") && !l.trim().contains(' '))
+            .filter(|l| l.trim().chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .count();
+        assert_eq!(
+            in_macro,
+            SCENARIOS.len(),
+            "the macro lists a scenario SCENARIOS lacks"
+        );
     }
 }
