@@ -185,7 +185,11 @@ where
         Ok(runtime) => runtime,
         Err(err) => panic!("could not build a tokio runtime for the scenario: {err}"),
     };
-    let backend = std::sync::Arc::new(backend());
+    // Built inside the runtime's context: a backend may start tasks or timers as it is made.
+    let backend = {
+        let _context = runtime.enter();
+        std::sync::Arc::new(backend())
+    };
     let name = backend.name();
     match runtime.block_on(scenario(backend)) {
         Ok(Verdict::Passed) => {}

@@ -51,7 +51,11 @@ pub fn worker_entry<B: Backend>(backend: impl FnOnce() -> B) {
         Ok(runtime) => runtime,
         Err(err) => panic!("worker: no tokio runtime: {err}"),
     };
-    if let Err(failure) = runtime.block_on(worker_main(&role, backend())) {
+    let backend = {
+        let _context = runtime.enter();
+        backend()
+    };
+    if let Err(failure) = runtime.block_on(worker_main(&role, backend)) {
         panic!("worker {role}: {failure}");
     }
 }
