@@ -4,6 +4,12 @@ use crate::record::{Millis, RecordId};
 
 /// Something that happened to a record or to the runner.
 ///
+/// Every event is sent after the store write it describes has returned, so an observer that
+/// reads the store on an event sees that write. The runner sends a record's events in order;
+/// `Enqueued` comes from the enqueuing task, so a runner that is already awake may send
+/// `Attempted` (even `Delivered`) for the record before it. A record enqueued inside the
+/// caller's own transaction and announced with `Outbox::notify` gets no `Enqueued` event.
+///
 /// ```
 /// use outbox_core::{Event, RecordId};
 /// let event = Event::Delivered { id: RecordId(1) };
