@@ -233,9 +233,15 @@ impl SqliteStore {
     ///
     /// This is a blocking call on the caller's connection, like the rest of its transaction.
     /// The records become visible, and due, when the caller commits; then wake the runner
-    /// with the handle's `notify()` so it delivers them without waiting for its timer. The
-    /// caller's connection should have a busy timeout, as the store's own writes may hold the
-    /// write lock for a moment.
+    /// with [`Outbox::notify`](outbox_core::Outbox::notify) so it delivers them without
+    /// waiting for a timer.
+    ///
+    /// The records are as durable as the caller's connection makes its commits: SQLite's
+    /// default, and [`Durability::Full`](crate::Durability::Full), is `synchronous = FULL`. Give
+    /// that connection a busy timeout, since the store's own writes hold the write lock for
+    /// moments, and prefer an immediate transaction
+    /// (`TransactionBehavior::Immediate`): in WAL mode a deferred transaction that read before
+    /// the store committed cannot then write, and fails with `SQLITE_BUSY`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
