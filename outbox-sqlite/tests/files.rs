@@ -350,3 +350,18 @@ async fn a_file_marked_as_an_outbox_without_its_tables_is_refused() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_directory_is_not_an_outbox_and_a_missing_directory_cannot_hold_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let opened = SqliteStore::open(dir.path(), SqliteConfig::default()).await;
+    assert!(
+        matches!(opened, Err(Error::NotAnOutbox { .. })),
+        "{opened:?}"
+    );
+
+    let nowhere = dir.path().join("missing").join("outbox.db");
+    let created = SqliteStore::create(&nowhere, SqliteConfig::default()).await;
+    assert!(created.is_err(), "{created:?}");
+    assert!(!nowhere.exists());
+}
