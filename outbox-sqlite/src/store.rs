@@ -382,6 +382,10 @@ fn build(temp: &Path, config: &SqliteConfig) -> Result<()> {
 impl Store for SqliteStore {
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
         self.check_payloads(&records)?;
+        if records.is_empty() {
+            // Nothing to make durable: no transaction, no sync.
+            return Ok(Vec::new());
+        }
         self.writer
             .write(move |conn| ops::insert(conn, records, now))
             .await
