@@ -16,7 +16,7 @@ use crate::apply::{Current, Plan, Statements};
 use crate::codec::{self, millis, state, token};
 use crate::config::PgConfig;
 use crate::engine::Engine;
-use crate::error::{corrupt, pg, pool};
+use crate::error::{corrupt, pg, pool as pool_error};
 use crate::listen::Wakeups;
 use crate::schema::{self, group_seed};
 use crate::sql::{Exec, Sql};
@@ -161,7 +161,7 @@ impl Core {
             .recycle_timeout(config.connect_timeout)
             .build()
             .map_err(|err| Error::InvalidConfig(format!("connection pool: {err}")))?;
-        let mut client = pool.get().await.map_err(pool_err)?;
+        let mut client = pool.get().await.map_err(pool_error)?;
         schema::migrate(&mut client, &config.schema).await?;
         drop(client);
         Ok(Core {
@@ -184,7 +184,7 @@ impl Core {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object> {
-        self.pool.get().await.map_err(pool_err)
+        self.pool.get().await.map_err(pool_error)
     }
 
     /// The enqueue itself, in a transaction that the caller commits.
@@ -198,11 +198,16 @@ impl Core {
             return Ok(Vec::new());
         }
         let sql = &self.sql;
-        let lock = tx.statement(&sql.lock_named_groups).await.map_err(pg)?;
-        let members = tx.statement(&sql.members).await.map_err(pg)?;
-        let allocate = tx.statement(&sql.allocate_ids).await.map_err(pg)?;
-        let insert = tx.statement(&sql.insert).await.map_err(pg)?;
-        let notify = tx.statement(&sql.notify).await.map_err(pg)?;
+        // Cached on pooled connections; prepared together (one round trip) in a caller's
+        // transaction.
+        let (lock, members, allocate, insert, notify) = futures::try_join!(
+            tx.statement(&sql.lock_named_groups),
+            tx.statement(&sql.members),
+            tx.statement(&sql.allocate_ids),
+            tx.statement(&sql.insert),
+            tx.statement(&sql.notify),
+        )
+        .map_err(pg)?;
         let groups: Vec<&str> = records
             .iter()
             .filter_map(|r| r.group.as_deref())
@@ -475,10 +480,6 @@ impl Core {
         tx.commit().await.map_err(pg)?;
         Ok(rejected + buried)
     }
-}
-
-fn pool_err(err: deadpool_postgres::PoolError) -> Error {
-    pool(err)
 }
 
 fn limit(n: usize) -> i64 {
