@@ -308,6 +308,57 @@ async fn an_enqueue_in_one_process_wakes_listeners_in_others() {
         .expect("enqueues are heard after the reconnect");
 }
 
+/// A runner with no polling at all is woken by an enqueue made through another store (another
+/// process, in production): the NOTIFY reaches its listener, which pokes the runner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_without_polling_delivers_what_another_process_enqueues() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let runner_store = scratch.store().await;
+    let wakeups = runner_store.listen().await.unwrap();
+    let (sent, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let sink = outbox_core::sink_fn(move |record: outbox_core::Record| {
+        let sent = sent.clone();
+        async move {
+            let _ = sent.send(record.payload);
+            outbox_core::Outcome::Delivered
+        }
+    });
+    let outbox = outbox_core::Outbox::builder(Arc::new(runner_store), sink)
+        .config(outbox_core::RunnerConfig {
+            safety_poll: None,
+            ..outbox_core::RunnerConfig::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    // Settled and idle: nothing will wake it but a trigger.
+    outbox.flush(PATIENCE).await.unwrap();
+
+    let other = scratch.store().await;
+    other
+        .enqueue(
+            vec![NewRecord::new(b"from elsewhere".to_vec())],
+            outbox_core::clock::system_now(),
+        )
+        .await
+        .unwrap();
+    let delivered = tokio::time::timeout(PATIENCE, async {
+        loop {
+            tokio::select! {
+                _ = wakeups.notified() => outbox.notify(),
+                payload = received.recv() => return payload,
+            }
+        }
+    })
+    .await
+    .expect("the runner was woken and delivered");
+    assert_eq!(delivered.as_deref(), Some(&b"from elsewhere"[..]));
+    outbox.shutdown(PATIENCE).await.unwrap();
+}
+
 /// Several stores (separate pools, as separate hosts would have) claim from one schema at once:
 /// no record is claimed twice, a group never has two records in flight, and each group is
 /// delivered in id order.
