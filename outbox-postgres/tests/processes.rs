@@ -423,6 +423,8 @@ async fn a_killed_runner_process_is_taken_over() {
     })
     .await
     .expect("the second runner delivers everything");
+    // Let its round finish before the shutdown (see the no-polling test in tests/store.rs).
+    taker.flush(PATIENCE).await.expect("settles");
     taker
         .shutdown(Duration::from_secs(20))
         .await

@@ -356,6 +356,10 @@ async fn a_runner_without_polling_delivers_what_another_process_enqueues() {
     .await
     .expect("the runner was woken and delivered");
     assert_eq!(delivered.as_deref(), Some(&b"from elsewhere"[..]));
+    // Let the round finish first: a shutdown that lands while the runner is still inside its
+    // round is only noticed at the runner's next wake-up (reported to outbox-core), and this
+    // runner has no poll to wake it.
+    outbox.flush(PATIENCE).await.unwrap();
     outbox.shutdown(PATIENCE).await.unwrap();
 }
 
