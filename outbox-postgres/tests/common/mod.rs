@@ -56,8 +56,10 @@ pub fn server_ready() -> bool {
             let connect = config.connect(tokio_postgres::NoTls);
             match tokio::time::timeout(Duration::from_secs(5), connect).await {
                 Ok(Ok((client, connection))) => {
+                    let driver = tokio::spawn(connection);
+                    sweep_stale_schemas(&client).await;
                     drop(client);
-                    drop(connection);
+                    let _ = driver.await;
                     Ok(())
                 }
                 Ok(Err(err)) => Err(format!("{url}: {err}")),
@@ -80,9 +82,40 @@ pub fn server_ready() -> bool {
     }
 }
 
+/// Test schemas are named `outbox_test_<unix seconds>_<random>`, so a later run can tell the
+/// ones a killed test process left behind.
+const TEST_PREFIX: &str = "outbox_test_";
+
 /// A schema name no other test uses.
 pub fn fresh_schema() -> String {
-    format!("outbox_test_{:016x}", fastrand::u64(..))
+    let secs = outbox_core::clock::system_now() / 1000;
+    format!("{TEST_PREFIX}{secs}_{:08x}", fastrand::u32(..))
+}
+
+/// Drops test schemas more than an hour old: what test processes killed mid-run left.
+async fn sweep_stale_schemas(client: &tokio_postgres::Client) {
+    let cutoff = outbox_core::clock::system_now() / 1000 - 3_600;
+    let Ok(rows) = client
+        .query(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'outbox\\_test\\_%'",
+            &[],
+        )
+        .await
+    else {
+        return;
+    };
+    for row in rows {
+        let name: String = row.get(0);
+        let secs = name
+            .strip_prefix(TEST_PREFIX)
+            .and_then(|rest| rest.split('_').next())
+            .and_then(|secs| secs.parse::<u64>().ok());
+        if secs.is_some_and(|secs| secs < cutoff) {
+            let _ = client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
+                .await;
+        }
+    }
 }
 
 /// The store settings tests use for `schema`: a small pool, so many tests fit in the server's
