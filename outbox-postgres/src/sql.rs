@@ -285,3 +285,30 @@ impl Exec for tokio_postgres::Transaction<'_> {
         self.query(statement, params).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_returns_every_record_column_of_the_updated_row() {
+        assert_eq!(prefixed("r", "id, grp,  payload"), "r.id, r.grp, r.payload");
+        let sql = Sql::new("s");
+        assert!(sql.claim.contains(&prefixed("r", RECORD_COLUMNS)));
+        assert!(sql.claim.contains("FOR UPDATE SKIP LOCKED"));
+    }
+
+    #[test]
+    fn every_statement_names_the_schema_quoted() {
+        let sql = Sql::new("my_outbox");
+        for text in [
+            &sql.insert,
+            &sql.claim,
+            &sql.update,
+            &sql.stats,
+            &sql.refresh_group,
+        ] {
+            assert!(text.contains("\"my_outbox\".records"), "{text}");
+        }
+    }
+}
