@@ -1,6 +1,7 @@
-//! `cargo xtask bench-report [--quick] [--rss-records N | --rss-from FILE]`: runs the criterion
-//! benchmarks of `outbox-benches` and the `drain-rss` tool, then writes `BENCHMARKS.md` at the
-//! root: one
+//! `cargo xtask bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE]`: runs
+//! the criterion benchmarks of `outbox-benches` and the `drain-rss` tool, then writes
+//! `BENCHMARKS.md` at the root (`--no-run` writes it from the results already in
+//! `target/criterion`, e.g. after editing `benches/NOTES.md`): one
 //! table per workload with each row's durability, median, spread and ratio to the bare engine
 //! of the same run, the targets of issue 7, the machine, and the notes of
 //! `benches/NOTES.md`.
@@ -49,6 +50,8 @@ struct Options {
     /// `drain-rss` lines measured earlier (the 1,000,000-record drain of a slow store takes
     /// longer than the criterion run), instead of running it again.
     rss_from: Option<PathBuf>,
+    /// Render from the criterion results already on disk.
+    no_run: bool,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
@@ -56,12 +59,14 @@ fn options(args: &[String]) -> Result<Options, String> {
         quick: false,
         rss_records: 0,
         rss_from: None,
+        no_run: false,
     };
     let mut rss_records = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => options.quick = true,
+            "--no-run" => options.no_run = true,
             "--rss-records" => {
                 let n = args.next().map(String::as_str).unwrap_or_default();
                 rss_records = Some(
@@ -108,29 +113,10 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
     let root = root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let criterion = root.join("target").join("criterion");
-    // Rows of an earlier run with other sizes would mix into this one.
-    for (group, _, _) in GROUPS {
-        let dir = criterion.join(group);
-        if dir.exists() {
-            fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
-        }
-    }
-    fs::create_dir_all(&criterion).map_err(|e| format!("creating {}: {e}", criterion.display()))?;
     let meta = criterion.join("outbox-durability.tsv");
-    let meta_str = meta.to_string_lossy().into_owned();
-    let criterion_str = criterion.to_string_lossy().into_owned();
-    let mut envs = vec![
-        ("OUTBOX_BENCH_META", meta_str.as_str()),
-        ("CRITERION_HOME", criterion_str.as_str()),
-    ];
-    if options.quick {
-        envs.push(("OUTBOX_BENCH_QUICK", "1"));
+    if !options.no_run {
+        run_benches(&cargo, &criterion, &meta, options.quick)?;
     }
-    run(
-        &cargo,
-        &["bench", "-p", "outbox-benches", "--bench", "outbox"],
-        &envs,
-    )?;
     let rss = match &options.rss_from {
         Some(file) => fs::read_to_string(file)
             .map_err(|e| format!("reading {}: {e}", file.display()))?
@@ -148,6 +134,33 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
     fs::write(&out, report).map_err(|e| format!("writing {}: {e}", out.display()))?;
     eprintln!("wrote {}", out.display());
     Ok(())
+}
+
+/// Runs the criterion harness, writing its results under `criterion` and each row's
+/// durability to `meta`.
+fn run_benches(cargo: &str, criterion: &Path, meta: &Path, quick: bool) -> Result<(), String> {
+    // Rows of an earlier run with other sizes would mix into this one.
+    for (group, _, _) in GROUPS {
+        let dir = criterion.join(group);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
+        }
+    }
+    fs::create_dir_all(criterion).map_err(|e| format!("creating {}: {e}", criterion.display()))?;
+    let meta_str = meta.to_string_lossy().into_owned();
+    let criterion_str = criterion.to_string_lossy().into_owned();
+    let mut envs = vec![
+        ("OUTBOX_BENCH_META", meta_str.as_str()),
+        ("CRITERION_HOME", criterion_str.as_str()),
+    ];
+    if quick {
+        envs.push(("OUTBOX_BENCH_QUICK", "1"));
+    }
+    run(
+        cargo,
+        &["bench", "-p", "outbox-benches", "--bench", "outbox"],
+        &envs,
+    )
 }
 
 fn root() -> PathBuf {
@@ -536,8 +549,9 @@ fn render(
     if options.rss_from.is_some() {
         let _ = writeln!(
             out,
-            "These figures come from a separate run of `drain-rss` at the same commit, just \
-             before the criterion run (`--rss-from`).\n"
+            "These figures come from a separate run of `drain-rss` just before the criterion \
+             run (`--rss-from`): the drain of the slowest store takes longer than all the \
+             criterion rows together.\n"
         );
     }
     let _ = writeln!(
@@ -629,6 +643,7 @@ mod tests {
                 quick: true,
                 rss_records: 10,
                 rss_from: None,
+                no_run: false,
             },
             &rows,
             &durability,
@@ -664,5 +679,6 @@ mod tests {
         let reuse = options(&["--rss-from".to_owned(), "rss.tsv".to_owned()]).unwrap();
         assert_eq!(reuse.rss_from, Some(PathBuf::from("rss.tsv")));
         assert!(options(&["--rss-from".to_owned()]).is_err());
+        assert!(options(&["--no-run".to_owned()]).unwrap().no_run);
     }
 }

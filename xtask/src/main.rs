@@ -2,8 +2,8 @@
 //!
 //! - `ci`: formatting check, clippy with warnings denied on all targets, then the test suite
 //!   with `INSTA_UPDATE=no` (the same commands `.ci/run` runs).
-//! - `bench-report [--quick] [--rss-records N | --rss-from FILE]`: runs the benchmarks of `benches/` and writes
-//!   `BENCHMARKS.md` (see [`bench_report`]).
+//! - `bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE]`: runs the
+//!   benchmarks of `benches/` and writes `BENCHMARKS.md` (see [`bench_report`]).
 
 mod bench_report;
 mod json;
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench-report") => bench_report::bench_report(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask ci | bench-report [--quick] [--rss-records N | --rss-from FILE]");
+            eprintln!("usage: cargo xtask ci | bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE]");
             return ExitCode::from(2);
         }
     };
