@@ -199,6 +199,28 @@ impl Outbox {
         self.shared.wake.notify_one();
     }
 
+    /// A cloneable handle that only wakes the runner, for tasks that learn of new records
+    /// elsewhere (a database notification, another process's enqueue).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use outbox_core::{sink_fn, Outbox, Outcome, Record};
+    ///
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let outbox = Outbox::builder(Arc::new(outbox_memory::MemoryStore::new()), sink).start().await?;
+    /// let notifier = outbox.notifier();
+    /// tokio::spawn(async move { notifier.notify() });
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn notifier(&self) -> Notifier {
+        Notifier {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     /// Counts per state, held-back records, the oldest undelivered record and the next deadline.
     pub async fn stats(&self) -> Result<Stats> {
         self.shared.store.stats().await
@@ -362,6 +384,19 @@ impl Outbox {
         }
         self.notify();
         Ok(())
+    }
+}
+
+/// Wakes an outbox's runner; see [`Outbox::notifier`]. Waking a stopped runner does nothing.
+#[derive(Clone, Debug)]
+pub struct Notifier {
+    shared: Arc<Shared>,
+}
+
+impl Notifier {
+    /// Wakes the runner (wake-ups that arrive during a drain coalesce into one more round).
+    pub fn notify(&self) {
+        self.shared.wake.notify_one();
     }
 }
 

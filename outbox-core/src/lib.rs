@@ -45,7 +45,7 @@ pub mod store;
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use error::{BoxError, Error, Result};
 pub use event::Event;
-pub use handle::{Outbox, OutboxBuilder};
+pub use handle::{Notifier, Outbox, OutboxBuilder};
 pub use machine::{Change, Guard, Step, Transition};
 pub use outcome::{ConflictResolution, ConflictResolver, Outcome, ParkOnConflict, RetryAfter};
 pub use policy::{Backoff, Ceiling, Jitter, RetryPolicy};

@@ -389,6 +389,10 @@ impl Runner {
 
     /// Sleeps until `at` (wall-clock ms), a wake-up, a connectivity change or shutdown.
     async fn wait(&mut self, at: Option<Millis>) {
+        if self.stopping() {
+            // A round may already have seen the stop signal: there is no change left to await.
+            return;
+        }
         let sleep = async {
             match at {
                 Some(at) => {

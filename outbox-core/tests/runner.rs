@@ -1104,3 +1104,47 @@ fn a_crash_charges_only_the_record_being_delivered() {
     assert_eq!(records[0].interrupted, 3);
     assert_eq!(runtime.block_on(store.stats()).unwrap().delivered, 7);
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_during_a_round_returns_without_waiting_out_its_timeout() {
+    let config = RunnerConfig {
+        safety_poll: None,
+        ..RunnerConfig::default()
+    };
+    let r = rig(exact_policy(), config, None).await;
+    r.sink.plan("slow", vec![Act::Slow(Duration::from_secs(1))]);
+    r.outbox.enqueue(rec("slow")).await.unwrap();
+    run_for(Duration::from_millis(10)).await;
+    let started = tokio::time::Instant::now();
+    r.outbox.shutdown(Duration::from_secs(600)).await.unwrap();
+    // The delivery under way reports within its second; the runner then stops at once.
+    assert!(
+        started.elapsed() <= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.sink.count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_notifier_wakes_the_runner_from_another_task() {
+    let store = Arc::new(MemoryStore::new());
+    let config = RunnerConfig {
+        safety_poll: None,
+        ..RunnerConfig::default()
+    };
+    let r = rig_on(store.clone(), exact_policy(), config, None).await;
+    // The runner goes idle with nothing due; then a record is enqueued behind the handle's
+    // back (as inside the caller's own transaction).
+    run_for(Duration::from_secs(1)).await;
+    use outbox_core::Clock;
+    store.enqueue(vec![rec("a")], r.clock.now()).await.unwrap();
+    run_for(Duration::from_secs(3_600)).await;
+    assert_eq!(r.sink.count(), 0, "nothing polls");
+    let notifier = r.outbox.notifier();
+    tokio::spawn(async move { notifier.notify() })
+        .await
+        .unwrap();
+    run_for(Duration::from_millis(10)).await;
+    assert_eq!(r.sink.order(), ["a"]);
+}

@@ -81,7 +81,7 @@ impl Sink for WorkerSink {
             ledger(format_args!("sink {id} abort"));
             std::process::abort();
         }
-        if record.payload.starts_with(b"poison") || (id % 5 == 0 && record.attempts == 0) {
+        if record.payload.starts_with(b"poison") || (id.is_multiple_of(5) && record.attempts == 0) {
             ledger(format_args!("sink {id} 503"));
             return outbox_core::http::classify(503, None);
         }
