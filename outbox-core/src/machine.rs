@@ -31,12 +31,14 @@ pub enum Change {
     Delivered,
     /// Rewrite the schedule and counters (and drop any lease).
     Update(Progress),
-    /// Remove the record, leaving a tombstone with this reason and time.
+    /// Remove the record, leaving a tombstone with this reason, time and spent budget.
     Discard {
         /// Why, and by whom.
         reason: String,
         /// When.
         at: Millis,
+        /// Answered failures the record had spent, counting the one that reached the ceiling.
+        attempts: u32,
     },
 }
 
@@ -262,6 +264,7 @@ fn ceiling(
                 change: Change::Discard {
                     reason: reason.clone(),
                     at: now,
+                    attempts,
                 },
             },
             Event::Discarded { id, reason },
@@ -417,6 +420,7 @@ pub fn discard(record: &Record, reason: &str, now: Millis) -> Option<Step> {
             change: Change::Discard {
                 reason: reason.to_owned(),
                 at: now,
+                attempts: record.attempts,
             },
         },
         Event::Discarded {

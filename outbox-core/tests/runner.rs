@@ -1005,7 +1005,7 @@ async fn the_discard_ceiling_leaves_a_tombstone_and_an_event() {
     assert!(r.outbox.get(id).await.unwrap().is_none());
     let tombstones = r.outbox.tombstones(None, 10).await.unwrap();
     assert_eq!(tombstones.len(), 1);
-    assert_eq!(tombstones[0].id, id);
+    assert_eq!((tombstones[0].id, tombstones[0].attempts), (id, 2));
     assert!(std::iter::from_fn(|| events.try_recv().ok())
         .any(|e| matches!(e, Event::Discarded { id: d, .. } if d == id)));
 }

@@ -173,7 +173,11 @@ impl Inner {
                 self.remove(id);
                 self.delivered += 1;
             }
-            Change::Discard { reason, at } => {
+            Change::Discard {
+                reason,
+                at,
+                attempts,
+            } => {
                 if let Some(record) = self.remove(id) {
                     self.tombstones.insert(
                         id,
@@ -183,7 +187,7 @@ impl Inner {
                             key: record.key,
                             reason,
                             discarded_at: at,
-                            attempts: record.attempts,
+                            attempts,
                         },
                     );
                 }

@@ -32,7 +32,7 @@ pub(crate) struct Statements {
 /// One write of an `apply`, with its parameters as stored.
 enum Op {
     Delete(i64),
-    Discard(i64, String, i64),
+    Discard(i64, String, i64, i64),
     Update(i64, i16, [i64; 3], Option<i64>, Option<i64>, Option<String>),
 }
 
@@ -70,9 +70,14 @@ impl Plan {
                     plan.delivered += 1;
                     plan.ops.push(Op::Delete(id));
                 }
-                Change::Discard { reason, at } => {
+                Change::Discard {
+                    reason,
+                    at,
+                    attempts,
+                } => {
                     rows.remove(&id);
-                    plan.ops.push(Op::Discard(id, reason, millis(at)));
+                    plan.ops
+                        .push(Op::Discard(id, reason, millis(at), count(attempts)));
                 }
                 Change::Update(progress) => {
                     rows.insert(
@@ -111,7 +116,9 @@ impl Plan {
         for op in &self.ops {
             writes.push(match op {
                 Op::Delete(id) => (&st.delete, vec![id]),
-                Op::Discard(id, reason, at) => (&st.discard, vec![id, reason, at]),
+                Op::Discard(id, reason, at, attempts) => {
+                    (&st.discard, vec![id, reason, at, attempts])
+                }
                 Op::Update(id, state, [attempts, unanswered, interrupted], last, next, error) => (
                     &st.update,
                     vec![

@@ -97,9 +97,9 @@ impl Sql {
             ),
             delete: format!("DELETE FROM {r} WHERE id = $1"),
             discard: format!(
-                "WITH gone AS (DELETE FROM {r} WHERE id = $1 RETURNING id, grp, key, attempts) \
+                "WITH gone AS (DELETE FROM {r} WHERE id = $1 RETURNING id, grp, key) \
                  INSERT INTO {s}.tombstones ({TOMBSTONE_COLUMNS}) \
-                 SELECT id, grp, key, $2, $3, attempts FROM gone"
+                 SELECT id, grp, key, $2, $3, $4 FROM gone"
             ),
             // Run after changes to the records $2 of group $1: they and the group's head get
             // the flag the head rule gives them.

@@ -260,7 +260,11 @@ impl<'t> Tables<'t> {
                 let delivered = self.meta(META_DELIVERED)?.unwrap_or(0);
                 self.set_meta(META_DELIVERED, delivered.saturating_add(1))?;
             }
-            Change::Discard { reason, at } => {
+            Change::Discard {
+                reason,
+                at,
+                attempts,
+            } => {
                 if let Some(record) = self.remove(id)? {
                     let tombstone = Tombstone {
                         id,
@@ -268,7 +272,7 @@ impl<'t> Tables<'t> {
                         key: record.key,
                         reason,
                         discarded_at: at,
-                        attempts: record.attempts,
+                        attempts,
                     };
                     let bytes = codec::encode_tombstone(&tombstone);
                     self.tombstones.insert(id.0, bytes.as_slice()).engine()?;

@@ -273,14 +273,11 @@ struct Current {
     group: Option<String>,
     member: bool,
     key: String,
-    attempts: i64,
 }
 
 fn current(conn: &Connection, id: RecordId, guard: Guard) -> Result<Option<Current>> {
     let row = conn
-        .prepare_cached(
-            "SELECT state, lease_token, grp, member, key, attempts FROM records WHERE id = ?1",
-        )
+        .prepare_cached("SELECT state, lease_token, grp, member, key FROM records WHERE id = ?1")
         .map_err(db)?
         .query_row([ms(id.0)], |row| {
             Ok((
@@ -290,7 +287,6 @@ fn current(conn: &Connection, id: RecordId, guard: Guard) -> Result<Option<Curre
                     group: row.get(2)?,
                     member: row.get(3)?,
                     key: row.get(4)?,
-                    attempts: row.get(5)?,
                 },
             ))
         })
@@ -364,7 +360,11 @@ pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<A
                     .execute([])
                     .map_err(db)?;
             }
-            Change::Discard { reason, at } => {
+            Change::Discard {
+                reason,
+                at,
+                attempts,
+            } => {
                 remove(conn, id, &current)?;
                 conn.prepare_cached(
                     "INSERT INTO tombstones (id, grp, key, reason, discarded_at, attempts) \
@@ -377,7 +377,7 @@ pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<A
                     current.key,
                     reason,
                     ms(at),
-                    current.attempts
+                    attempts
                 ])
                 .map_err(db)?;
             }

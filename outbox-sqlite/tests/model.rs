@@ -94,6 +94,7 @@ async fn run_sequence(seed: u64, steps: usize) {
                             1 => Change::Discard {
                                 reason: format!("reason {step}"),
                                 at: now,
+                                attempts: 1,
                             },
                             _ => Change::Update(random_progress(&mut rng, now)),
                         };

@@ -111,6 +111,7 @@ async fn lose_last(store: &MemoryStore) -> Result<()> {
         let change = Change::Discard {
             reason: "lost".into(),
             at: 0,
+            attempts: 1,
         };
         store
             .apply(vec![Transition {

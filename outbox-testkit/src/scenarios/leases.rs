@@ -169,6 +169,7 @@ pub async fn guards_skip_stale(backend: &dyn Backend) -> ScenarioResult {
         change: Change::Discard {
             reason: "x".into(),
             at: T0,
+            attempts: 0,
         },
     };
     let lease_on_idle = Transition {

@@ -190,15 +190,20 @@ pub async fn ceiling_parks_record(backend: &dyn Backend) -> ScenarioResult {
         "the discard ceiling removes the record",
     )?;
     let tombstones = super::all_tombstones(store).await?;
-    // The tombstone's `attempts` is not checked here: `Change::Discard` carries no counters,
-    // so the reference store keeps the count from before the final failure (see the report).
     ensure_eq(
         tombstones
             .iter()
-            .map(|t| (t.id, t.key.as_str(), t.reason.contains("3 attempts")))
+            .map(|t| {
+                (
+                    t.id,
+                    t.key.as_str(),
+                    t.reason.contains("3 attempts"),
+                    t.attempts,
+                )
+            })
             .collect::<Vec<_>>(),
-        vec![(r[1], "key-drop", true)],
-        "the discard ceiling leaves a tombstone with the reason",
+        vec![(r[1], "key-drop", true, 3)],
+        "the discard ceiling leaves a tombstone with the reason and every attempt spent",
     )?;
     ensure_eq(
         ids(&claim(store, now + 10_000_000, 10, 9).await?),

@@ -99,7 +99,11 @@ fn encode_transition(t: &Transition) -> String {
     };
     let change = match &t.change {
         Change::Delivered => "D".into(),
-        Change::Discard { reason, at } => format!("X{at}/{}", hex(reason.as_bytes())),
+        Change::Discard {
+            reason,
+            at,
+            attempts,
+        } => format!("X{at}/{attempts}/{}", hex(reason.as_bytes())),
         Change::Update(p) => format!(
             "U{}/{}/{}/{}/{}/{}/{}",
             p.state.code(),
@@ -125,9 +129,11 @@ fn decode_transition(text: &str) -> Option<Transition> {
     let change = if change == "D" {
         Change::Delivered
     } else if let Some(rest) = change.strip_prefix('X') {
-        let (at, reason) = rest.split_once('/')?;
+        let mut fields = rest.splitn(3, '/');
+        let (at, attempts, reason) = (fields.next()?, fields.next()?, fields.next()?);
         Change::Discard {
             at: at.parse().ok()?,
+            attempts: attempts.parse().ok()?,
             reason: String::from_utf8(unhex(reason)?).ok()?,
         }
     } else {
