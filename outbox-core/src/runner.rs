@@ -111,6 +111,11 @@ impl RunnerConfig {
 /// The longest lease, delivery timeout or poll the runner accepts.
 const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How long finished deliveries wait for others of their round before their outcomes are
+/// written anyway: long enough to gather a wave of quick deliveries into one write, short
+/// enough that a slow neighbour does not hold them back.
+const COMMIT_DELAY: Duration = Duration::from_millis(20);
+
 /// However the jitter draws, a down link is probed no more often than this.
 const MIN_PROBE: Duration = Duration::from_millis(50);
 
@@ -480,6 +485,10 @@ impl Runner {
         let mut abort_at: Option<Instant> = *self.stop.borrow();
         let mut aborted = false;
         let timeout = shared.config.delivery_timeout;
+        // Outcomes not yet written: one store write per round (or per COMMIT_DELAY while slow
+        // deliveries run), not one per finished delivery.
+        let mut outcomes: Vec<Step> = Vec::new();
+        let mut commit_at: Option<Instant> = None;
         loop {
             if !self.may_start() {
                 cut_short = true;
@@ -505,8 +514,15 @@ impl Runner {
                 held.running.insert(handle.id(), record);
             }
             if deliveries.is_empty() {
+                self.save(std::mem::take(&mut outcomes)).await;
                 return cut_short;
             }
+            let commit_sleep = async {
+                match commit_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             let abort_sleep = async {
                 match abort_at {
                     Some(at) if !aborted => tokio::time::sleep_until(at).await,
@@ -519,9 +535,17 @@ impl Runner {
                     while let Some(more) = deliveries.try_join_next_with_id() {
                         done.push(more);
                     }
-                    if self.report(held, done).await {
+                    if self.report(held, done, &mut outcomes) {
                         cut_short = true;
                     }
+                    if commit_at.is_none() && !outcomes.is_empty() {
+                        commit_at = Some(Instant::now() + COMMIT_DELAY);
+                    }
+                }
+                _ = commit_sleep => {
+                    // Deliveries are still running: record what is known so far.
+                    self.save(std::mem::take(&mut outcomes)).await;
+                    commit_at = None;
                 }
                 _ = tokio::time::sleep_until(renew_at) => {
                     lease.until = shared.now().saturating_add(duration_ms(shared.config.lease));
@@ -555,12 +579,13 @@ impl Runner {
         }
     }
 
-    /// Turns finished deliveries into transitions, commits them, and updates the link and halt
-    /// state. Returns true when the round must stop launching deliveries.
-    async fn report(
+    /// Turns finished deliveries into steps (added to `outcomes`, written later) and updates
+    /// the link and halt state. Returns true when the round must stop launching deliveries.
+    fn report(
         &mut self,
         held: &mut Held,
         done: Vec<std::result::Result<(tokio::task::Id, Outcome), tokio::task::JoinError>>,
+        outcomes: &mut Vec<Step>,
     ) -> bool {
         let shared = Arc::clone(&self.shared);
         let now = shared.now();
@@ -613,14 +638,26 @@ impl Runner {
             };
             steps.push(step);
         }
-        let count = steps.len();
-        if let Err(err) = shared.commit(steps.clone()).await {
-            tracing::error!(error = %err, "could not record delivery outcomes; will retry");
-            self.unsaved_steps.extend(steps);
-            return true;
-        }
-        shared.holding.fetch_sub(count, Ordering::SeqCst);
+        outcomes.extend(steps);
         stop
+    }
+
+    /// Writes outcomes in one store call; on failure they wait in `unsaved_steps` and are
+    /// written again before the next claim.
+    async fn save(&mut self, steps: Vec<Step>) {
+        if steps.is_empty() {
+            return;
+        }
+        let count = steps.len();
+        match self.shared.commit(steps.clone()).await {
+            Ok(_) => {
+                self.shared.holding.fetch_sub(count, Ordering::SeqCst);
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "could not record delivery outcomes; will retry");
+                self.unsaved_steps.extend(steps);
+            }
+        }
     }
 
     /// Counts one no-answer against the link (once per round, however many deliveries of the
