@@ -8,6 +8,8 @@
 //! - [`bare`]: rusqlite and redb driven directly, with the same durability settings;
 //! - [`workload`]: enqueue (one at a time, concurrent producers, batches), the end-to-end
 //!   drain, and "what is due" over a backlog of records that are not yet due;
+//! - [`paired`]: store and bare engine in alternating blocks, for ratios that survive a noisy
+//!   disk;
 //! - [`plan`]: the sizes of a full run, a quick run and a smoke run;
 //! - [`probe`]: a store wrapper counting the commits a drain makes;
 //! - [`rss`]: the resident-memory figures the peak-memory tool reports.
@@ -32,6 +34,7 @@
 
 pub mod bare;
 mod error;
+pub mod paired;
 pub mod plan;
 pub mod probe;
 pub mod rss;

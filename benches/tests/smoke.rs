@@ -134,3 +134,33 @@ fn drain_rss_refuses_an_unknown_store() {
         .expect("drain-rss runs");
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[test]
+fn paired_ratios_reports_every_target_for_each_persistent_store() {
+    let output = Command::new(env!("CARGO_BIN_EXE_paired-ratios"))
+        .arg("--quick")
+        .output()
+        .expect("paired-ratios runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    for store in ["sqlite", "redb"] {
+        for target in ["enqueue-one", "enqueue-concurrent", "drain"] {
+            let line = lines
+                .iter()
+                .find(|l| l.contains(&format!("target={target}\tstore={store}\t")))
+                .unwrap_or_else(|| panic!("no {target} line for {store} in {text}"));
+            let ratio: f64 = line
+                .split('\t')
+                .find_map(|f| f.strip_prefix("ratio="))
+                .and_then(|r| r.parse().ok())
+                .unwrap_or_else(|| panic!("no ratio in {line}"));
+            assert!(ratio > 0.0 && ratio.is_finite(), "{line}");
+        }
+    }
+}

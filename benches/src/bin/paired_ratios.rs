@@ -1,0 +1,211 @@
+//! `paired-ratios`: the target ratios of issue 7 measured in alternating blocks (see
+//! `outbox_benches::paired`), one line per target and store, `key=value` fields tab-separated:
+//! `target store ratio low high blocks`.
+//!
+//! ```text
+//! paired-ratios [--quick]
+//! ```
+//!
+//! Targets: `enqueue-one` (store, one record per call, over bare one insert per transaction),
+//! `enqueue-concurrent` (64 producers over bare 100 inserts per transaction) and `drain`
+//! (runner drain over bare claim + delete 100 per transaction). Bare engine calls run on the
+//! main thread, store calls on a tokio runtime.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_benches::bare::{BareEngine, BareKind};
+use outbox_benches::paired::{ratio, Paired};
+use outbox_benches::subject::StoreKind;
+use outbox_benches::workload;
+use outbox_core::clock::system_now;
+use outbox_core::{Error, Result, Store};
+use tokio::runtime::Runtime;
+
+/// Sizes of one run.
+struct Sizes {
+    blocks: usize,
+    ops_per_block: usize,
+    drain_blocks: usize,
+    drain_records: usize,
+}
+
+const PRODUCERS: usize = 64;
+const BARE_BATCH: usize = 100;
+
+fn main() -> ExitCode {
+    let quick = std::env::args().skip(1).any(|a| a == "--quick");
+    let sizes = if quick {
+        Sizes {
+            blocks: 5,
+            ops_per_block: 5,
+            drain_blocks: 3,
+            drain_records: 500,
+        }
+    } else {
+        Sizes {
+            blocks: 41,
+            ops_per_block: 20,
+            drain_blocks: 9,
+            drain_records: 2_000,
+        }
+    };
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(Error::backend)
+        .and_then(|runtime| measure(&runtime, &sizes));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("paired-ratios: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn measure(runtime: &Runtime, sizes: &Sizes) -> Result<()> {
+    let pairs = [
+        (StoreKind::Sqlite, BareKind::Sqlite),
+        (StoreKind::Redb, BareKind::Redb),
+    ];
+    for (store, bare) in pairs {
+        let line = |target: &str, paired: Option<Paired>| -> Result<()> {
+            let paired = paired.ok_or_else(|| Error::Backend {
+                detail: format!("{target}: no block was measured"),
+                source: None,
+            })?;
+            writeln!(
+                std::io::stdout().lock(),
+                "target={target}\tstore={}\tratio={:.3}\tlow={:.3}\thigh={:.3}\tblocks={}",
+                store.name(),
+                paired.ratio,
+                paired.low,
+                paired.high,
+                paired.blocks
+            )
+            .map_err(Error::backend)
+        };
+        line("enqueue-one", enqueue_one(runtime, store, bare, sizes)?)?;
+        line(
+            "enqueue-concurrent",
+            concurrent(runtime, store, bare, sizes)?,
+        )?;
+        line("drain", drain(runtime, store, bare, sizes)?)?;
+    }
+    Ok(())
+}
+
+/// Times `a` and `b` in `blocks` alternating blocks (the first side alternates too).
+fn alternate(
+    blocks: usize,
+    mut a: impl FnMut() -> Result<Duration>,
+    mut b: impl FnMut() -> Result<Duration>,
+) -> Result<(Vec<Duration>, Vec<Duration>)> {
+    let (mut a_times, mut b_times) = (Vec::new(), Vec::new());
+    for block in 0..blocks {
+        if block % 2 == 0 {
+            a_times.push(a()?);
+            b_times.push(b()?);
+        } else {
+            b_times.push(b()?);
+            a_times.push(a()?);
+        }
+    }
+    Ok((a_times, b_times))
+}
+
+fn timed(work: impl FnOnce() -> Result<()>) -> Result<Duration> {
+    let started = Instant::now();
+    work()?;
+    Ok(started.elapsed())
+}
+
+fn enqueue_one(
+    runtime: &Runtime,
+    store: StoreKind,
+    bare: BareKind,
+    sizes: &Sizes,
+) -> Result<Option<Paired>> {
+    let subject = runtime.block_on(store.open())?;
+    let mut engine = bare.open()?;
+    let n = sizes.ops_per_block;
+    let (a, b) = alternate(
+        sizes.blocks,
+        || timed(|| runtime.block_on(workload::enqueue_one_by_one(&subject.store, n))),
+        || timed(|| engine.insert_each(n, system_now())),
+    )?;
+    Ok(ratio(&a, n as u64, &b, n as u64))
+}
+
+fn concurrent(
+    runtime: &Runtime,
+    store: StoreKind,
+    bare: BareKind,
+    sizes: &Sizes,
+) -> Result<Option<Paired>> {
+    let subject = runtime.block_on(store.open())?;
+    let mut engine = bare.open()?;
+    let rounds = sizes.ops_per_block.div_ceil(4);
+    let (a, b) = alternate(
+        sizes.blocks,
+        || {
+            timed(|| {
+                for _ in 0..rounds {
+                    runtime.block_on(workload::enqueue_concurrently(&subject.store, PRODUCERS))?;
+                }
+                Ok(())
+            })
+        },
+        || {
+            timed(|| {
+                for _ in 0..rounds {
+                    engine.insert_batch(BARE_BATCH, system_now())?;
+                }
+                Ok(())
+            })
+        },
+    )?;
+    Ok(ratio(
+        &a,
+        (rounds * PRODUCERS) as u64,
+        &b,
+        (rounds * BARE_BATCH) as u64,
+    ))
+}
+
+fn drain(
+    runtime: &Runtime,
+    store: StoreKind,
+    bare: BareKind,
+    sizes: &Sizes,
+) -> Result<Option<Paired>> {
+    let subject = runtime.block_on(store.open())?;
+    let queue: Arc<dyn Store> = Arc::clone(&subject.store);
+    let mut engine: Box<dyn BareEngine> = bare.open()?;
+    let n = sizes.drain_records;
+    let (a, b) = alternate(
+        sizes.drain_blocks,
+        || Ok(runtime.block_on(workload::drain(&queue, n))?.elapsed),
+        || {
+            let now = system_now();
+            engine.insert_batch(n, now)?;
+            let mut removed = 0;
+            let elapsed = timed(|| {
+                removed = engine.drain(BARE_BATCH, now)?;
+                Ok(())
+            })?;
+            if removed != n as u64 {
+                return Err(Error::Backend {
+                    detail: format!("the bare drain removed {removed} of {n} records"),
+                    source: None,
+                });
+            }
+            Ok(elapsed)
+        },
+    )?;
+    Ok(ratio(&a, n as u64, &b, n as u64))
+}
