@@ -102,6 +102,7 @@ impl OutboxBuilder {
             rng: Mutex::new(Rng::with_seed(seed)),
         });
         shared.recover_expired().await?;
+        shared.recover_far_leases().await?;
         shared.clamp_deadlines().await?;
         let (stop, stop_rx) = watch::channel(None);
         let runner = Runner::new(Arc::clone(&shared), stop_rx, self.online);
@@ -117,7 +118,9 @@ impl OutboxBuilder {
 /// A running outbox: the store, the runner delivering from it, and the verbs around them.
 ///
 /// Dropping the handle stops the runner; records it was delivering are released (nothing
-/// spent). Prefer [`Outbox::shutdown`], which waits for deliveries to report.
+/// spent) by the runner task as it ends. Prefer [`Outbox::shutdown`], which waits for
+/// deliveries to report: when the tokio runtime itself is shutting down, the runner task may
+/// not get to release them, and their leases then expire and count as one interruption.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

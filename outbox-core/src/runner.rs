@@ -216,6 +216,23 @@ impl Shared {
             }
         }
     }
+
+    /// The clamp for leases: no live runner holds a lease further ahead than the longest
+    /// lease the configuration accepts, so one beyond it was taken by a process whose clock
+    /// ran ahead, and that process is gone. Such records are recovered as interrupted now,
+    /// instead of when the wall clock catches up.
+    pub(crate) async fn recover_far_leases(&self) -> Result<()> {
+        let now = self.now();
+        let limit = now.saturating_add(duration_ms(MAX_WAIT));
+        // In-flight records are few (batches of live runners): read them all, earliest first.
+        let in_flight = self.store.expired(Millis::MAX, 4_096).await?;
+        let steps: Vec<Step> = in_flight
+            .iter()
+            .filter(|r| r.lease.is_some_and(|l| l.until > limit))
+            .map(|r| machine::on_interrupted(r, &self.policy, now))
+            .collect();
+        self.commit(steps).await.map(drop)
+    }
 }
 
 fn log_event(event: &Event) {

@@ -1171,3 +1171,29 @@ async fn a_round_of_quick_deliveries_is_written_in_one_store_call() {
     // what a drain is bound by).
     assert_eq!(store.applies.load(Ordering::SeqCst), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_from_a_clock_far_ahead_is_recovered_at_start() {
+    let store = Arc::new(MemoryStore::new());
+    let ids = store.enqueue(vec![rec("a")], BASE).await.unwrap();
+    // A process whose clock ran a year ahead claimed it, then died.
+    let year = 365 * 86_400_000;
+    store
+        .claim(outbox_core::Claim {
+            now: BASE + year,
+            limit: 1,
+            lease: Lease {
+                token: 5,
+                until: BASE + year + 30_000,
+            },
+        })
+        .await
+        .unwrap();
+    let r = rig_on(store.clone(), exact_policy(), RunnerConfig::default(), None).await;
+    r.outbox.flush(Duration::from_secs(10)).await.unwrap();
+    assert!(
+        r.outbox.get(ids[0]).await.unwrap().is_none(),
+        "recovered and delivered"
+    );
+    assert_eq!(r.sink.count(), 1);
+}
