@@ -1,63 +1,38 @@
 //! The conformance suite on the redb store: persistent, not shared (redb lets one process open a
 //! file for writing), so the scenarios that need several processes on one store are skipped.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use outbox_core::{Result, Store};
 use outbox_redb::{RedbConfig, RedbStore};
-use outbox_testkit::{Backend, Capabilities};
+use outbox_testkit::{Capabilities, FileStore, Files};
 
-/// Outbox files in one temporary directory, removed when the backend is dropped. The directory
-/// is made at the first `create`: the crash scenarios' child processes only `open` their
-/// parent's files.
-struct RedbBackend {
-    dir: OnceLock<tempfile::TempDir>,
-    next: AtomicUsize,
-}
+struct Redb;
 
-impl RedbBackend {
-    fn new() -> Self {
-        RedbBackend {
-            dir: OnceLock::new(),
-            next: AtomicUsize::new(0),
-        }
-    }
-}
+#[outbox_core::async_trait]
+impl FileStore for Redb {
+    const NAME: &'static str = "redb";
+    const EXTENSION: &'static str = "redb";
+    const CAPABILITIES: Capabilities = Capabilities {
+        persistent: true,
+        shared: false,
+    };
 
-#[async_trait]
-impl Backend for RedbBackend {
-    fn name(&self) -> &'static str {
-        "redb"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            persistent: true,
-            shared: false,
-        }
-    }
-
-    async fn create(&self) -> Result<String> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let dir = self
-            .dir
-            .get_or_init(|| tempfile::tempdir().expect("temporary directory"));
-        let path = dir.path().join(format!("outbox-{n}.redb"));
+    async fn create(path: &Path) -> Result<()> {
         // Closing releases the file, so `open` (here or in a child) can take it.
-        RedbStore::create(&path, RedbConfig::default())
+        RedbStore::create(path, RedbConfig::default())
             .await?
             .close()
             .await;
-        Ok(path.display().to_string())
+        Ok(())
     }
 
-    async fn open(&self, location: &str) -> Result<Arc<dyn Store>> {
+    async fn open(path: &Path) -> Result<Arc<dyn Store>> {
         Ok(Arc::new(
-            RedbStore::open(location, RedbConfig::default()).await?,
+            RedbStore::open(path, RedbConfig::default()).await?,
         ))
     }
 }
 
-outbox_testkit::conformance!(RedbBackend::new());
+outbox_testkit::conformance!(Files::<Redb>::new());

@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod crash;
+pub mod files;
 pub mod harness;
 pub mod memory;
 pub mod scenarios;
@@ -11,6 +12,7 @@ pub mod sink;
 mod macros;
 
 pub use backend::{Backend, Capabilities};
+pub use files::{FileStore, Files};
 pub use harness::{run_scenario, skip_unless, Capability, Failure, ScenarioResult, Verdict};
 pub use memory::MemoryBackend;
 pub use sink::{Delivery, Reply, ScriptedSink};
