@@ -218,8 +218,9 @@ impl<'t> Tables<'t> {
         Ok(claimed)
     }
 
-    /// Moves the lease of records still held under `lease.token`.
-    pub(crate) fn renew(&mut self, ids: &[RecordId], lease: Lease) -> Result<()> {
+    /// Moves the lease of records still held under `lease.token`; returns how many it moved.
+    pub(crate) fn renew(&mut self, ids: &[RecordId], lease: Lease) -> Result<usize> {
+        let mut renewed = 0;
         for &id in ids {
             let Some(mut record) = self.get(id)? else {
                 continue;
@@ -229,9 +230,10 @@ impl<'t> Tables<'t> {
                 record.lease = Some(lease);
                 self.put(&record)?;
                 self.index(&record)?;
+                renewed += 1;
             }
         }
-        Ok(())
+        Ok(renewed)
     }
 
     /// Applies transitions where their guards hold.
@@ -447,6 +449,15 @@ impl ReadTables {
             }
         }
         Ok(out)
+    }
+
+    /// Whether a claim at `now` would find anything (the due index holds only claimable heads).
+    pub(crate) fn any_due(&self, now: Millis) -> Result<bool> {
+        Ok(self
+            .due
+            .first()
+            .engine()?
+            .is_some_and(|(key, _)| key.value().0 <= now))
     }
 
     pub(crate) fn next_due(&self) -> Result<Option<Millis>> {

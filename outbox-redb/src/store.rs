@@ -323,6 +323,15 @@ impl Store for RedbStore {
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
+        if self.writer.is_none() {
+            return Err(Error::ReadOnly { source: None });
+        }
+        // An idle runner's claims find nothing: look in a snapshot first, so they neither
+        // queue behind the writer's commits nor open a write transaction. The writer looks
+        // again inside its transaction, which alone decides what is claimed.
+        if claim.limit == 0 || !self.read(move |t| t.any_due(claim.now)).await? {
+            return Ok(Vec::new());
+        }
         match self.write(Op::Claim(claim)).await? {
             Reply::Records(records) => Ok(records),
             other => Err(unexpected(other)),

@@ -9,6 +9,10 @@
 //! Each request stays atomic on its own: if one request of a batch fails, the transaction is
 //! aborted and every request of the batch is run again in a transaction of its own, so a failed
 //! request writes nothing and does not take the others down with it.
+//!
+//! A batch that changed nothing (a claim with nothing due, an apply whose guards all failed, a
+//! renew of leases no longer held, a prune with nothing old) is aborted rather than committed:
+//! a durable redb commit costs two syncs even when it carries no change.
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -45,17 +49,33 @@ pub(crate) enum Reply {
 }
 
 impl Op {
-    /// Runs the request in `tables`. Takes `&self` so a failed batch can run it again alone.
-    fn run(&self, tables: &mut Tables<'_>) -> Result<Reply> {
+    /// Runs the request in `tables`; also says whether it wrote anything. Takes `&self` so a
+    /// failed batch can run it again alone.
+    fn run(&self, tables: &mut Tables<'_>) -> Result<(Reply, bool)> {
         Ok(match self {
-            Op::Enqueue(records, now) => Reply::Ids(tables.enqueue(records.clone(), *now)?),
-            Op::Claim(claim) => Reply::Records(tables.claim(*claim)?),
-            Op::Renew(ids, lease) => {
-                tables.renew(ids, *lease)?;
-                Reply::Done
+            Op::Enqueue(records, now) => {
+                let ids = tables.enqueue(records.clone(), *now)?;
+                // Even an empty batch has rewritten the last id: treat it as a change.
+                (Reply::Ids(ids), true)
             }
-            Op::Apply(transitions) => Reply::Applied(tables.apply(transitions.clone())?),
-            Op::Prune(older_than) => Reply::Count(tables.prune(*older_than)?),
+            Op::Claim(claim) => {
+                let claimed = tables.claim(*claim)?;
+                let changed = !claimed.is_empty();
+                (Reply::Records(claimed), changed)
+            }
+            Op::Renew(ids, lease) => {
+                let renewed = tables.renew(ids, *lease)?;
+                (Reply::Done, renewed > 0)
+            }
+            Op::Apply(transitions) => {
+                let applied = tables.apply(transitions.clone())?;
+                let changed = applied.skipped.len() < transitions.len();
+                (Reply::Applied(applied), changed)
+            }
+            Op::Prune(older_than) => {
+                let pruned = tables.prune(*older_than)?;
+                (Reply::Count(pruned), pruned > 0)
+            }
         })
     }
 }
@@ -146,16 +166,21 @@ fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Job>) {
     }
 }
 
-/// Runs `ops` in one write transaction and commits it; nothing is written if any fails.
+/// Runs `ops` in one write transaction and commits it; nothing is written if any fails, and
+/// the transaction is aborted, not committed (no sync), when none of them changed anything.
 fn commit(db: &Database, config: &RedbConfig, ops: &[&Op]) -> Result<Vec<Reply>> {
     let mut txn = db.begin_write().map_err(from_redb)?;
     config.prepare(&mut txn)?;
+    let mut changed = false;
     let replies = {
         let mut tables = Tables::open(&txn)?;
         let mut replies = Vec::with_capacity(ops.len());
         for op in ops {
             match op.run(&mut tables) {
-                Ok(reply) => replies.push(reply),
+                Ok((reply, wrote)) => {
+                    changed |= wrote;
+                    replies.push(reply);
+                }
                 Err(err) => {
                     drop(tables);
                     // The error of the request is the one to report; an abort error adds
@@ -167,6 +192,11 @@ fn commit(db: &Database, config: &RedbConfig, ops: &[&Op]) -> Result<Vec<Reply>>
         }
         replies
     };
-    txn.commit().map_err(from_redb)?;
+    if changed {
+        txn.commit().map_err(from_redb)?;
+    } else {
+        // Every answer was read from the state the transaction saw, which it leaves as it was.
+        txn.abort().map_err(from_redb)?;
+    }
     Ok(replies)
 }

@@ -402,6 +402,45 @@ async fn concurrent_enqueues_share_commits() {
     assert_eq!(store.stats().await.unwrap().pending, 65);
 }
 
+/// Writes that change nothing (a claim with nothing due, an apply whose guards all fail, a renew
+/// under a token that holds nothing, a prune with nothing old) sync nothing, and the writes
+/// that do change something still commit.
+#[tokio::test(flavor = "current_thread")]
+async fn writes_that_change_nothing_sync_nothing() {
+    let disk = Disk::default();
+    let store = RedbStore::create_with_backend(disk.clone(), RedbConfig::default())
+        .await
+        .unwrap();
+    let enqueued = store.enqueue(vec![new("later")], 5_000).await.unwrap();
+    let idle = disk.syncs();
+
+    // Due at 5_000: a claim at 4_999 finds nothing.
+    assert!(store.claim(claim(4_999, 10, 1)).await.unwrap().is_empty());
+    assert!(store.claim(claim(9_000, 0, 1)).await.unwrap().is_empty());
+    let stale = Transition {
+        id: enqueued[0],
+        guard: Guard::Lease(99),
+        change: Change::Delivered,
+    };
+    let applied = store.apply(vec![stale]).await.unwrap();
+    assert_eq!(applied.skipped, enqueued);
+    store.renew(&enqueued, lease(99, 60_000)).await.unwrap();
+    assert_eq!(store.prune(1).await.unwrap(), 0);
+    assert_eq!(disk.syncs(), idle, "nothing changed, so nothing was synced");
+
+    // The record is untouched and a real claim still commits.
+    assert_eq!(
+        store.get(enqueued[0]).await.unwrap().unwrap().state,
+        State::Pending
+    );
+    let claimed = store.claim(claim(5_000, 10, 7)).await.unwrap();
+    assert_eq!(ids(&claimed), vec![enqueued[0].0]);
+    assert!(disk.syncs() > idle, "a claim that took a record commits");
+    let record = store.get(enqueued[0]).await.unwrap().unwrap();
+    assert_eq!(record.state, State::InFlight);
+    assert_eq!(record.lease.map(|l| l.token), Some(7));
+}
+
 /// A seeded random sequence of operations gives the same answers as the memory reference model.
 #[tokio::test]
 async fn behaves_like_the_memory_model() {
