@@ -365,8 +365,27 @@ fn machine() -> String {
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let rustc = command_line("rustc", &["--version"]);
     let date = command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let commit = command_line("git", &["rev-parse", "--short", "HEAD"]);
+    // Other engineers edit the same working tree: say whether the measured code was committed.
+    let status = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no", "--"])
+        .args([
+            "outbox-core",
+            "outbox-memory",
+            "outbox-sqlite",
+            "outbox-redb",
+            "benches",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    let tree = match status {
+        Some(o) if o.stdout.is_empty() => "as committed",
+        Some(_) => "with uncommitted changes to the measured crates",
+        None => "(git status unavailable)",
+    };
     format!(
-        "- CPU: {cpu}, {cores} cores (nproc)\n- Memory: {memory}\n- Kernel: Linux {}\n- Compiler: {rustc}\n- Run at: {date}\n",
+        "- CPU: {cpu}, {cores} cores (nproc)\n- Memory: {memory}\n- Kernel: Linux {}\n- Compiler: {rustc}\n- Code: commit {commit}, {tree}\n- Run at: {date}\n",
         kernel.trim()
     )
 }
