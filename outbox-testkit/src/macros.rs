@@ -81,6 +81,8 @@ macro_rules! conformance {
             ($backend)
             crash_sigkill
             crash_loop_parks_record
+            shared_runners
+            killed_runner_taken_over
         }
     };
 }

@@ -16,9 +16,15 @@ use crate::harness::Verdict;
 use crate::harness::{ensure, ensure_eq, skip_unless, Capability, Failure, ScenarioResult};
 
 mod ledger;
+mod runners;
+mod shared;
 mod worker;
 
 use ledger::Ledger;
+pub use shared::{
+    killed_runner_taken_over, killed_runner_taken_over_seeded, shared_runners,
+    shared_runners_seeded,
+};
 pub use worker::worker_entry;
 use worker::{worker_policy, RECORDS};
 
@@ -28,6 +34,10 @@ pub(crate) const LOCATION_ENV: &str = "OUTBOX_TESTKIT_LOCATION";
 pub(crate) const BASE_ENV: &str = "OUTBOX_TESTKIT_CLOCK_BASE";
 pub(crate) const ROUND_ENV: &str = "OUTBOX_TESTKIT_ROUND";
 pub(crate) const ENQUEUE_ENV: &str = "OUTBOX_TESTKIT_ENQUEUE";
+/// The delivery log the shared runners append to.
+pub(crate) const LOG_ENV: &str = "OUTBOX_TESTKIT_DELIVERY_LOG";
+/// The number a shared runner writes in its log lines.
+pub(crate) const WORKER_NO_ENV: &str = "OUTBOX_TESTKIT_WORKER_NO";
 
 /// Every ledger line starts with this, so libtest's own output is ignored.
 pub(crate) const LEDGER: &str = "outbox-ledger";
@@ -36,6 +46,17 @@ pub(crate) const LEDGER: &str = "outbox-ledger";
 pub(crate) const DRAIN: &str = "drain";
 /// The worker role whose one record aborts the process on every delivery.
 pub(crate) const CRASH_LOOP: &str = "crash-loop";
+/// The worker role of the runner processes sharing one store.
+pub(crate) const SHARED_RUNNER: &str = "shared-runner";
+/// The worker role whose deliveries hang until it is killed.
+pub(crate) const STUCK: &str = "stuck";
+/// The worker role that takes a killed runner's records over.
+pub(crate) const TAKER: &str = "taker";
+
+/// What the parent writes on a shared runner's stdin to open the delivery gate.
+pub(crate) const GO: &str = "go";
+/// What the parent writes on a shared runner's stdin to stop it.
+pub(crate) const STOP: &str = "stop";
 
 /// Where the worker entry test sits in the test binary, so the parent can run it alone.
 ///
@@ -65,16 +86,19 @@ impl Worker {
         &self.test_path
     }
 
-    fn spawn(
+    /// The command that runs the worker test in `role`, its stdout and stderr piped and its
+    /// stdin closed; a caller may set more variables or pipe stdin before spawning it.
+    fn command(
         &self,
         role: &str,
         location: &str,
         round: u64,
         enqueue: bool,
-    ) -> Result<Child, Failure> {
+    ) -> Result<Command, Failure> {
         let exe = std::env::current_exe()
             .map_err(|e| Failure::new(format!("cannot find the test binary: {e}")))?;
-        Command::new(exe)
+        let mut command = Command::new(exe);
+        command
             .args([
                 self.test_path.as_str(),
                 "--exact",
@@ -88,7 +112,18 @@ impl Worker {
             .env(ENQUEUE_ENV, if enqueue { "1" } else { "0" })
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::piped());
+        Ok(command)
+    }
+
+    fn spawn(
+        &self,
+        role: &str,
+        location: &str,
+        round: u64,
+        enqueue: bool,
+    ) -> Result<Child, Failure> {
+        self.command(role, location, round, enqueue)?
             .spawn()
             .map_err(|e| Failure::new(format!("cannot start the worker: {e}")))
     }
@@ -126,31 +161,36 @@ fn run_child(
     enqueue: bool,
     kill_after: Option<usize>,
 ) -> Result<Run, Failure> {
+    run_child_until(worker, role, location, round, enqueue, |lines| {
+        kill_after == Some(lines.len())
+    })
+}
+
+/// Runs one child and kills it with SIGKILL as soon as `kill` holds for the ledger lines read
+/// so far (it is asked once before the first line too); collects every line it printed.
+fn run_child_until(
+    worker: &Worker,
+    role: &str,
+    location: &str,
+    round: u64,
+    enqueue: bool,
+    mut kill: impl FnMut(&[Vec<String>]) -> bool,
+) -> Result<Run, Failure> {
     let mut child = worker.spawn(role, location, round, enqueue)?;
     let mut run = Run::default();
-    let stderr = child.stderr.take();
-    let stderr_reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(mut stderr) = stderr {
-            let _ = stderr.read_to_string(&mut text);
-        }
-        text
-    });
-    if kill_after == Some(0) {
+    let stderr_reader = read_stderr(&mut child);
+    if kill(&run.lines) {
         let _ = child.kill();
         run.killed = true;
     }
     if let Some(stdout) = child.stdout.take() {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            // libtest may print "test <name> ... " without a newline before the first line.
-            let Some(at) = line.find(LEDGER) else {
+            let Some(words) = ledger_words(&line) else {
                 continue;
             };
-            let rest = &line[at + LEDGER.len()..];
-            run.lines
-                .push(rest.split_whitespace().map(str::to_owned).collect());
-            if !run.killed && kill_after == Some(run.lines.len()) {
+            run.lines.push(words);
+            if !run.killed && kill(&run.lines) {
                 // `Child::kill` sends SIGKILL on Unix: no destructor, no flush, no goodbye.
                 let _ = child.kill();
                 run.killed = true;
@@ -160,6 +200,30 @@ fn run_child(
     let _ = child.wait();
     run.stderr = stderr_reader.join().unwrap_or_default();
     Ok(run)
+}
+
+/// Reads the child's stderr to its end on a thread of its own, so a full pipe never stalls it.
+fn read_stderr(child: &mut Child) -> std::thread::JoinHandle<String> {
+    let stderr = child.stderr.take();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut stderr) = stderr {
+            let _ = stderr.read_to_string(&mut text);
+        }
+        text
+    })
+}
+
+/// The words of a ledger line, or `None` for any other output.
+fn ledger_words(line: &str) -> Option<Vec<String>> {
+    // libtest may print "test <name> ... " without a newline before the first line.
+    let at = line.find(LEDGER)?;
+    Some(
+        line[at + LEDGER.len()..]
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 pub(crate) fn number(line: &[String], at: usize) -> Option<u64> {
@@ -172,7 +236,8 @@ pub(crate) fn number(line: &[String], at: usize) -> Option<u64> {
 /// the attempts acknowledged and the 503s the sink gave, no deadline is earlier than the last
 /// one acknowledged, parked records are still parked. At the end: only records that spent their
 /// budget or crash-looped remain, the delivered counter counts each delivered record once, and
-/// duplicates at the sink are bounded by the number of kills.
+/// a record reaches the sink again only after a kill lost its earlier delivery's outcome (at
+/// most one round of records per kill).
 pub async fn crash_sigkill(backend: &dyn Backend, worker: &Worker) -> ScenarioResult {
     if let Some(skip) = skip_unless(backend, "crash_sigkill", Capability::Persistent) {
         return Ok(skip);

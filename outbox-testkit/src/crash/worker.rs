@@ -10,12 +10,15 @@ use outbox_core::{
     RunnerConfig, Sink, TokioClock,
 };
 
-use super::{BASE_ENV, CRASH_LOOP, ENQUEUE_ENV, LEDGER, LOCATION_ENV, ROLE_ENV, ROUND_ENV};
+use super::{
+    runners, BASE_ENV, CRASH_LOOP, ENQUEUE_ENV, LEDGER, LOCATION_ENV, ROLE_ENV, ROUND_ENV,
+    SHARED_RUNNER, STUCK, TAKER, WORKER_NO_ENV,
+};
 use crate::backend::Backend;
 use crate::harness::Failure;
 
 /// Writes one ledger line and flushes it before returning.
-fn ledger(line: std::fmt::Arguments<'_>) {
+pub(super) fn ledger(line: std::fmt::Arguments<'_>) {
     let mut out = std::io::stdout().lock();
     // A worker whose stdout is gone has lost its parent; nothing useful is left to do.
     let _ = writeln!(out, "{LEDGER} {line}");
@@ -34,6 +37,9 @@ pub(super) fn worker_policy() -> RetryPolicy {
         .with_max_attempts(3)
         .with_max_interruptions(3)
 }
+
+/// Records a drain worker claims per round.
+pub(super) const WORKER_BATCH: usize = 4;
 
 /// Records per drain worker.
 pub(super) const RECORDS: usize = 24;
@@ -97,8 +103,14 @@ async fn worker_main<B: Backend>(role: &str, backend: B) -> Result<(), Failure> 
     let enqueue = env(ENQUEUE_ENV)? == "1";
     ledger(format_args!("opening"));
     let store = backend.open(&location).await?;
+    match role {
+        SHARED_RUNNER => return runners::shared_runner(store, base, env_u64(WORKER_NO_ENV)?).await,
+        STUCK => return runners::stuck_runner(store, base).await,
+        TAKER => return runners::taker_runner(store, base).await,
+        _ => {}
+    }
     let config = RunnerConfig {
-        batch: 4,
+        batch: WORKER_BATCH,
         concurrency: 1,
         seed: Some(round),
         ..RunnerConfig::default()
@@ -156,14 +168,22 @@ async fn worker_main<B: Backend>(role: &str, backend: B) -> Result<(), Failure> 
             tokio::task::yield_now().await;
         }
     }
-    // Drain everything the worker can: flush covers what is due now, and the retries the
-    // tiny backoffs schedule a few milliseconds out are awaited through the runner's events.
+    drain(&outbox).await?;
+    outbox.shutdown(Duration::from_secs(60)).await?;
+    let _ = listener.await;
+    ledger(format_args!("done"));
+    Ok(())
+}
+
+/// Drains everything the worker can: flush covers what is due now, and the retries the tiny
+/// backoffs schedule a few milliseconds out are awaited through the runner's events.
+pub(super) async fn drain(outbox: &Outbox) -> Result<(), Failure> {
     let mut progress = outbox.events();
     loop {
         outbox.flush(Duration::from_secs(60)).await?;
         let stats = outbox.stats().await?;
         if stats.pending + stats.retrying + stats.in_flight == 0 {
-            break;
+            return Ok(());
         }
         if tokio::time::timeout(Duration::from_secs(60), progress.recv())
             .await
@@ -174,8 +194,4 @@ async fn worker_main<B: Backend>(role: &str, backend: B) -> Result<(), Failure> 
             )));
         }
     }
-    outbox.shutdown(Duration::from_secs(60)).await?;
-    let _ = listener.await;
-    ledger(format_args!("done"));
-    Ok(())
 }

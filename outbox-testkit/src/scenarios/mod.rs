@@ -11,7 +11,8 @@
 //!   [`ScriptedSink`](crate::ScriptedSink) on tokio's paused clock (they need a current-thread
 //!   runtime, which the macro's tests build);
 //! - [`crash_sigkill`] and [`crash_loop_parks_record`] kill worker processes (see
-//!   [`crate::crash`]).
+//!   [`crate::crash`]); [`shared_runners`] and [`killed_runner_taken_over`] run several runner
+//!   processes on one store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +55,9 @@ pub use runner::{
 };
 pub use stats::stats_exact;
 
-pub use crate::crash::{crash_loop_parks_record, crash_sigkill};
+pub use crate::crash::{
+    crash_loop_parks_record, crash_sigkill, killed_runner_taken_over, shared_runners,
+};
 
 /// The name of every scenario, as `conformance!` names its tests.
 pub const SCENARIOS: &[&str] = &[
@@ -92,6 +95,8 @@ pub const SCENARIOS: &[&str] = &[
     "runner_events_follow_commits",
     "crash_sigkill",
     "crash_loop_parks_record",
+    "shared_runners",
+    "killed_runner_taken_over",
 ];
 
 /// A realistic wall-clock base for scenarios: 2023-11-14, in milliseconds.
