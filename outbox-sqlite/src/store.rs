@@ -53,7 +53,7 @@ pub struct SqliteStore {
     config: SqliteConfig,
     writer: Writer,
     reader: Reader,
-    closed: [oneshot::Receiver<()>; 2],
+    closed: oneshot::Receiver<()>,
 }
 
 /// Runs blocking work on a thread of its own, so `create` and `open` never block an executor.
@@ -132,15 +132,14 @@ impl SqliteStore {
         reader.busy_timeout(config.busy_timeout).map_err(db)?;
         reader.pragma_update(None, "query_only", true).map_err(db)?;
         let (writer_closed, writer_done) = oneshot::channel();
-        let (reader_closed, reader_done) = oneshot::channel();
         let writer = Writer::start(conn, config.max_group_commit, writer_closed)?;
-        let reader = Reader::start(reader, reader_closed)?;
+        let reader = Reader::new(reader);
         Ok(SqliteStore {
             path,
             config,
             writer,
             reader,
-            closed: [writer_done, reader_done],
+            closed: writer_done,
         })
     }
 
@@ -172,10 +171,9 @@ impl SqliteStore {
             ..
         } = self;
         drop(writer);
-        drop(reader);
-        for done in closed {
-            let _ = done.await;
-        }
+        let reader_closed = reader.close();
+        let _ = reader_closed.await;
+        let _ = closed.await;
     }
 
     /// The settings SQLite actually applies on the store's write connection, read back from
@@ -392,6 +390,22 @@ impl Store for SqliteStore {
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
+        // An idle runner's claims find nothing: look on the read connection first, so they do
+        // not queue behind the writer's commits or take the file's write lock. The writer
+        // looks again inside its transaction, which alone decides what is claimed. A read-only
+        // store goes straight to the writer, whose refusal is the answer.
+        if !self.config.read_only {
+            let now = claim.now;
+            let due = claim.limit > 0
+                && self
+                    .reader
+                    .read(move |conn| ops::next_due(conn))
+                    .await?
+                    .is_some_and(|at| at <= now);
+            if !due {
+                return Ok(Vec::new());
+            }
+        }
         self.writer.write(move |conn| ops::claim(conn, claim)).await
     }
 

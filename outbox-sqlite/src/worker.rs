@@ -1,5 +1,5 @@
-//! The two threads that own the store's connections, so no SQLite call ever runs on an async
-//! executor's threads.
+//! Where the store's two connections run, so no SQLite call ever runs on an async executor's
+//! threads.
 //!
 //! The *writer* commits in groups: it takes every write waiting in its queue (up to
 //! `max_group_commit`), runs each in its own savepoint inside one `BEGIN IMMEDIATE`
@@ -7,11 +7,11 @@
 //! share one fsync instead of paying one each, and every answer still comes after the write is
 //! durable. A write that fails is rolled back to its savepoint and fails alone.
 //!
-//! The *reader* answers queries on a second connection; in WAL mode it reads the last committed
-//! state without waiting for the writer.
+//! The *reader* answers queries on a second connection, on tokio's blocking pool; in WAL mode
+//! it reads the last committed state without waiting for the writer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 
 use outbox_core::{Error, Result};
@@ -274,39 +274,81 @@ fn lose_transaction(conn: &Connection, ran: &mut Vec<Box<dyn Ran>>, cause: &Erro
 
 type ReadJob = Box<dyn FnOnce(&mut Connection) + Send>;
 
-/// The handle on the reader thread.
+/// The store's read connection. Each query runs on it inside tokio's blocking pool, so a read
+/// costs one hop off the executor and back (no thread of its own to wake and answer), and,
+/// while it runs, tokio's paused clock does not jump (see [`wait`]).
 #[derive(Debug)]
 pub(crate) struct Reader {
-    queue: mpsc::Sender<ReadJob>,
+    conn: Arc<Mutex<Option<Connection>>>,
 }
 
 impl Reader {
-    /// Starts the thread; `closed` fires once it has closed its connection.
-    pub(crate) fn start(conn: Connection, closed: oneshot::Sender<()>) -> Result<Self> {
-        let (queue, jobs) = mpsc::channel::<ReadJob>();
-        thread::Builder::new()
-            .name("outbox-sqlite-reader".into())
-            .spawn(move || {
-                let mut conn = conn;
-                while let Ok(job) = jobs.recv() {
-                    job(&mut conn);
-                }
-                close(conn);
-                let _ = closed.send(());
-            })
-            .map_err(Error::backend)?;
-        Ok(Reader { queue })
+    /// Takes the read connection.
+    pub(crate) fn new(conn: Connection) -> Self {
+        Reader {
+            conn: Arc::new(Mutex::new(Some(conn))),
+        }
     }
 
-    /// Runs `work` on the reader's connection.
+    /// Runs `work` on the read connection, off the async executor.
     pub(crate) async fn read<T, F>(&self, work: F) -> Result<T>
     where
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        let (job, answer) = read_job(work);
-        self.queue.send(job).map_err(|_| Error::Stopped)?;
-        wait(answer).await
+        let conn = Arc::clone(&self.conn);
+        let run = move || {
+            // A query that panicked left no transaction open (rusqlite finalizes on unwind).
+            let mut guard = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            match guard.as_mut() {
+                Some(conn) => work(conn),
+                None => Err(Error::Stopped),
+            }
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return tokio::task::spawn_blocking(run)
+                .await
+                .map_err(Error::backend)?;
+        }
+        // No tokio runtime: run it on a thread of its own rather than block this executor.
+        let (reply, answer) = oneshot::channel();
+        thread::Builder::new()
+            .name("outbox-sqlite-read".into())
+            .spawn(move || {
+                let _ = reply.send(run());
+            })
+            .map_err(Error::backend)?;
+        answer.await.map_err(|_| Error::Stopped)?
+    }
+
+    /// Closes the read connection on a thread of its own (closing may checkpoint the WAL);
+    /// the receiver fires once it is closed. Later reads fail with [`Error::Stopped`].
+    pub(crate) fn close(&self) -> oneshot::Receiver<()> {
+        let (closed, done) = oneshot::channel();
+        let conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(conn) = conn {
+            let closing = thread::Builder::new()
+                .name("outbox-sqlite-close".into())
+                .spawn(move || {
+                    close(conn);
+                    let _ = closed.send(());
+                });
+            if let Err(err) = closing {
+                // The connection went down with the closure: closed, only on this thread.
+                tracing::warn!(error = %err, "no thread to close the outbox read connection on");
+            }
+        }
+        done
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        drop(self.close());
     }
 }
 

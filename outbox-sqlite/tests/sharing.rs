@@ -241,3 +241,49 @@ async fn a_write_lock_held_elsewhere_past_the_busy_timeout_is_a_temporary_error(
         .expect("enqueue once the lock is free");
     assert_eq!(ids, vec![RecordId(1)]);
 }
+
+/// A claim with nothing due answers from the read connection: it neither waits for nor is
+/// refused by another handle holding the file's write lock. Once the lock is free and a record
+/// is due, the claim takes it.
+#[tokio::test]
+async fn a_claim_with_nothing_due_does_not_need_the_write_lock() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("shared.db");
+    let config = SqliteConfig::default().busy_timeout(std::time::Duration::from_millis(50));
+    let store = SqliteStore::create(&path, config).await.expect("create");
+    let ids = store
+        .enqueue(vec![NewRecord::new(b"later".to_vec())], 5_000)
+        .await
+        .expect("enqueue");
+    let lease = Lease {
+        token: 1,
+        until: 60_000,
+    };
+
+    let mut conn = app_connection(&store);
+    let held = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .expect("take the write lock");
+    let idle = store
+        .claim(Claim {
+            now: 4_999,
+            limit: 10,
+            lease,
+        })
+        .await;
+    assert!(
+        idle.expect("answered without the write lock").is_empty(),
+        "nothing is due before 5_000"
+    );
+    held.rollback().expect("release the write lock");
+
+    let claimed = store
+        .claim(Claim {
+            now: 5_000,
+            limit: 10,
+            lease,
+        })
+        .await
+        .expect("claim");
+    assert_eq!(claimed.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
+}
