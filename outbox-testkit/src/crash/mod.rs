@@ -86,8 +86,9 @@ impl Worker {
         &self.test_path
     }
 
-    /// The command that runs the worker test in `role`, its stdout and stderr piped and its
-    /// stdin closed; a caller may set more variables or pipe stdin before spawning it.
+    /// The command that runs the worker test in `role`, its stdio piped; a caller may set more
+    /// variables before spawning it. A worker that waits for its parent reads its stdin, which
+    /// closes when the parent goes, so no worker outlives its test.
     fn command(
         &self,
         role: &str,
@@ -110,7 +111,7 @@ impl Worker {
             .env(BASE_ENV, child_base(round).to_string())
             .env(ROUND_ENV, round.to_string())
             .env(ENQUEUE_ENV, if enqueue { "1" } else { "0" })
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         Ok(command)
@@ -177,6 +178,8 @@ fn run_child_until(
     mut kill: impl FnMut(&[Vec<String>]) -> bool,
 ) -> Result<Run, Failure> {
     let mut child = worker.spawn(role, location, round, enqueue)?;
+    // Held until the child has exited: closing it tells a waiting worker to stop.
+    let _stdin = child.stdin.take();
     let mut run = Run::default();
     let stderr_reader = read_stderr(&mut child);
     if kill(&run.lines) {

@@ -23,10 +23,6 @@ fn group_word(record: &Record) -> &str {
     record.group.as_deref().unwrap_or(NO_GROUP)
 }
 
-/// How long a runner that is waiting to be killed or stopped waits before giving up, so a
-/// parent that died never leaves it behind.
-const ORPHAN_AFTER: Duration = Duration::from_secs(120);
-
 /// What the parent has said to a shared runner on its stdin; later signals win.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Signal {
@@ -38,7 +34,8 @@ enum Signal {
     Stop,
 }
 
-/// Reads the parent's signals from stdin on a thread of its own. A closed stdin means stop.
+/// Reads the parent's signals from stdin on a thread of its own. A closed stdin means stop:
+/// the parent is done with this worker, or gone.
 fn signals() -> watch::Receiver<Signal> {
     let (tx, rx) = watch::channel(Signal::Wait);
     std::thread::spawn(move || {
@@ -146,10 +143,7 @@ pub(super) async fn shared_runner(
             }
         }
     });
-    let stopped = tokio::time::timeout(ORPHAN_AFTER, signal.wait_for(|s| *s == Signal::Stop));
-    if stopped.await.is_err() {
-        return Err(Failure::new("worker: the parent never said stop"));
-    }
+    let _ = signal.wait_for(|s| *s == Signal::Stop).await;
     outbox.shutdown(Duration::from_secs(60)).await?;
     let _ = listener.await;
     ledger(format_args!("done"));
@@ -167,7 +161,8 @@ impl Sink for StuckSink {
     }
 }
 
-/// A runner whose deliveries hang until the parent kills the process.
+/// A runner whose deliveries hang until the parent kills the process (or closes its stdin,
+/// when the parent fails first).
 pub(super) async fn stuck_runner(store: Arc<dyn Store>, base: Millis) -> Result<(), Failure> {
     let config = RunnerConfig {
         batch: 8,
@@ -182,9 +177,11 @@ pub(super) async fn stuck_runner(store: Arc<dyn Store>, base: Millis) -> Result<
         .start()
         .await?;
     ledger(format_args!("started"));
-    tokio::time::sleep(ORPHAN_AFTER).await;
+    let _ = signals().wait_for(|s| *s == Signal::Stop).await;
     drop(outbox);
-    Err(Failure::new("worker: nobody killed the stuck runner"))
+    Err(Failure::new(
+        "worker: the parent let the stuck runner go unkilled",
+    ))
 }
 
 /// The sink of the runner that takes over: prints `sink <id> <group> <interrupted>` and
