@@ -3,24 +3,26 @@
 //! both see the same disk and the same neighbours.
 //!
 //! ```text
-//! cargo run --release -p outbox-sqlite --example enqueue_vs_bare [ROUNDS] [DIR]
+//! cargo run --release -p outbox-sqlite --example enqueue_vs_bare [ROUNDS] [DIR] [full|off]
 //! ```
+//!
+//! With `off` (no sync on either side) what is left is the store's own cost per call.
 #![allow(clippy::print_stdout)] // A measuring tool: its output is the point.
 
 use std::time::Instant;
 
 use outbox_core::{Error, NewRecord, Result, Store};
-use outbox_sqlite::{SqliteConfig, SqliteStore};
+use outbox_sqlite::{Durability, SqliteConfig, SqliteStore};
 use rusqlite::{params, Connection};
 
 const PER_ROUND: u32 = 400;
 const PAYLOAD: [u8; 256] = [7; 256];
 
-fn bare(path: &std::path::Path) -> Result<Connection> {
+fn bare(path: &std::path::Path, synchronous: &str) -> Result<Connection> {
     let conn = Connection::open(path).map_err(Error::backend)?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(Error::backend)?;
-    conn.pragma_update(None, "synchronous", "FULL")
+    conn.pragma_update(None, "synchronous", synchronous)
         .map_err(Error::backend)?;
     conn.execute_batch(
         "CREATE TABLE q (id INTEGER PRIMARY KEY, due INTEGER NOT NULL, payload BLOB NOT NULL,
@@ -40,9 +42,15 @@ async fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let rounds: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(5);
     let dir = args.next().unwrap_or_else(|| ".".into());
+    let durability = match args.next().as_deref() {
+        Some("off") => Durability::Off,
+        _ => Durability::Full,
+    };
     let temp = tempfile::tempdir_in(&dir).map_err(Error::backend)?;
-    let store = SqliteStore::create(temp.path().join("store.db"), SqliteConfig::default()).await?;
-    let mut conn = bare(&temp.path().join("bare.db"))?;
+    let config = SqliteConfig::default().durability(durability);
+    let store = SqliteStore::create(temp.path().join("store.db"), config).await?;
+    let synchronous = if durability == Durability::Off { "OFF" } else { "FULL" };
+    let mut conn = bare(&temp.path().join("bare.db"), synchronous)?;
 
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
@@ -74,7 +82,7 @@ async fn main() -> Result<()> {
     };
     let (ours, theirs) = (median(&mut ours), median(&mut theirs));
     println!(
-        "median of {rounds} rounds of {PER_ROUND}: store {ours:.0} µs per enqueue, bare \
+        "{durability:?}: median of {rounds} rounds of {PER_ROUND}: store {ours:.0} µs per enqueue, bare \
          {theirs:.0} µs per insert, store/bare rate {:.2}x",
         theirs / ours
     );

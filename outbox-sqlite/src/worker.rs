@@ -205,20 +205,35 @@ fn close(conn: Connection) {
     }
 }
 
+/// Runs one control statement (`BEGIN IMMEDIATE`, `COMMIT`, savepoints) from the connection's
+/// statement cache, so the writer does not parse it again for every transaction.
+fn control(conn: &Connection, sql: &str) -> Result<()> {
+    conn.prepare_cached(sql)
+        .and_then(|mut stmt| stmt.execute([]))
+        .map(drop)
+        .map_err(db)
+}
+
 /// Runs a batch of writes in one transaction and answers each after the commit, which it
 /// counts in `commits` first.
-fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>, commits: &AtomicU64) {
+fn commit_batch(conn: &mut Connection, mut batch: Vec<Box<dyn Job>>, commits: &AtomicU64) {
+    if batch.len() == 1 {
+        if let Some(job) = batch.pop() {
+            commit_alone(conn, job, commits);
+        }
+        return;
+    }
     let mut ran: Vec<Box<dyn Ran>> = Vec::with_capacity(batch.len());
     let mut jobs = batch.into_iter();
     'transaction: loop {
-        if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE").map_err(db) {
+        if let Err(err) = control(conn, "BEGIN IMMEDIATE") {
             for job in jobs {
                 job.abort(echo(&err));
             }
             return;
         }
         for job in jobs.by_ref() {
-            if let Err(err) = conn.execute_batch("SAVEPOINT job").map_err(db) {
+            if let Err(err) = control(conn, "SAVEPOINT job") {
                 lose_transaction(conn, &mut ran, &err);
                 job.abort(err);
                 continue 'transaction;
@@ -226,7 +241,7 @@ fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>, commits: &Atomi
             let done = job.run(conn);
             let failure = match done.error() {
                 Some(own) => Some(echo(own)),
-                None => conn.execute_batch("RELEASE job").map_err(db).err(),
+                None => control(conn, "RELEASE job").err(),
             };
             let Some(failure) = failure else {
                 ran.push(done);
@@ -248,7 +263,7 @@ fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>, commits: &Atomi
         }
         break;
     }
-    match conn.execute_batch("COMMIT").map_err(db) {
+    match control(conn, "COMMIT") {
         Ok(()) => {
             commits.fetch_add(1, Ordering::Relaxed);
             for done in ran {
@@ -256,6 +271,29 @@ fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>, commits: &Atomi
             }
         }
         Err(err) => lose_transaction(conn, &mut ran, &err),
+    }
+}
+
+/// A write with no others waiting: its transaction is its savepoint, so it runs without one
+/// (two statements fewer); if it fails, the transaction is rolled back and nothing committed.
+fn commit_alone(conn: &mut Connection, job: Box<dyn Job>, commits: &AtomicU64) {
+    if let Err(err) = control(conn, "BEGIN IMMEDIATE") {
+        job.abort(err);
+        return;
+    }
+    let done = job.run(conn);
+    if done.error().is_some() {
+        lose_transaction(conn, &mut Vec::new(), &Error::Stopped);
+        // Answers with the write's own error.
+        done.settle(Ok(()));
+        return;
+    }
+    match control(conn, "COMMIT") {
+        Ok(()) => {
+            commits.fetch_add(1, Ordering::Relaxed);
+            done.settle(Ok(()));
+        }
+        Err(err) => lose_transaction(conn, &mut vec![done], &err),
     }
 }
 
@@ -441,6 +479,23 @@ mod tests {
         assert!(matches!(answer(&mut rb), Err(Error::InvalidConfig(_))));
         assert_eq!(answer(&mut rc).expect("third"), 3);
         assert_eq!(values(&conn), vec![1, 3]);
+        assert!(conn.is_autocommit(), "no transaction left open");
+    }
+
+    #[test]
+    fn a_write_alone_commits_or_leaves_nothing() {
+        let mut conn = table();
+        let commits = AtomicU64::new(0);
+        let (a, mut ra) = insert(1, None);
+        commit_batch(&mut conn, vec![a], &commits);
+        assert_eq!(answer(&mut ra).expect("committed"), 1);
+        assert_eq!(commits.load(Ordering::Relaxed), 1);
+
+        let (b, mut rb) = insert(2, Some("SELECT 1"));
+        commit_batch(&mut conn, vec![b], &commits);
+        assert!(matches!(answer(&mut rb), Err(Error::InvalidConfig(_))));
+        assert_eq!(values(&conn), vec![1], "the failed write left nothing");
+        assert_eq!(commits.load(Ordering::Relaxed), 1, "and committed nothing");
         assert!(conn.is_autocommit(), "no transaction left open");
     }
 
