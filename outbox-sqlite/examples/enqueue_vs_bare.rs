@@ -49,7 +49,11 @@ async fn main() -> Result<()> {
     let temp = tempfile::tempdir_in(&dir).map_err(Error::backend)?;
     let config = SqliteConfig::default().durability(durability);
     let store = SqliteStore::create(temp.path().join("store.db"), config).await?;
-    let synchronous = if durability == Durability::Off { "OFF" } else { "FULL" };
+    let synchronous = if durability == Durability::Off {
+        "OFF"
+    } else {
+        "FULL"
+    };
     let mut conn = bare(&temp.path().join("bare.db"), synchronous)?;
 
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
