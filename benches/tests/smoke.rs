@@ -136,7 +136,7 @@ fn drain_rss_refuses_an_unknown_store() {
 }
 
 #[test]
-fn paired_ratios_reports_every_target_for_each_persistent_store() {
+fn paired_ratios_reports_every_target_for_each_store() {
     let output = Command::new(env!("CARGO_BIN_EXE_paired-ratios"))
         .arg("--quick")
         .output()
@@ -148,9 +148,14 @@ fn paired_ratios_reports_every_target_for_each_persistent_store() {
     );
     let text = String::from_utf8_lossy(&output.stdout);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 6, "{text}");
-    for store in ["sqlite", "redb"] {
-        for target in ["enqueue-one", "enqueue-concurrent", "drain"] {
+    assert_eq!(lines.len(), 9, "{text}");
+    let targets = ["enqueue-one", "enqueue-concurrent", "drain"];
+    let persistent = ["sqlite", "redb"]
+        .into_iter()
+        .flat_map(|store| targets.map(|target| (store, target)));
+    let due = ["memory", "sqlite", "redb"].map(|store| (store, "due"));
+    for (store, target) in persistent.chain(due) {
+        {
             let line = lines
                 .iter()
                 .find(|l| l.contains(&format!("target={target}\tstore={store}\t")))

@@ -7,8 +7,10 @@
 //! ```
 //!
 //! Targets: `enqueue-one` (store, one record per call, over bare one insert per transaction),
-//! `enqueue-concurrent` (64 producers over bare 100 inserts per transaction) and `drain`
-//! (runner drain over bare claim + delete 100 per transaction). Bare engine calls run on the
+//! `enqueue-concurrent` (64 producers over bare 100 inserts per transaction), `drain`
+//! (runner drain over bare claim + delete 100 per transaction), each a ratio of rates; and
+//! `due`, the time of the due query over the large backlog divided by its time over the small
+//! one, on the same store (so there the target is at most 1.3). Bare engine calls run on the
 //! main thread, store calls on a tokio runtime.
 
 use std::io::Write;
@@ -18,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use outbox_benches::bare::{BareEngine, BareKind};
 use outbox_benches::paired::{ratio, Paired};
-use outbox_benches::subject::StoreKind;
+use outbox_benches::plan::Plan;
+use outbox_benches::subject::{StoreKind, Subject};
 use outbox_benches::workload;
 use outbox_core::clock::system_now;
 use outbox_core::{Error, Result, Store};
@@ -30,6 +33,7 @@ struct Sizes {
     ops_per_block: usize,
     drain_blocks: usize,
     drain_records: usize,
+    due_backlogs: [usize; 2],
 }
 
 const PRODUCERS: usize = 64;
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
             ops_per_block: 5,
             drain_blocks: 3,
             drain_records: 500,
+            due_backlogs: Plan::quick().due_backlogs,
         }
     } else {
         Sizes {
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
             ops_per_block: 20,
             drain_blocks: 9,
             drain_records: 2_000,
+            due_backlogs: Plan::full().due_backlogs,
         }
     };
     let result = tokio::runtime::Builder::new_multi_thread()
@@ -73,30 +79,72 @@ fn measure(runtime: &Runtime, sizes: &Sizes) -> Result<()> {
         (StoreKind::Redb, BareKind::Redb),
     ];
     for (store, bare) in pairs {
-        let line = |target: &str, paired: Option<Paired>| -> Result<()> {
-            let paired = paired.ok_or_else(|| Error::Backend {
-                detail: format!("{target}: no block was measured"),
-                source: None,
-            })?;
-            writeln!(
-                std::io::stdout().lock(),
-                "target={target}\tstore={}\tratio={:.3}\tlow={:.3}\thigh={:.3}\tblocks={}",
-                store.name(),
-                paired.ratio,
-                paired.low,
-                paired.high,
-                paired.blocks
-            )
-            .map_err(Error::backend)
-        };
-        line("enqueue-one", enqueue_one(runtime, store, bare, sizes)?)?;
-        line(
+        print(
+            "enqueue-one",
+            store,
+            enqueue_one(runtime, store, bare, sizes)?,
+        )?;
+        print(
             "enqueue-concurrent",
+            store,
             concurrent(runtime, store, bare, sizes)?,
         )?;
-        line("drain", drain(runtime, store, bare, sizes)?)?;
+        print("drain", store, drain(runtime, store, bare, sizes)?)?;
+    }
+    for store in StoreKind::ALL {
+        print("due", store, due(runtime, store, sizes)?)?;
     }
     Ok(())
+}
+
+fn print(target: &str, store: StoreKind, paired: Option<Paired>) -> Result<()> {
+    let paired = paired.ok_or_else(|| Error::Backend {
+        detail: format!("{target}: no block was measured"),
+        source: None,
+    })?;
+    writeln!(
+        std::io::stdout().lock(),
+        "target={target}\tstore={}\tratio={:.3}\tlow={:.3}\thigh={:.3}\tblocks={}",
+        store.name(),
+        paired.ratio,
+        paired.low,
+        paired.high,
+        paired.blocks
+    )
+    .map_err(Error::backend)
+}
+
+/// The due query over the large backlog and over the small one, in alternating blocks: the
+/// ratio is the large backlog's time over the small one's.
+fn due(runtime: &Runtime, store: StoreKind, sizes: &Sizes) -> Result<Option<Paired>> {
+    let [small, large] = sizes.due_backlogs;
+    let open = |backlog: usize| -> Result<Subject> {
+        let subject = runtime.block_on(store.open())?;
+        runtime.block_on(workload::fill_not_due(&subject.store, backlog))?;
+        Ok(subject)
+    };
+    let (small, large) = (open(small)?, open(large)?);
+    let queries = 200;
+    let query = |subject: &Subject| {
+        timed(|| {
+            runtime.block_on(async {
+                for _ in 0..queries {
+                    let claimed = workload::what_is_due(&subject.store).await?;
+                    if claimed != 0 {
+                        return Err(Error::Backend {
+                            detail: format!(
+                                "{claimed} records were due in a backlog of later ones"
+                            ),
+                            source: None,
+                        });
+                    }
+                }
+                Ok(())
+            })
+        })
+    };
+    let (small_times, large_times) = alternate(sizes.blocks, || query(&small), || query(&large))?;
+    Ok(ratio(&small_times, queries, &large_times, queries))
 }
 
 /// Times `a` and `b` in `blocks` alternating blocks (the first side alternates too).
