@@ -114,8 +114,18 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let criterion = root.join("target").join("criterion");
     let meta = criterion.join("outbox-durability.tsv");
+    // The machine and the commit are those of the measuring run, also when rewriting.
+    let machine_file = criterion.join("outbox-machine.md");
+    let machine = if options.no_run {
+        fs::read_to_string(&machine_file)
+            .map_err(|e| format!("reading {}: {e}", machine_file.display()))?
+    } else {
+        machine()
+    };
     if !options.no_run {
         run_benches(&cargo, &criterion, &meta, options.quick)?;
+        fs::write(&machine_file, &machine)
+            .map_err(|e| format!("writing {}: {e}", machine_file.display()))?;
     }
     let rss_file = criterion.join("outbox-rss.tsv");
     let rss_lines = match (&options.rss_from, options.no_run) {
@@ -148,7 +158,7 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
             rss: &rss,
             paired: &paired,
         },
-        &machine(),
+        &machine,
         &notes,
     );
     let out = root.join("BENCHMARKS.md");
