@@ -3,7 +3,7 @@
 //! `target store ratio low high blocks`.
 //!
 //! ```text
-//! paired-ratios [--quick]
+//! paired-ratios [--quick] [--only TARGET]
 //! ```
 //!
 //! Targets: `enqueue-one` (store, one record per call, over bare one insert per transaction),
@@ -40,7 +40,12 @@ const PRODUCERS: usize = 64;
 const BARE_BATCH: usize = 100;
 
 fn main() -> ExitCode {
-    let quick = std::env::args().skip(1).any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
     let sizes = if quick {
         Sizes {
             blocks: 5,
@@ -63,7 +68,7 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .map_err(Error::backend)
-        .and_then(|runtime| measure(&runtime, &sizes));
+        .and_then(|runtime| measure(&runtime, &sizes, only.as_deref()));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -73,25 +78,29 @@ fn main() -> ExitCode {
     }
 }
 
-fn measure(runtime: &Runtime, sizes: &Sizes) -> Result<()> {
+fn measure(runtime: &Runtime, sizes: &Sizes, only: Option<&str>) -> Result<()> {
+    let wanted = |target: &str| only.is_none_or(|o| o == target);
     let pairs = [
         (StoreKind::Sqlite, BareKind::Sqlite),
         (StoreKind::Redb, BareKind::Redb),
     ];
     for (store, bare) in pairs {
-        print(
-            "enqueue-one",
-            store,
-            enqueue_one(runtime, store, bare, sizes)?,
-        )?;
-        print(
-            "enqueue-concurrent",
-            store,
-            concurrent(runtime, store, bare, sizes)?,
-        )?;
-        print("drain", store, drain(runtime, store, bare, sizes)?)?;
+        if wanted("enqueue-one") {
+            print(
+                "enqueue-one",
+                store,
+                enqueue_one(runtime, store, bare, sizes)?,
+            )?;
+        }
+        if wanted("enqueue-concurrent") {
+            let paired = concurrent(runtime, store, bare, sizes)?;
+            print("enqueue-concurrent", store, paired)?;
+        }
+        if wanted("drain") {
+            print("drain", store, drain(runtime, store, bare, sizes)?)?;
+        }
     }
-    for store in StoreKind::ALL {
+    for store in StoreKind::ALL.into_iter().filter(|_| wanted("due")) {
         print("due", store, due(runtime, store, sizes)?)?;
     }
     Ok(())
