@@ -119,12 +119,19 @@ impl Writer {
                         }
                     };
                     let mut batch = vec![first];
+                    let mut yielded = false;
                     while batch.len() < max_group_commit.max(1) {
                         match jobs.try_recv() {
                             Ok(Work::Write(job)) => batch.push(job),
                             Ok(outside) => {
                                 next = Some(outside);
                                 break;
+                            }
+                            // A burst's first write arrives alone: let the producers
+                            // that woke with it queue theirs before committing it.
+                            Err(mpsc::TryRecvError::Empty) if !yielded => {
+                                yielded = true;
+                                thread::yield_now();
                             }
                             Err(_) => break,
                         }
