@@ -133,9 +133,16 @@ fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Job>) {
     let max_batch = config.max_batch.max(1);
     while let Ok(first) = receiver.recv() {
         let mut jobs = vec![first];
+        let mut yielded = false;
         while jobs.len() < max_batch {
             match receiver.try_recv() {
                 Ok(job) => jobs.push(job),
+                // A burst's first request arrives alone: let the callers that woke with it
+                // queue theirs before committing it.
+                Err(mpsc::TryRecvError::Empty) if !yielded => {
+                    yielded = true;
+                    std::thread::yield_now();
+                }
                 Err(_) => break,
             }
         }
