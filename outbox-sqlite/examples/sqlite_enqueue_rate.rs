@@ -2,7 +2,7 @@
 //! waiting until its record is durable at the chosen level (default: `Durability::Full`).
 //!
 //! ```text
-//! cargo run --release -p outbox-sqlite --example enqueue_rate [full|normal|off] [DIR]
+//! cargo run --release -p outbox-sqlite --example sqlite_enqueue_rate [full|normal|off] [DIR]
 //! ```
 //!
 //! DIR (default: the current directory) should be on the disk you care about: a tmpfs makes

@@ -3,7 +3,7 @@
 //! they cost (none since a claim that changes nothing is no longer committed).
 //!
 //! ```text
-//! cargo run --release -p outbox-redb --example idle_claims [DIR]
+//! cargo run --release -p outbox-redb --example redb_idle_claims [DIR]
 //! ```
 
 use std::io::Write;

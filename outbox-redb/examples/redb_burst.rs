@@ -3,7 +3,7 @@
 //! `strace -f -c -e trace=fdatasync` for the syncs per round (two per commit by default).
 //!
 //! ```text
-//! cargo run --release -p outbox-redb --example burst [ROUNDS] [DIR]
+//! cargo run --release -p outbox-redb --example redb_burst [ROUNDS] [DIR]
 //! ```
 
 use std::io::Write;

@@ -2,7 +2,7 @@
 //! durable (the benchmarks' group-commit case): time per round and commits per round.
 //!
 //! ```text
-//! cargo run --release -p outbox-sqlite --example burst [ROUNDS] [DIR]
+//! cargo run --release -p outbox-sqlite --example sqlite_burst [ROUNDS] [DIR]
 //! ```
 #![allow(clippy::print_stdout)] // A measuring tool: its output is the point.
 

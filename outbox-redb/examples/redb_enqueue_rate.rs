@@ -2,7 +2,7 @@
 //! run, at the default durability (every enqueue returns after its commit is synced).
 //!
 //! ```text
-//! cargo run --release -p outbox-redb --example enqueue_rate
+//! cargo run --release -p outbox-redb --example redb_enqueue_rate
 //! ```
 
 use std::io::Write;

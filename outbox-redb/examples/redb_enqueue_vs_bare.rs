@@ -3,7 +3,7 @@
 //! commit, quick repair), in alternating rounds so both see the same disk and neighbours.
 //!
 //! ```text
-//! cargo run --release -p outbox-redb --example enqueue_vs_bare [ROUNDS] [DIR]
+//! cargo run --release -p outbox-redb --example redb_enqueue_vs_bare [ROUNDS] [DIR]
 //! ```
 
 use std::io::Write;

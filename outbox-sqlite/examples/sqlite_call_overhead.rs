@@ -2,7 +2,7 @@
 //! query run directly on a connection, and the thread hops the store makes around it.
 //!
 //! ```text
-//! cargo run --release -p outbox-sqlite --example call_overhead [DIR]
+//! cargo run --release -p outbox-sqlite --example sqlite_call_overhead [DIR]
 //! ```
 #![allow(clippy::print_stdout)] // A measuring tool: its output is the point.
 

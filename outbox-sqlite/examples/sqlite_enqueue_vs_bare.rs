@@ -3,7 +3,7 @@
 //! both see the same disk and the same neighbours.
 //!
 //! ```text
-//! cargo run --release -p outbox-sqlite --example enqueue_vs_bare [ROUNDS] [DIR] [full|off]
+//! cargo run --release -p outbox-sqlite --example sqlite_enqueue_vs_bare [ROUNDS] [DIR] [full|off]
 //! ```
 //!
 //! With `off` (no sync on either side) what is left is the store's own cost per call.
