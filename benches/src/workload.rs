@@ -149,10 +149,10 @@ pub async fn drain_backlog(store: &Arc<dyn Store>, expected: u64) -> Result<Drai
     let mut checks = 0u32;
     loop {
         outbox.flush(DRAIN_TIMEOUT).await?;
-        // `flush` can return while the runner's last claim is still being delivered: the
-        // runner counts what it holds only after `claim` returns, so for a moment nothing is
-        // due and nothing is held (reported to the lead). The drain is over when nothing is
-        // in flight either.
+        // The drain is over when nothing is in flight either. `flush` used to return while
+        // the runner's last claim was on its way back from the store (nothing due, nothing
+        // held yet); the runner now counts a round as held from its start, and this check
+        // keeps the figure honest should that ever regress.
         if store.stats().await?.in_flight == 0 || checks == MAX_CHECKS {
             break;
         }
