@@ -308,6 +308,9 @@ pub(crate) struct Runner {
     unsaved_steps: Vec<Step>,
     /// Releases whose store write failed, written again likewise.
     unsaved_releases: Vec<Transition>,
+    /// Outcomes of the last round, written together with the next claim (the stores' group
+    /// commit then folds both into one durable commit) or before the runner waits.
+    deferred: Vec<Step>,
 }
 
 impl Runner {
@@ -325,6 +328,7 @@ impl Runner {
             store_failures: 0,
             unsaved_steps: Vec::new(),
             unsaved_releases: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -376,6 +380,8 @@ impl Runner {
                 }
             }
         }
+        let deferred = std::mem::take(&mut self.deferred);
+        self.save(deferred).await;
         if let Err(err) = self.save_unsaved().await {
             tracing::error!(error = %err, "outbox store error at shutdown; leases will expire");
         }
@@ -411,6 +417,9 @@ impl Runner {
 
     /// Sleeps until `at` (wall-clock ms), a wake-up, a connectivity change or shutdown.
     async fn wait(&mut self, at: Option<Millis>) {
+        // Nothing waits unwritten while the runner sleeps.
+        let deferred = std::mem::take(&mut self.deferred);
+        self.save(deferred).await;
         if self.stopping() {
             // A round may already have seen the stop signal: there is no change left to await.
             return;
@@ -441,8 +450,6 @@ impl Runner {
         let _busy = Busy::new(&shared);
         self.round_unanswered = false;
         self.save_unsaved().await?;
-        shared.recover_expired().await?;
-        let now = shared.now();
         let limit = if self.link.down {
             1
         } else {
@@ -450,11 +457,30 @@ impl Runner {
         };
         // Tokens come from the process-wide RNG, not the seeded jitter RNG: two runners with
         // the same seed must still hold different leases.
-        let lease = Lease {
-            token: fastrand::u64(..),
-            until: now.saturating_add(duration_ms(shared.config.lease)),
+        let token = fastrand::u64(..);
+        let claim = async {
+            shared.recover_expired().await?;
+            let now = shared.now();
+            let lease = Lease {
+                token,
+                until: now.saturating_add(duration_ms(shared.config.lease)),
+            };
+            let claimed = shared.store.claim(Claim { now, limit, lease }).await?;
+            Ok::<_, Error>((lease, claimed))
         };
-        let mut claimed = shared.store.claim(Claim { now, limit, lease }).await?;
+        // The last round's outcomes and this round's claim go to the store together.
+        let deferred = std::mem::take(&mut self.deferred);
+        let (saved, claimed) = tokio::join!(self.shared.commit(deferred.clone()), claim);
+        match saved {
+            Ok(_) => {
+                shared.holding.fetch_sub(deferred.len(), Ordering::SeqCst);
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "could not record delivery outcomes; will retry");
+                self.unsaved_steps.extend(deferred);
+            }
+        }
+        let (lease, mut claimed) = claimed?;
         if claimed.is_empty() {
             return Ok(RoundEnd::Idle);
         }
@@ -479,21 +505,25 @@ impl Runner {
             }
             None => shared.config.concurrency,
         };
-        let cut_short = self.deliver_all(&mut held, lease, concurrency).await;
+        let (cut_short, outcomes) = self.deliver_all(&mut held, lease, concurrency).await;
         // Whatever stopped the round, records not attempted go back untouched.
         self.release(&mut held).await;
-        Ok(if cut_short {
-            RoundEnd::Idle
-        } else if full || solo {
-            RoundEnd::More
-        } else {
-            RoundEnd::Idle
-        })
+        if cut_short || !(full || solo) {
+            self.save(outcomes).await;
+            return Ok(RoundEnd::Idle);
+        }
+        self.deferred = outcomes;
+        Ok(RoundEnd::More)
     }
 
-    /// Delivers the claimed records, `concurrency` at a time. Returns true when the round was
-    /// cut short (no answer, halt, offline or shutdown).
-    async fn deliver_all(&mut self, held: &mut Held, mut lease: Lease, concurrency: usize) -> bool {
+    /// Delivers the claimed records, `concurrency` at a time. Returns whether the round was
+    /// cut short (no answer, halt, offline or shutdown) and the outcomes not yet written.
+    async fn deliver_all(
+        &mut self,
+        held: &mut Held,
+        mut lease: Lease,
+        concurrency: usize,
+    ) -> (bool, Vec<Step>) {
         let shared = Arc::clone(&self.shared);
         let mut deliveries: JoinSet<Outcome> = JoinSet::new();
         let mut cut_short = false;
@@ -531,8 +561,7 @@ impl Runner {
                 held.running.insert(handle.id(), record);
             }
             if deliveries.is_empty() {
-                self.save(std::mem::take(&mut outcomes)).await;
-                return cut_short;
+                return (cut_short, outcomes);
             }
             let commit_sleep = async {
                 match commit_at {
