@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use outbox_benches::bare::{BareEngine, BareKind};
+use outbox_benches::bare::{BareEngine, BareKind, BarePg};
+use outbox_benches::pg::{self, PgSchema, PgServer};
 use outbox_benches::plan::Plan;
 use outbox_benches::subject::{StoreKind, Subject};
 use outbox_benches::{workload, EARLY, FAR};
@@ -43,15 +44,22 @@ fn main() {
         .measurement_time(Duration::from_millis(plan.measure_ms))
         .configure_from_args();
 
+    // Without a server the postgres rows are skipped (with a printed line), unless
+    // OUTBOX_PG_REQUIRED=1, which makes that fail the run.
+    let pg = must(
+        runtime.block_on(PgServer::find()),
+        "finding the PostgreSQL server",
+    );
+
     enqueue_one(&mut c, &runtime);
     enqueue_concurrent(&mut c, &runtime, &plan);
     enqueue_batch(&mut c, &runtime, &plan);
-    drain(&mut c, &runtime, &plan);
+    drain(&mut c, &runtime, &plan, pg.as_ref());
     due(&mut c, &runtime, &plan);
 
     c.final_summary();
     if benchmarking {
-        write_meta();
+        write_meta(pg.as_ref());
     }
 }
 
@@ -151,8 +159,9 @@ fn enqueue_batch(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
 
 /// 4. End to end: `plan.drain_records` enqueued (not timed), then a runner with the default
 ///    batch and concurrency drains them to a no-op sink; timed from its start to an empty
-///    queue. The bare rows claim and delete 100 per transaction.
-fn drain(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
+///    queue. The bare rows claim and delete 100 per transaction. On PostgreSQL, 1, 2 and 4
+///    runners (each with its own store, on one schema) against as many bare connections.
+fn drain(c: &mut Criterion, runtime: &Runtime, plan: &Plan, pg: Option<&PgServer>) {
     let records = plan.drain_records;
     let mut group = c.benchmark_group("drain");
     group.throughput(Throughput::Elements(records as u64));
@@ -195,7 +204,76 @@ fn drain(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
             })
         });
     }
+    if let Some(server) = pg {
+        let schemas = pg_drain(&mut group, runtime, plan.pg_drain_records, server);
+        for schema in schemas {
+            must(runtime.block_on(schema.drop()), "dropping a schema");
+        }
+    }
     group.finish();
+}
+
+/// The postgres rows of the drain group; returns the schemas they made, to be dropped.
+fn pg_drain(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    runtime: &Runtime,
+    records: usize,
+    server: &PgServer,
+) -> Vec<PgSchema> {
+    let mut schemas = Vec::new();
+    group.throughput(Throughput::Elements(records as u64));
+    for runners in pg::RUNNERS {
+        let schema = server.schema();
+        let mut stores = None;
+        group.bench_function(BenchmarkId::new(pg::row_name(runners), records), |b| {
+            let stores = stores.get_or_insert_with(|| {
+                must(runtime.block_on(pg::stores(&schema, runners)), "connecting")
+            });
+            b.to_async(runtime).iter_custom(|iters| {
+                let stores = stores.clone();
+                async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        total += must(pg::drain_runners(&stores, records).await, "drain").elapsed;
+                    }
+                    total
+                }
+            })
+        });
+        // The stores close their pools before their schema is dropped.
+        drop(stores);
+        schemas.push(schema);
+    }
+    for workers in pg::RUNNERS {
+        let schema = server.schema();
+        let mut bare = None;
+        group.bench_function(BenchmarkId::new(pg::bare_row_name(workers), records), |b| {
+            let bare: &BarePg = bare.get_or_insert_with(|| {
+                must(
+                    runtime.block_on(BarePg::create(schema.clone(), workers)),
+                    "creating the bare queue",
+                )
+            });
+            b.to_async(runtime).iter_custom(|iters| async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let now = system_now();
+                    must(bare.insert_batch(records, now).await, "bare fill");
+                    let started = Instant::now();
+                    let removed = must(bare.drain(100, now).await, "bare drain");
+                    total += started.elapsed();
+                    assert_eq!(
+                        removed, records as u64,
+                        "the bare drain removed every record"
+                    );
+                }
+                total
+            })
+        });
+        drop(bare);
+        schemas.push(schema);
+    }
+    schemas
 }
 
 /// 5. "What is due" over a backlog of records that are not due yet: the runner's claim at a
@@ -246,7 +324,7 @@ fn due(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
 }
 
 /// Writes `row<TAB>durability` for every row to `$OUTBOX_BENCH_META`, for the report.
-fn write_meta() {
+fn write_meta(pg: Option<&PgServer>) {
     let Some(path) = std::env::var_os("OUTBOX_BENCH_META") else {
         return;
     };
@@ -256,6 +334,13 @@ fn write_meta() {
     }
     for kind in BareKind::ALL {
         text.push_str(&format!("{}\t{}\n", kind.name(), kind.durability()));
+    }
+    if let Some(server) = pg {
+        for runners in pg::RUNNERS {
+            for row in [pg::row_name(runners), pg::bare_row_name(runners)] {
+                text.push_str(&format!("{row}\t{}\n", server.durability()));
+            }
+        }
     }
     if let Err(err) = std::fs::write(&path, text) {
         eprintln!("could not write {}: {err}", path.to_string_lossy());

@@ -8,11 +8,13 @@
 //!
 //! These calls block: the harness runs them on its own thread, never on a tokio worker.
 
+mod pg_queue;
 mod redb_queue;
 mod sqlite_queue;
 
 use outbox_core::Result;
 
+pub use pg_queue::BarePg;
 pub use redb_queue::BareRedb;
 pub use sqlite_queue::BareSqlite;
 

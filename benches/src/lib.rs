@@ -5,7 +5,9 @@
 //! the smoke tests and the peak-memory tool (`drain-rss`) all run the same code:
 //!
 //! - [`subject`]: the stores under test, each opened at its default durability;
-//! - [`bare`]: rusqlite and redb driven directly, with the same durability settings;
+//! - [`bare`]: rusqlite, redb and tokio-postgres driven directly, with the same durability
+//!   settings;
+//! - [`pg`]: the PostgreSQL server, a schema per run, and the drain with 1, 2 and 4 runners;
 //! - [`workload`]: enqueue (one at a time, concurrent producers, batches), the end-to-end
 //!   drain, and "what is due" over a backlog of records that are not yet due;
 //! - [`paired`]: store and bare engine in alternating blocks, for ratios that survive a noisy
@@ -35,6 +37,7 @@
 pub mod bare;
 mod error;
 pub mod paired;
+pub mod pg;
 pub mod plan;
 pub mod probe;
 pub mod rss;

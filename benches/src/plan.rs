@@ -17,6 +17,9 @@ pub struct Plan {
     pub batch: usize,
     /// Records the end-to-end workload enqueues and then drains.
     pub drain_records: usize,
+    /// Records the PostgreSQL drain rows enqueue and then drain (a committed transaction costs
+    /// milliseconds there, so fewer than [`Plan::drain_records`]).
+    pub pg_drain_records: usize,
     /// The two backlogs of not-yet-due records the due query runs over: the small one is the
     /// yardstick of the large one.
     pub due_backlogs: [usize; 2],
@@ -35,6 +38,7 @@ impl Plan {
             producers: 64,
             batch: 100,
             drain_records: 10_000,
+            pg_drain_records: 2_000,
             due_backlogs: [10_000, 1_000_000],
             samples: 20,
             warm_up_ms: 1_000,
@@ -48,6 +52,7 @@ impl Plan {
             producers: 64,
             batch: 100,
             drain_records: 2_000,
+            pg_drain_records: 500,
             due_backlogs: [1_000, 20_000],
             samples: 10,
             warm_up_ms: 100,
@@ -61,6 +66,7 @@ impl Plan {
             producers: 4,
             batch: 5,
             drain_records: 20,
+            pg_drain_records: 20,
             due_backlogs: [10, 50],
             samples: 10,
             warm_up_ms: 1,

@@ -1,0 +1,128 @@
+//! The bare PostgreSQL queue: one table and one partial index on `tokio-postgres`, drained by
+//! several connections at once with `FOR UPDATE SKIP LOCKED`, at the server's
+//! `synchronous_commit`.
+//!
+//! `tokio-postgres` does its work on the network, not on the calling thread, so this queue is
+//! driven from the caller's runtime like the stores.
+
+use futures::future::try_join_all;
+use outbox_core::Result;
+use tokio_postgres::Client;
+
+use crate::error::engine;
+use crate::pg::{connect, PgSchema};
+use crate::PAYLOAD;
+
+/// The queue table in its own schema, with one connection per worker.
+#[derive(Debug)]
+pub struct BarePg {
+    schema: PgSchema,
+    workers: Vec<Client>,
+}
+
+impl BarePg {
+    /// Creates the table in `schema` (which must not exist yet) and opens `workers`
+    /// connections (at least one).
+    pub async fn create(schema: PgSchema, workers: usize) -> Result<Self> {
+        let mut clients = Vec::with_capacity(workers.max(1));
+        for _ in 0..workers.max(1) {
+            clients.push(connect(schema.url()).await?);
+        }
+        let name = schema.name();
+        clients[0]
+            .batch_execute(&format!(
+                "CREATE SCHEMA \"{name}\";
+                 CREATE TABLE \"{name}\".q (
+                     id BIGSERIAL PRIMARY KEY,
+                     due BIGINT NOT NULL,
+                     payload BYTEA NOT NULL,
+                     lease BIGINT
+                 );
+                 CREATE INDEX q_due ON \"{name}\".q (due, id) WHERE lease IS NULL;"
+            ))
+            .await
+            .map_err(engine("bare postgres: schema"))?;
+        Ok(BarePg {
+            schema,
+            workers: clients,
+        })
+    }
+
+    /// The schema the queue lives in (drop it with [`PgSchema::drop`] when done).
+    pub fn schema(&self) -> &PgSchema {
+        &self.schema
+    }
+
+    /// Inserts `count` records due at `at` in one transaction.
+    pub async fn insert_batch(&self, count: usize, at: u64) -> Result<()> {
+        let sql = format!(
+            "INSERT INTO \"{}\".q (due, payload) SELECT $1, $2 FROM generate_series(1, $3)",
+            self.schema.name()
+        );
+        self.workers[0]
+            .execute(
+                &sql,
+                &[
+                    &ms(at),
+                    &&PAYLOAD[..],
+                    &i32::try_from(count).unwrap_or(i32::MAX),
+                ],
+            )
+            .await
+            .map_err(engine("bare postgres: insert"))?;
+        Ok(())
+    }
+
+    /// Every connection at once claims the records due at `now`, `per_tx` at a time with
+    /// `FOR UPDATE SKIP LOCKED` (one transaction), and deletes each claimed batch (a second
+    /// transaction), until it finds none. Returns how many records they removed.
+    pub async fn drain(&self, per_tx: usize, now: u64) -> Result<u64> {
+        let name = self.schema.name();
+        let claim = format!(
+            "UPDATE \"{name}\".q SET lease = 1 WHERE id IN (SELECT id FROM \"{name}\".q \
+             WHERE lease IS NULL AND due <= $1 ORDER BY due, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             RETURNING id"
+        );
+        let delete = format!("DELETE FROM \"{name}\".q WHERE id = ANY($1)");
+        let limit = i64::try_from(per_tx).unwrap_or(i64::MAX);
+        let removed = try_join_all(self.workers.iter().map(|client| {
+            let (claim, delete) = (&claim, &delete);
+            async move {
+                let claim = client
+                    .prepare(claim)
+                    .await
+                    .map_err(engine("bare postgres: prepare claim"))?;
+                let delete = client
+                    .prepare(delete)
+                    .await
+                    .map_err(engine("bare postgres: prepare delete"))?;
+                let mut removed = 0u64;
+                loop {
+                    // Each statement outside a transaction block commits on its own.
+                    let ids: Vec<i64> = client
+                        .query(&claim, &[&ms(now), &limit])
+                        .await
+                        .map_err(engine("bare postgres: claim"))?
+                        .iter()
+                        .map(|row| row.try_get(0))
+                        .collect::<std::result::Result<_, _>>()
+                        .map_err(engine("bare postgres: claim"))?;
+                    if ids.is_empty() {
+                        return Ok::<u64, outbox_core::Error>(removed);
+                    }
+                    client
+                        .execute(&delete, &[&ids])
+                        .await
+                        .map_err(engine("bare postgres: delete"))?;
+                    removed += ids.len() as u64;
+                }
+            }
+        }))
+        .await?;
+        Ok(removed.into_iter().sum())
+    }
+}
+
+fn ms(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
