@@ -35,7 +35,7 @@ const GROUPS: [(&str, &str, &str); 5] = [
     (
         "drain",
         "4. End to end: enqueue, then drain to a no-op sink",
-        "The records are enqueued first (not timed); a runner with the default batch (32) and concurrency (4) then delivers them to a sink that answers `Delivered` at once, timed from its start to an empty queue. Bare rows: claim 100 due rows in one transaction, delete them in a second, until none is left.",
+        "The records are enqueued first (not timed); a runner with the default batch (32) and concurrency (4) then delivers them to a sink that answers `Delivered` at once, timed from its start to an empty queue. Bare rows: claim 100 due rows in one transaction, delete them in a second, until none is left. PostgreSQL (`postgres-N-runner(s)`): N runners, each with its own store (pool of 4), drain one schema, against N bare connections each claiming 100 with `FOR UPDATE SKIP LOCKED` and deleting them (`bare-postgres-N-runner(s)`); fewer records, as a commit costs milliseconds there; the rows are absent when no server answered.",
     ),
     (
         "due",
@@ -315,9 +315,14 @@ fn rank(name: &str) -> usize {
         "memory",
         "sqlite",
         "redb",
-        "postgres",
+        "postgres-1-runner",
+        "postgres-2-runners",
+        "postgres-4-runners",
         "bare-sqlite",
         "bare-redb",
+        "bare-postgres-1-runner",
+        "bare-postgres-2-runners",
+        "bare-postgres-4-runners",
     ]
     .iter()
     .position(|n| *n == name)
@@ -586,6 +591,25 @@ fn render(options: &Options, results: &Results<'_>, machine: &str, notes: &str) 
             |v| v >= 0.4,
         );
     }
+    // PostgreSQL: the drain with 1, 2 and 4 runners, each against as many bare connections
+    // (criterion only; a row is missing when the run had no server).
+    for store in [
+        "postgres-1-runner",
+        "postgres-2-runners",
+        "postgres-4-runners",
+    ] {
+        let Some(row) = group("drain").iter().find(|r| r.name == store) else {
+            continue;
+        };
+        target(
+            "drain, vs bare claim (SKIP LOCKED) + delete 100 per transaction, as many connections",
+            store,
+            ratio_to_bare(group("drain"), row, true),
+            None,
+            "≥ 0.4x",
+            |v| v >= 0.4,
+        );
+    }
     for store in ["memory", "sqlite", "redb"] {
         let growth = backlog_growth(group("due"), store);
         let what = growth.map_or(
@@ -670,7 +694,6 @@ fn render(options: &Options, results: &Results<'_>, machine: &str, notes: &str) 
              the bare engine); memory has no engine.\n"
         );
     }
-    // Postgres rows go in each table above once `outbox-postgres` is benchmarked.
 
     let _ = writeln!(out, "## 6. Peak memory of a runner draining a backlog\n");
     let _ = writeln!(
@@ -745,6 +768,19 @@ mod tests {
         assert!((ratio - 0.32).abs() < 1e-9, "{ratio}");
         assert_eq!(ratio_to_bare(&rows, &rows[0], true), None);
         assert_eq!(ratio_to_bare(&rows, &rows[1], false), None);
+    }
+
+    #[test]
+    fn each_postgres_drain_row_is_compared_with_as_many_bare_connections() {
+        let rows = vec![
+            row("postgres-2-runners", 2_000, 4e9, Some(2_000)),
+            row("bare-postgres-1-runner", 2_000, 1e9, Some(2_000)),
+            row("bare-postgres-2-runners", 2_000, 0.5e9, Some(2_000)),
+        ];
+        let ratio = ratio_to_bare(&rows, &rows[0], true).unwrap();
+        assert!((ratio - 0.125).abs() < 1e-9, "{ratio}");
+        assert!(rank("postgres-4-runners") < rank("bare-sqlite"));
+        assert!(rank("bare-postgres-1-runner") > rank("bare-redb"));
     }
 
     #[test]
