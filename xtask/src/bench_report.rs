@@ -35,7 +35,7 @@ const GROUPS: [(&str, &str, &str); 5] = [
     (
         "drain",
         "4. End to end: enqueue, then drain to a no-op sink",
-        "The records are enqueued first (not timed); a runner with the default batch (32) and concurrency (4) then delivers them to a sink that answers `Delivered` at once, timed from its start to an empty queue. Bare rows: claim 100 due rows in one transaction, delete them in a second, until none is left. PostgreSQL (`postgres-N-runner(s)`): N runners, each with its own store (pool of 4), drain one schema, against N bare connections each claiming 100 with `FOR UPDATE SKIP LOCKED` and deleting them (`bare-postgres-N-runner(s)`); fewer records, as a commit costs milliseconds there; the rows are absent when no server answered.",
+        "The records are enqueued first (not timed); a runner with the default batch (32) and concurrency (4) then delivers them to a sink that answers `Delivered` at once, timed from its start to an empty queue. Bare rows: claim 100 due rows in one transaction, delete them in a second, until none is left. PostgreSQL (`postgres-N-runner(s)`): N runners, each with its own store (pool of 4), drain one schema, against N bare connections each claiming 100 with `FOR UPDATE SKIP LOCKED` and deleting them (`bare-postgres-N-runner(s)`); the rows are absent when no server answered.",
     ),
     (
         "due",
