@@ -1,7 +1,7 @@
 //! Project automation, run as `cargo xtask <command>`.
 //!
 //! - `ci`: formatting check, clippy with warnings denied on all targets, then the test suite
-//!   with `INSTA_UPDATE=no` (the same commands `.ci/run` runs).
+//!   with `INSTA_UPDATE=no` and `OUTBOX_PG_REQUIRED=1` (the same commands `.ci/run` runs).
 //! - `bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE]`: runs the
 //!   benchmarks of `benches/` and writes `BENCHMARKS.md` (see [`bench_report`]).
 
@@ -59,5 +59,10 @@ fn ci() -> Result<(), String> {
         ],
         &[],
     )?;
-    run(&cargo, &["test", "--workspace"], &[("INSTA_UPDATE", "no")])
+    // As in `.ci/run`: snapshots are never rewritten, and the PostgreSQL tests may not skip.
+    run(
+        &cargo,
+        &["test", "--workspace"],
+        &[("INSTA_UPDATE", "no"), ("OUTBOX_PG_REQUIRED", "1")],
+    )
 }
