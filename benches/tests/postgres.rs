@@ -81,3 +81,35 @@ fn bare_connections_remove_every_due_row_once_and_leave_later_ones() -> outbox_c
         Ok(())
     })
 }
+
+#[test]
+fn paired_ratios_pairs_each_runner_count_with_as_many_bare_connections() -> outbox_core::Result<()>
+{
+    if runtime().block_on(PgServer::find())?.is_none() {
+        return Ok(());
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_paired-ratios"))
+        .args(["--quick", "--only", "drain"])
+        .output()
+        .map_err(outbox_core::Error::backend)?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for runners in pg::RUNNERS {
+        let store = format!("store={}\t", pg::row_name(runners));
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("target=drain\t") && l.contains(&store))
+            .unwrap_or_else(|| panic!("no line for {store} in {text}"));
+        let ratio: f64 = line
+            .split('\t')
+            .find_map(|f| f.strip_prefix("ratio="))
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("no ratio in {line}"));
+        assert!(ratio > 0.0 && ratio.is_finite(), "{line}");
+    }
+    Ok(())
+}

@@ -592,7 +592,7 @@ fn render(options: &Options, results: &Results<'_>, machine: &str, notes: &str) 
         );
     }
     // PostgreSQL: the drain with 1, 2 and 4 runners, each against as many bare connections
-    // (criterion only; a row is missing when the run had no server).
+    // (a row is missing when the run had no server).
     for store in [
         "postgres-1-runner",
         "postgres-2-runners",
@@ -605,7 +605,7 @@ fn render(options: &Options, results: &Results<'_>, machine: &str, notes: &str) 
             "drain, vs bare claim (SKIP LOCKED) + delete 100 per transaction, as many connections",
             store,
             ratio_to_bare(group("drain"), row, true),
-            None,
+            pair_of("drain", store),
             "≥ 0.4x",
             |v| v >= 0.4,
         );

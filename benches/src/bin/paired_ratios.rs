@@ -11,15 +11,18 @@
 //! (runner drain over bare claim + delete 100 per transaction), each a ratio of rates; and
 //! `due`, the time of the due query over the large backlog divided by its time over the small
 //! one, on the same store (so there the target is at most 1.3). Bare engine calls run on the
-//! main thread, store calls on a tokio runtime.
+//! main thread, store calls on a tokio runtime. With a PostgreSQL server (see
+//! `outbox_benches::pg`), `drain` also pairs 1, 2 and 4 runners with as many bare connections
+//! (stores `postgres-1-runner` and so on); without one those lines are skipped.
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_benches::bare::{BareEngine, BareKind};
+use outbox_benches::bare::{BareEngine, BareKind, BarePg};
 use outbox_benches::paired::{ratio, Paired};
+use outbox_benches::pg::{self, PgServer};
 use outbox_benches::plan::Plan;
 use outbox_benches::subject::{StoreKind, Subject};
 use outbox_benches::workload;
@@ -100,6 +103,14 @@ fn measure(runtime: &Runtime, sizes: &Sizes, only: Option<&str>) -> Result<()> {
             print("drain", store, drain(runtime, store, bare, sizes)?)?;
         }
     }
+    if wanted("drain") {
+        if let Some(server) = runtime.block_on(PgServer::find())? {
+            for runners in pg::RUNNERS {
+                let paired = pg_drain(runtime, &server, runners, sizes)?;
+                print_row("drain", &pg::row_name(runners), paired)?;
+            }
+        }
+    }
     for store in StoreKind::ALL.into_iter().filter(|_| wanted("due")) {
         print("due", store, due(runtime, store, sizes)?)?;
     }
@@ -107,14 +118,17 @@ fn measure(runtime: &Runtime, sizes: &Sizes, only: Option<&str>) -> Result<()> {
 }
 
 fn print(target: &str, store: StoreKind, paired: Option<Paired>) -> Result<()> {
+    print_row(target, store.name(), paired)
+}
+
+fn print_row(target: &str, store: &str, paired: Option<Paired>) -> Result<()> {
     let paired = paired.ok_or_else(|| Error::Backend {
         detail: format!("{target}: no block was measured"),
         source: None,
     })?;
     writeln!(
         std::io::stdout().lock(),
-        "target={target}\tstore={}\tratio={:.3}\tlow={:.3}\thigh={:.3}\tblocks={}",
-        store.name(),
+        "target={target}\tstore={store}\tratio={:.3}\tlow={:.3}\thigh={:.3}\tblocks={}",
         paired.ratio,
         paired.low,
         paired.high,
@@ -264,5 +278,46 @@ fn drain(
             Ok(elapsed)
         },
     )?;
+    Ok(ratio(&a, n as u64, &b, n as u64))
+}
+
+/// `runners` runners on one PostgreSQL schema against as many bare connections on another, in
+/// alternating blocks; both schemas are dropped at the end, whatever the outcome.
+fn pg_drain(
+    runtime: &Runtime,
+    server: &PgServer,
+    runners: usize,
+    sizes: &Sizes,
+) -> Result<Option<Paired>> {
+    let (store_schema, bare_schema) = (server.schema(), server.schema());
+    let n = sizes.drain_records;
+    let measured = (|| {
+        let stores = runtime.block_on(pg::stores(&store_schema, runners))?;
+        let bare = runtime.block_on(BarePg::create(bare_schema.clone(), runners))?;
+        alternate(
+            sizes.drain_blocks,
+            || Ok(runtime.block_on(pg::drain_runners(&stores, n))?.elapsed),
+            || {
+                runtime.block_on(async {
+                    let now = system_now();
+                    bare.insert_batch(n, now).await?;
+                    let started = Instant::now();
+                    let removed = bare.drain(BARE_BATCH, now).await?;
+                    let elapsed = started.elapsed();
+                    if removed != n as u64 {
+                        return Err(Error::Backend {
+                            detail: format!("the bare drain removed {removed} of {n} records"),
+                            source: None,
+                        });
+                    }
+                    Ok(elapsed)
+                })
+            },
+        )
+    })();
+    for schema in [&store_schema, &bare_schema] {
+        runtime.block_on(schema.drop())?;
+    }
+    let (a, b) = measured?;
     Ok(ratio(&a, n as u64, &b, n as u64))
 }
