@@ -458,8 +458,10 @@ impl Runner {
         // Tokens come from the process-wide RNG, not the seeded jitter RNG: two runners with
         // the same seed must still hold different leases.
         let token = fastrand::u64(..);
+        // Recovery first: its read must not sit between the outcomes and the claim, or they
+        // reach the store's writer apart and commit apart.
+        shared.recover_expired().await?;
         let claim = async {
-            shared.recover_expired().await?;
             let now = shared.now();
             let lease = Lease {
                 token,
