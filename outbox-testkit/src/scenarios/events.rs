@@ -1,22 +1,19 @@
 //! Events through the runner: each is sent only after the store write it describes returned,
 //! so an observer that reads the store on an event sees the write.
 
-use outbox_core::{Event, Jitter, State, TokioClock};
+use outbox_core::{Event, Jitter, State};
 
-use super::runner::{config, enqueue, fresh_paused, pause_time, policy, Rig};
-use super::{rec, T0};
+use super::rec;
+use super::runner::{config, enqueue, paused_setup, policy, Rig};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure, ScenarioResult, Verdict};
-use crate::sink::{Reply, ScriptedSink};
+use crate::sink::Reply;
 
 /// Events follow commits: on `Delivered` the record is gone, on `Rejected` it is rejected, on
 /// `Parked` it needs attention, on `Discarded` its tombstone is listed; every record is
 /// announced as enqueued, and attempted before its fate.
 pub async fn runner_events_follow_commits(backend: &dyn Backend) -> ScenarioResult {
-    pause_time()?;
-    let store = fresh_paused(backend).await?;
-    let clock = TokioClock::starting_at(T0);
-    let sink = ScriptedSink::new(clock);
+    let (store, clock, sink) = paused_setup(backend).await?;
     sink.script_payload(b"retried".to_vec(), [Reply::Unavailable]);
     sink.script_payload(b"rejected".to_vec(), [Reply::Unprocessable]);
     sink.script_payload(b"parked".to_vec(), [Reply::Conflict]);

@@ -3,21 +3,18 @@
 
 use std::time::Duration;
 
-use outbox_core::{Jitter, Millis, TokioClock};
+use outbox_core::{Jitter, Millis};
 
-use super::runner::{config, enqueue, fresh_paused, pause_time, policy, Rig};
+use super::runner::{config, enqueue, paused_setup, policy, Rig};
 use super::{rec, T0};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, ScenarioResult, Verdict};
-use crate::sink::{Reply, ScriptedSink};
+use crate::sink::Reply;
 
 /// Offline: while the connectivity signal says offline nothing is attempted, however long it
 /// lasts; the transition to online delivers everything.
 pub async fn runner_offline_waits(backend: &dyn Backend) -> ScenarioResult {
-    pause_time()?;
-    let store = fresh_paused(backend).await?;
-    let clock = TokioClock::starting_at(T0);
-    let sink = ScriptedSink::new(clock);
+    let (store, clock, sink) = paused_setup(backend).await?;
     let (online, signal) = tokio::sync::watch::channel(false);
     let policy = policy(Jitter::None, 3);
     let mut rig = Rig::start_with(
@@ -56,10 +53,7 @@ pub async fn runner_offline_waits(backend: &dyn Backend) -> ScenarioResult {
 /// probes with one record at a time on a growing backoff, and once a server answers it drains
 /// the whole queue.
 pub async fn runner_no_answer_probes(backend: &dyn Backend) -> ScenarioResult {
-    pause_time()?;
-    let store = fresh_paused(backend).await?;
-    let clock = TokioClock::starting_at(T0);
-    let sink = ScriptedSink::new(clock);
+    let (store, clock, sink) = paused_setup(backend).await?;
     sink.otherwise(Reply::NoAnswer);
     let mut rig = Rig::start(
         store,

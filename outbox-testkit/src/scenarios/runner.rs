@@ -43,6 +43,17 @@ pub(super) async fn fresh_paused(backend: &dyn Backend) -> Result<Arc<dyn Store>
     Ok(PausedClockStore::wrap(store))
 }
 
+/// What every runner scenario starts from: tokio's clock paused, a fresh store that keeps it
+/// still, a clock at [`T0`] and a scripted sink reading it.
+pub(super) async fn paused_setup(
+    backend: &dyn Backend,
+) -> Result<(Arc<dyn Store>, TokioClock, ScriptedSink), Failure> {
+    pause_time()?;
+    let store = fresh_paused(backend).await?;
+    let clock = TokioClock::starting_at(T0);
+    Ok((store, clock, ScriptedSink::new(clock)))
+}
+
 /// A policy with exact, small numbers; `jitter` as given.
 pub(super) fn policy(jitter: Jitter, max_attempts: u32) -> RetryPolicy {
     RetryPolicy::default()
@@ -249,10 +260,7 @@ pub async fn runner_backoff_growth_and_cap(backend: &dyn Backend) -> ScenarioRes
 /// the three behind it are delivered while it backs off, and it parks at the ceiling:
 /// `3 processed · 1 parked · 0 blocked`.
 pub async fn runner_poison_at_head(backend: &dyn Backend) -> ScenarioResult {
-    pause_time()?;
-    let store = fresh_paused(backend).await?;
-    let clock = TokioClock::starting_at(T0);
-    let sink = ScriptedSink::new(clock);
+    let (store, clock, sink) = paused_setup(backend).await?;
     sink.script_payload(b"poison".to_vec(), vec![Reply::Unavailable; 10]);
     let mut rig = Rig::start(
         store,
@@ -295,10 +303,7 @@ pub async fn runner_poison_at_head(backend: &dyn Backend) -> ScenarioResult {
 /// Retry-After through the runner: a 429 asking for 120 s is retried 120 s later, not after
 /// the 1 s of the local schedule.
 pub async fn runner_retry_after(backend: &dyn Backend) -> ScenarioResult {
-    pause_time()?;
-    let store = fresh_paused(backend).await?;
-    let clock = TokioClock::starting_at(T0);
-    let sink = ScriptedSink::new(clock);
+    let (store, clock, sink) = paused_setup(backend).await?;
     let retry_after = Duration::from_secs(120);
     sink.script_payload(b"r".to_vec(), [Reply::TooManyRequests { retry_after }]);
     let mut rig = Rig::start(
@@ -331,10 +336,7 @@ pub async fn runner_retry_after(backend: &dyn Backend) -> ScenarioResult {
 /// Halt and resume: a 401 pauses the whole runner with no budget spent; nothing is attempted
 /// however long it waits; `resume` delivers everything.
 pub async fn runner_halt_resume(backend: &dyn Backend) -> ScenarioResult {
-    pause_time()?;
-    let store = fresh_paused(backend).await?;
-    let clock = TokioClock::starting_at(T0);
-    let sink = ScriptedSink::new(clock);
+    let (store, clock, sink) = paused_setup(backend).await?;
     sink.script_payload(b"a".to_vec(), [Reply::Unauthorized]);
     let mut rig = Rig::start(
         store,
@@ -474,10 +476,7 @@ pub async fn runner_groups(backend: &dyn Backend) -> ScenarioResult {
 /// A person's retry through the runner: a record parked at the ceiling gets a fresh budget and
 /// is delivered.
 pub async fn runner_manual_retry(backend: &dyn Backend) -> ScenarioResult {
-    pause_time()?;
-    let store = fresh_paused(backend).await?;
-    let clock = TokioClock::starting_at(T0);
-    let sink = ScriptedSink::new(clock);
+    let (store, clock, sink) = paused_setup(backend).await?;
     sink.script_payload(b"r".to_vec(), vec![Reply::Unavailable; 3]);
     let mut rig = Rig::start(
         store,
