@@ -810,6 +810,7 @@ struct Counting {
     inner: MemoryStore,
     claims: AtomicUsize,
     applies: AtomicUsize,
+    expired_reads: AtomicUsize,
 }
 
 #[async_trait]
@@ -832,6 +833,7 @@ impl Store for Counting {
         self.inner.apply(t).await
     }
     async fn expired(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
+        self.expired_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.expired(now, limit).await
     }
     async fn scheduled_after(&self, at: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
@@ -1170,6 +1172,9 @@ async fn a_round_of_quick_deliveries_is_written_in_one_store_call() {
     // Three full rounds: three claims, and one write of outcomes each (durable commits are
     // what a drain is bound by).
     assert_eq!(store.applies.load(Ordering::SeqCst), 3);
+    // Expired leases are looked for at start-up (twice: far leases too) and by the first
+    // round, not by every round of the drain.
+    assert!(store.expired_reads.load(Ordering::SeqCst) <= 3);
 }
 
 #[tokio::test(start_paused = true)]
@@ -1196,4 +1201,53 @@ async fn a_lease_from_a_clock_far_ahead_is_recovered_at_start() {
         "recovered and delivered"
     );
     assert_eq!(r.sink.count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_safety_poll_recovers_a_lease_another_process_left_to_expire() {
+    let store = Arc::new(MemoryStore::new());
+    let config = RunnerConfig {
+        safety_poll: Some(Duration::from_secs(60)),
+        ..RunnerConfig::default()
+    };
+    let r = rig_on(store.clone(), exact_policy(), config, None).await;
+    run_for(Duration::from_secs(1)).await;
+    // Another process (sharing the store) claims a record under a 30 s lease and dies.
+    use outbox_core::Clock;
+    let now = r.clock.now();
+    let ids = store.enqueue(vec![rec("orphan")], now).await.unwrap();
+    let claimed = store
+        .claim(outbox_core::Claim {
+            now,
+            limit: 1,
+            lease: Lease {
+                token: 77,
+                until: now + 30_000,
+            },
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    // No enqueue through the handle, no notify, no connectivity change: only the poll.
+    run_for(Duration::from_secs(90)).await;
+    assert!(
+        r.outbox.get(ids[0]).await.unwrap().is_none(),
+        "recovered and delivered"
+    );
+    assert_eq!(r.sink.order(), ["orphan"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_head_lets_the_rest_of_its_group_go() {
+    let r = rig(exact_policy(), RunnerConfig::default(), None).await;
+    r.sink
+        .plan("a1", vec![answer(Outcome::rejected("HTTP 422"))]);
+    r.outbox
+        .enqueue_batch(vec![rec("a1").in_group("a"), rec("a2").in_group("a")])
+        .await
+        .unwrap();
+    r.outbox.flush(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(r.sink.order(), ["a1", "a2"]);
+    let stats = r.outbox.stats().await.unwrap();
+    assert_eq!((stats.rejected, stats.delivered, stats.held), (1, 1, 0));
 }
