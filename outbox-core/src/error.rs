@@ -104,6 +104,17 @@ pub enum Error {
     /// The record was rejected by the server; its verdict is final, so it cannot be retried.
     #[error("record {0} was rejected by the server; enqueue the write again to resend it")]
     RecordRejected(RecordId),
+    /// A group key the queue cannot hold: empty, containing NUL, or longer than
+    /// [`MAX_GROUP_LEN`](crate::record::MAX_GROUP_LEN) bytes. Every backend refuses the same keys.
+    #[error("invalid group key: {reason}")]
+    InvalidGroup {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The record is not rejected, so there is nothing to requeue (use `retry` for a
+    /// needs-attention record).
+    #[error("record {0} is not rejected; only a rejected record can be requeued")]
+    NotRejected(RecordId),
     /// A bounded wait ran out.
     #[error("timed out after {0:?}")]
     Timeout(Duration),

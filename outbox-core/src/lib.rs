@@ -33,6 +33,7 @@ pub mod error;
 pub mod event;
 pub mod handle;
 pub mod http;
+pub mod link;
 pub mod machine;
 pub mod outcome;
 pub mod policy;
@@ -46,14 +47,17 @@ pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use error::{BoxError, Error, Result};
 pub use event::Event;
 pub use handle::{Notifier, Outbox, OutboxBuilder};
+pub use link::LinkState;
 pub use machine::{Change, Guard, Step, Transition};
 pub use outcome::{ConflictResolution, ConflictResolver, Outcome, ParkOnConflict, RetryAfter};
 pub use policy::{Backoff, Ceiling, Jitter, RetryPolicy};
-pub use record::{Lease, Millis, NewRecord, Progress, Record, RecordId, Tombstone};
+pub use record::{
+    Lease, Millis, NewRecord, Progress, Record, RecordId, Tombstone, MAX_GROUP_LEN,
+};
 pub use runner::RunnerConfig;
 pub use sink::{sink_fn, Sink, SinkFn};
 pub use state::State;
-pub use store::{Applied, Claim, ListQuery, Stats, Store, DEFAULT_MAX_PAYLOAD};
+pub use store::{Applied, Claim, Halt, ListQuery, Round, Stats, Store, DEFAULT_MAX_PAYLOAD};
 
 /// Re-exported so a `Sink` implementation needs no direct dependency on `async-trait`.
 pub use async_trait::async_trait;

@@ -24,6 +24,30 @@ pub enum Guard {
     Idle,
 }
 
+impl Guard {
+    /// The one rule every store applies: does this guard admit a transition on `record` as
+    /// it is now? A lease guard admits only the record in flight under that token; the idle
+    /// guard admits any record that is not in flight.
+    ///
+    /// ```
+    /// use outbox_core::{Guard, Lease, Record, RecordId, State};
+    /// let mut record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+    /// assert!(Guard::Idle.admits(&record));
+    /// record.state = State::InFlight;
+    /// record.lease = Some(Lease { token: 7, until: 10 });
+    /// assert!(Guard::Lease(7).admits(&record));
+    /// assert!(!Guard::Lease(8).admits(&record) && !Guard::Idle.admits(&record));
+    /// ```
+    pub fn admits(self, record: &Record) -> bool {
+        match self {
+            Guard::Lease(token) => {
+                record.state == State::InFlight && record.lease.is_some_and(|l| l.token == token)
+            }
+            Guard::Idle => record.state != State::InFlight,
+        }
+    }
+}
+
 /// How a transition changes the record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
@@ -39,6 +63,15 @@ pub enum Change {
         at: Millis,
         /// Answered failures the record had spent, counting the one that reached the ceiling.
         attempts: u32,
+    },
+    /// Re-admit a rejected record: it moves to a new id after every id so far (so after
+    /// whatever its group still has queued), pending and due at `at`, with a fresh budget
+    /// (attempts, unanswered and interruptions at zero, no last attempt, no last error). Its
+    /// payload, key, group and creation time are kept. Stores apply it only to a rejected
+    /// record and report the new id in [`Applied::requeued`](crate::Applied::requeued).
+    Requeue {
+        /// When the record is due again.
+        at: Millis,
     },
 }
 
@@ -348,30 +381,41 @@ pub fn on_interrupted(record: &Record, policy: &RetryPolicy, now: Millis) -> Ste
     )
 }
 
-/// The clock-jump clamp: a due-kind record whose deadline lies beyond `now + horizon` (the
-/// clock jumped back, or the file came from elsewhere) is brought to `now + horizon`, where the
-/// horizon is the larger of the backoff cap and the longest honoured `Retry-After`.
+/// Re-basing after the wall clock stepped back: a due-kind record scheduled from a time
+/// after `now` keeps the wait it was given (`next_attempt_at - last_attempt_at`), counted from
+/// `now`; a record never reported whose deadline lies after `now` becomes due at `now`.
+/// `None` for a record that needs no re-basing (see
+/// [`Store::stepped_back`](crate::Store::stepped_back)).
 ///
 /// ```
-/// use outbox_core::{machine, Record, RecordId, RetryPolicy, State};
+/// use outbox_core::{machine, Change, Record, RecordId, State};
 /// let mut record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
 /// record.state = State::Retrying;
-/// record.next_attempt_at = Some(u64::MAX);
-/// assert!(machine::clamp(&record, &RetryPolicy::default(), 0).is_some());
+/// record.last_attempt_at = Some(86_400_000); // a day ahead of the clock now
+/// record.next_attempt_at = Some(86_401_000); // a 1 s wait
+/// let t = machine::rebase(&record, 5_000).unwrap();
+/// let Change::Update(p) = t.change else { unreachable!() };
+/// assert_eq!((p.last_attempt_at, p.next_attempt_at), (Some(5_000), Some(6_000)));
 /// ```
-pub fn clamp(record: &Record, policy: &RetryPolicy, now: Millis) -> Option<Transition> {
-    let limit = now.saturating_add(duration_ms(policy.horizon()));
-    match record.next_attempt_at {
-        Some(at) if record.state.is_due_kind() && at > limit => Some(Transition {
-            id: record.id,
-            guard: Guard::Idle,
-            change: Change::Update(Progress {
-                next_attempt_at: Some(limit),
-                ..record.progress()
-            }),
-        }),
-        _ => None,
+pub fn rebase(record: &Record, now: Millis) -> Option<Transition> {
+    let next = record.next_attempt_at?;
+    if !record.state.is_due_kind() || next <= now {
+        return None;
     }
+    let (last_attempt_at, next_attempt_at) = match record.last_attempt_at {
+        Some(last) if last > now => (Some(now), now.saturating_add(next.saturating_sub(last))),
+        Some(_) => return None,
+        None => (None, now),
+    };
+    Some(Transition {
+        id: record.id,
+        guard: Guard::Idle,
+        change: Change::Update(Progress {
+            last_attempt_at,
+            next_attempt_at: Some(next_attempt_at),
+            ..record.progress()
+        }),
+    })
 }
 
 /// A person's retry: a fresh budget (attempts, unanswered and interruptions back to zero) and
@@ -405,6 +449,25 @@ pub fn retry_now(record: &Record, now: Millis) -> Option<Step> {
             spent: false,
         },
     ))
+}
+
+/// A person's requeue of a rejected record (see [`Change::Requeue`]). `None` for a record
+/// that is not rejected.
+///
+/// ```
+/// use outbox_core::{machine, Change, Record, RecordId, State};
+/// let mut record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+/// assert!(machine::requeue(&record, 5).is_none());
+/// record.state = State::Rejected;
+/// let t = machine::requeue(&record, 5).unwrap();
+/// assert_eq!(t.change, Change::Requeue { at: 5 });
+/// ```
+pub fn requeue(record: &Record, now: Millis) -> Option<Transition> {
+    (record.state == State::Rejected).then_some(Transition {
+        id: record.id,
+        guard: Guard::Idle,
+        change: Change::Requeue { at: now },
+    })
 }
 
 /// A person's discard: the record leaves delivery and a tombstone stays. `None` for a record

@@ -68,6 +68,63 @@ impl NewRecord {
     }
 }
 
+/// The longest group key, in bytes, that every backend can index: 1,024.
+pub const MAX_GROUP_LEN: usize = 1024;
+
+impl NewRecord {
+    /// Checks what every backend must refuse, the same way on all of them: a payload over
+    /// `max_payload` bytes, and a group key that is empty, holds a NUL byte or is longer than
+    /// [`MAX_GROUP_LEN`] bytes. Backends call it before they write anything.
+    ///
+    /// ```
+    /// use outbox_core::{Error, NewRecord};
+    /// assert!(NewRecord::new(b"ok".to_vec()).in_group("doc-1").validate(1024).is_ok());
+    /// assert!(matches!(NewRecord::new(vec![]).in_group("a\0b").validate(1024), Err(Error::InvalidGroup { .. })));
+    /// assert!(matches!(NewRecord::new(vec![0; 5]).validate(4), Err(Error::PayloadTooLarge { .. })));
+    /// ```
+    pub fn validate(&self, max_payload: usize) -> crate::Result<()> {
+        if self.payload.len() > max_payload {
+            return Err(crate::Error::PayloadTooLarge {
+                size: self.payload.len(),
+                max: max_payload,
+            });
+        }
+        if let Some(group) = &self.group {
+            validate_group(group)?;
+        }
+        Ok(())
+    }
+
+    /// [`NewRecord::validate`] over a batch: the first bad record refuses the whole batch.
+    pub fn validate_all(records: &[NewRecord], max_payload: usize) -> crate::Result<()> {
+        records.iter().try_for_each(|r| r.validate(max_payload))
+    }
+}
+
+/// Checks a group key (see [`NewRecord::validate`]).
+///
+/// ```
+/// use outbox_core::record::validate_group;
+/// assert!(validate_group("note-7").is_ok());
+/// assert!(validate_group("").is_err());
+/// assert!(validate_group(&"x".repeat(1025)).is_err());
+/// ```
+pub fn validate_group(group: &str) -> crate::Result<()> {
+    let reason = if group.is_empty() {
+        "a group key must not be empty (use no group instead)".to_owned()
+    } else if group.contains('\0') {
+        "a group key must not contain a NUL byte".to_owned()
+    } else if group.len() > MAX_GROUP_LEN {
+        format!(
+            "a group key may be at most {MAX_GROUP_LEN} bytes, this one has {}",
+            group.len()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(crate::Error::InvalidGroup { reason })
+}
+
 /// 128 random bits as 32 lowercase hex digits.
 fn random_key() -> String {
     format!("{:032x}", fastrand::u128(..))

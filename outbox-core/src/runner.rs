@@ -197,21 +197,21 @@ impl Shared {
         }
     }
 
-    /// The clock-jump clamp: no deadline lies further than `now + horizon`.
+    /// Re-bases the deadlines set before the wall clock stepped back (see
+    /// [`machine::rebase`]).
     pub(crate) async fn clamp_deadlines(&self) -> Result<()> {
         loop {
             let now = self.now();
-            let limit = now.saturating_add(duration_ms(self.policy.horizon()));
-            let far = self.store.scheduled_after(limit, 256).await?;
-            let transitions: Vec<_> = far
+            let stepped = self.store.stepped_back(now, 256).await?;
+            let transitions: Vec<_> = stepped
                 .iter()
-                .filter_map(|r| machine::clamp(r, &self.policy, now))
+                .filter_map(|r| machine::rebase(r, now))
                 .collect();
             if transitions.is_empty() {
                 return Ok(());
             }
             let applied = self.store.apply(transitions).await?;
-            if applied.skipped.len() == far.len() {
+            if applied.skipped.len() == stepped.len() {
                 return Ok(());
             }
         }

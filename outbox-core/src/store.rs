@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::machine::Transition;
 use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
+use crate::link::LinkState;
 use crate::state::State;
 
 /// The payload limit a backend applies unless configured otherwise: 1 MiB, large enough for
@@ -119,9 +120,57 @@ pub struct Stats {
     pub oldest_created_at: Option<Millis>,
     /// The earliest deadline of a record that can be claimed (heads of groups only).
     pub next_due: Option<Millis>,
+    /// The persisted halt, while a refused credential (or a rejection storm) holds the
+    /// runner until `resume()`.
+    pub halt: Option<Halt>,
+    /// The link as this process's runner sees it; `None` when read from the store alone
+    /// (the link is not persisted).
+    pub link: Option<LinkState>,
+}
+
+/// Why a runner stopped delivering until a person resumes it, and since when. Stores persist
+/// it so that a restart stays halted.
+///
+/// ```
+/// use outbox_core::Halt;
+/// let halt = Halt { reason: "HTTP 401".into(), since: 1_000 };
+/// assert_eq!(halt.reason, "HTTP 401");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Halt {
+    /// What the server said, or why the runner suspects a misconfiguration.
+    pub reason: String,
+    /// When the runner halted.
+    pub since: Millis,
 }
 
 impl Stats {
+    /// Counts one record into the per-state counts and the oldest undelivered age: the one
+    /// rule every store that counts record by record uses. `held`, `next_due`, `delivered`
+    /// and `discarded` are the store's to fill.
+    ///
+    /// ```
+    /// use outbox_core::{Record, RecordId, Stats};
+    /// let mut stats = Stats::default();
+    /// stats.add(&Record::fresh(RecordId(1), None, vec![], "k".into(), 700));
+    /// assert_eq!((stats.pending, stats.oldest_created_at), (1, Some(700)));
+    /// ```
+    pub fn add(&mut self, record: &Record) {
+        match record.state {
+            State::Pending => self.pending += 1,
+            State::Retrying => self.retrying += 1,
+            State::InFlight => self.in_flight += 1,
+            State::NeedsAttention => self.needs_attention += 1,
+            State::Rejected => self.rejected += 1,
+        }
+        if record.state.holds_group() {
+            self.oldest_created_at = Some(
+                self.oldest_created_at
+                    .map_or(record.created_at, |t| t.min(record.created_at)),
+            );
+        }
+    }
+
     /// Records still owed a delivery: pending, retrying, in flight and needs-attention.
     pub fn undelivered(&self) -> u64 {
         self.pending + self.retrying + self.in_flight + self.needs_attention
@@ -151,6 +200,17 @@ pub struct Applied {
     /// Transitions whose guard did not hold (or whose record is gone); nothing was written for
     /// them.
     pub skipped: Vec<RecordId>,
+    /// Requeued records as `(old id, new id)`, in the order of the transitions.
+    pub requeued: Vec<(RecordId, RecordId)>,
+}
+
+/// What [`Store::round`] did: the outcomes applied, then the records claimed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    /// What applying the outcomes did.
+    pub applied: Applied,
+    /// The records claimed after the outcomes were applied (empty without a claim).
+    pub claimed: Vec<Record>,
 }
 
 /// Storage for an outbox.
@@ -175,9 +235,21 @@ pub struct Applied {
 ///   [`Change::Delivered`](crate::Change::Delivered) removes the record and adds one to the
 ///   delivered counter; [`Change::Discard`](crate::Change::Discard) removes it and keeps a
 ///   [`Tombstone`].
-/// - **Payloads** over the store's configured maximum are refused with
-///   [`Error::PayloadTooLarge`](crate::Error::PayloadTooLarge), and nothing of the batch is
-///   enqueued.
+/// - **Round**: [`Store::round`] applies a round's outcomes and then claims, in one atomic
+///   transaction and one durable commit: a crash leaves both or neither. A drain makes one
+///   commit per round.
+/// - **Requeue**: [`Change::Requeue`](crate::Change::Requeue) applies only to a rejected
+///   record; the record moves to a fresh id above every id so far.
+/// - **Validation**: every record of an enqueue passes
+///   [`NewRecord::validate`](crate::NewRecord::validate) with the store's payload limit before
+///   anything is written: a payload too large ([`Error::PayloadTooLarge`]) or a bad group key
+///   ([`Error::InvalidGroup`]) refuses the whole batch. Guards are checked with
+///   [`Guard::admits`](crate::Guard::admits).
+/// - **Halt**: [`Store::set_halt`] persists the runner's halt (or clears it) so a restart stays
+///   halted; [`Stats::halt`] reports it.
+///
+/// [`Error::PayloadTooLarge`]: crate::Error::PayloadTooLarge
+/// [`Error::InvalidGroup`]: crate::Error::InvalidGroup
 ///
 /// The trait is object safe: `Arc<dyn Store>` works.
 #[async_trait]
@@ -196,12 +268,19 @@ pub trait Store: Debug + Send + Sync {
     /// Applies transitions atomically, each where its guard holds.
     async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied>;
 
+    /// One round of a drain in one transaction and one durable commit: applies `outcomes`
+    /// (as [`Store::apply`]), then claims (as [`Store::claim`]) when `claim` is given.
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round>;
+
     /// In-flight records whose lease expired at or before `now`, earliest expiry first.
     async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>>;
 
-    /// Pending or retrying records whose deadline lies after `at`, lowest id first (the
-    /// clock-jump clamp). Called at start-up; may scan.
-    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>>;
+    /// Pending or retrying records scheduled from a time after `now`: their deadline lies
+    /// after `now` and their `last_attempt_at` lies after `now` or is unset (never reported).
+    /// They were scheduled before the wall clock stepped back, and the runner re-bases them.
+    /// Lowest id first. Called at start-up and after a detected step; may scan the records
+    /// whose deadline lies after `now`, but not the due backlog.
+    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>>;
 
     /// One record by id.
     async fn get(&self, id: RecordId) -> Result<Option<Record>>;
@@ -218,6 +297,12 @@ pub trait Store: Debug + Send + Sync {
     /// The earliest deadline of a claimable-kind record (a group head in pending or retrying),
     /// due or not.
     async fn next_due(&self) -> Result<Option<Millis>>;
+
+    /// The persisted halt, if any (see [`Store::set_halt`]).
+    async fn halt(&self) -> Result<Option<Halt>>;
+
+    /// Persists the runner's halt, or clears it with `None`.
+    async fn set_halt(&self, halt: Option<Halt>) -> Result<()>;
 
     /// Removes rejected records whose last attempt, and tombstones whose discard, is before
     /// `older_than`; returns how many went.

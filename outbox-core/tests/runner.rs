@@ -836,8 +836,24 @@ impl Store for Counting {
         self.expired_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.expired(now, limit).await
     }
-    async fn scheduled_after(&self, at: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
-        self.inner.scheduled_after(at, limit).await
+    async fn stepped_back(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
+        self.inner.stepped_back(now, limit).await
+    }
+
+    async fn round(
+        &self,
+        outcomes: Vec<outbox_core::Transition>,
+        claim: Option<outbox_core::Claim>,
+    ) -> outbox_core::Result<outbox_core::Round> {
+        self.inner.round(outcomes, claim).await
+    }
+
+    async fn halt(&self) -> outbox_core::Result<Option<outbox_core::Halt>> {
+        self.inner.halt().await
+    }
+
+    async fn set_halt(&self, halt: Option<outbox_core::Halt>) -> outbox_core::Result<()> {
+        self.inner.set_halt(halt).await
     }
     async fn get(&self, id: RecordId) -> outbox_core::Result<Option<Record>> {
         self.inner.get(id).await

@@ -254,20 +254,38 @@ fn release_restores_the_state_before_the_claim() {
 }
 
 #[test]
-fn clamp_brings_far_deadlines_back() {
+fn rebase_keeps_the_wait_a_record_was_given() {
     let mut record = claimed(1);
     record.state = State::Retrying;
     record.lease = None;
-    // The horizon is the larger of the cap (60 s) and max_retry_after (1 hour).
-    record.next_attempt_at = Some(NOW + 61_000);
-    assert!(machine::clamp(&record, &exact_policy(), NOW).is_none());
-    record.next_attempt_at = Some(NOW + 3_600_001);
-    let t = machine::clamp(&record, &exact_policy(), NOW).unwrap();
+    // Scheduled a day ahead of the clock now, with a 1.5 s wait: the clock stepped back.
+    record.last_attempt_at = Some(NOW + 86_400_000);
+    record.next_attempt_at = Some(NOW + 86_401_500);
+    let t = machine::rebase(&record, NOW).unwrap();
     assert_eq!(t.guard, Guard::Idle);
     let Change::Update(p) = t.change else {
         panic!()
     };
-    assert_eq!(p.next_attempt_at, Some(NOW + 3_600_000));
+    assert_eq!(p.last_attempt_at, Some(NOW));
+    assert_eq!(p.next_attempt_at, Some(NOW + 1_500));
+    assert_eq!((p.attempts, p.state), (record.attempts, State::Retrying));
+
+    // Scheduled from the past: its wait is its own, nothing to re-base, however far out.
+    record.last_attempt_at = Some(NOW - 1);
+    record.next_attempt_at = Some(NOW + 86_400_000);
+    assert!(machine::rebase(&record, NOW).is_none());
+
+    // Never reported and due in the future (enqueued before the step): due now.
+    record.last_attempt_at = None;
+    record.next_attempt_at = Some(NOW + 5_000);
+    let Change::Update(p) = machine::rebase(&record, NOW).unwrap().change else {
+        panic!()
+    };
+    assert_eq!(p.next_attempt_at, Some(NOW));
+
+    // Parked records have no deadline to re-base.
+    record.state = State::NeedsAttention;
+    assert!(machine::rebase(&record, NOW).is_none());
 }
 
 #[test]

@@ -25,8 +25,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Error, Guard, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, State, Stats, Store, Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
+    Applied, Change, Claim, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
+    Result, Round, State, Stats, Store, Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
 };
 
 /// The in-memory store. Cheap to create; all state sits behind one mutex.
@@ -87,6 +87,7 @@ struct Inner {
     groups: HashMap<String, BTreeSet<RecordId>>,
     tombstones: BTreeMap<RecordId, Tombstone>,
     delivered: u64,
+    halt: Option<Halt>,
 }
 
 impl Inner {
@@ -153,19 +154,54 @@ impl Inner {
         Some(record)
     }
 
-    fn guard_holds(record: &Record, guard: Guard) -> bool {
-        match guard {
-            Guard::Lease(token) => {
-                record.state == State::InFlight && record.lease.is_some_and(|l| l.token == token)
-            }
-            Guard::Idle => record.state != State::InFlight,
+    fn insert(&mut self, record: Record) {
+        let id = record.id;
+        if let Some(group) = &record.group {
+            self.groups.entry(group.clone()).or_default().insert(id);
         }
+        self.records.insert(id, record);
+        self.index(id);
+    }
+
+    fn claim(&mut self, claim: Claim) -> Vec<Record> {
+        let ids: Vec<RecordId> = self
+            .due
+            .iter()
+            .take_while(|(at, _)| *at <= claim.now)
+            .take(claim.limit)
+            .map(|(_, id)| *id)
+            .collect();
+        let mut claimed = Vec::with_capacity(ids.len());
+        for id in ids {
+            self.unindex(id);
+            if let Some(record) = self.records.get_mut(&id) {
+                record.state = State::InFlight;
+                record.lease = Some(claim.lease);
+                claimed.push(record.clone());
+            }
+            self.index(id);
+        }
+        claimed
+    }
+
+    fn apply(&mut self, transitions: Vec<Transition>) -> Applied {
+        let mut applied = Applied::default();
+        for transition in transitions {
+            let id = transition.id;
+            let requeue = matches!(transition.change, Change::Requeue { .. });
+            if !self.apply_one(transition) {
+                applied.skipped.push(id);
+            } else if requeue {
+                applied.requeued.push((id, RecordId(self.last_id)));
+            }
+        }
+        applied
     }
 
     fn apply_one(&mut self, transition: Transition) -> bool {
         let Transition { id, guard, change } = transition;
         match self.records.get(&id) {
-            Some(record) if Self::guard_holds(record, guard) => {}
+            Some(record) if guard.admits(record) => {}
             _ => return false,
         }
         match change {
@@ -192,6 +228,24 @@ impl Inner {
                     );
                 }
             }
+            Change::Requeue { at } => {
+                if self.records.get(&id).is_none_or(|r| r.state != State::Rejected) {
+                    return false;
+                }
+                let Some(old) = self.remove(id) else {
+                    return false;
+                };
+                self.last_id += 1;
+                let mut record = Record::fresh(
+                    RecordId(self.last_id),
+                    old.group,
+                    old.payload,
+                    old.key,
+                    old.created_at,
+                );
+                record.next_attempt_at = Some(at);
+                self.insert(record);
+            }
             Change::Update(progress) => {
                 self.unindex(id);
                 let Some(record) = self.records.get_mut(&id) else {
@@ -213,48 +267,20 @@ impl Inner {
 #[async_trait]
 impl Store for MemoryStore {
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
-        if let Some(big) = records.iter().find(|r| r.payload.len() > self.max_payload) {
-            return Err(Error::PayloadTooLarge {
-                size: big.payload.len(),
-                max: self.max_payload,
-            });
-        }
+        NewRecord::validate_all(&records, self.max_payload)?;
         let mut inner = self.lock();
         let mut ids = Vec::with_capacity(records.len());
         for new in records {
             inner.last_id += 1;
             let id = RecordId(inner.last_id);
-            if let Some(group) = &new.group {
-                inner.groups.entry(group.clone()).or_default().insert(id);
-            }
-            let record = Record::fresh(id, new.group, new.payload, new.key, now);
-            inner.records.insert(id, record);
-            inner.index(id);
+            inner.insert(Record::fresh(id, new.group, new.payload, new.key, now));
             ids.push(id);
         }
         Ok(ids)
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
-        let mut inner = self.lock();
-        let ids: Vec<RecordId> = inner
-            .due
-            .iter()
-            .take_while(|(at, _)| *at <= claim.now)
-            .take(claim.limit)
-            .map(|(_, id)| *id)
-            .collect();
-        let mut claimed = Vec::with_capacity(ids.len());
-        for id in ids {
-            inner.unindex(id);
-            if let Some(record) = inner.records.get_mut(&id) {
-                record.state = State::InFlight;
-                record.lease = Some(claim.lease);
-                claimed.push(record.clone());
-            }
-            inner.index(id);
-        }
-        Ok(claimed)
+        Ok(self.lock().claim(claim))
     }
 
     async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
@@ -263,7 +289,7 @@ impl Store for MemoryStore {
             let holds = inner
                 .records
                 .get(&id)
-                .is_some_and(|r| Inner::guard_holds(r, Guard::Lease(lease.token)));
+                .is_some_and(|r| Guard::Lease(lease.token).admits(r));
             if holds {
                 inner.unindex(id);
                 if let Some(record) = inner.records.get_mut(&id) {
@@ -276,15 +302,14 @@ impl Store for MemoryStore {
     }
 
     async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
+        Ok(self.lock().apply(transitions))
+    }
+
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
         let mut inner = self.lock();
-        let mut applied = Applied::default();
-        for transition in transitions {
-            let id = transition.id;
-            if !inner.apply_one(transition) {
-                applied.skipped.push(id);
-            }
-        }
-        Ok(applied)
+        let applied = inner.apply(outcomes);
+        let claimed = claim.map(|c| inner.claim(c)).unwrap_or_default();
+        Ok(Round { applied, claimed })
     }
 
     async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
@@ -298,12 +323,16 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
+    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
         let inner = self.lock();
         Ok(inner
             .records
             .values()
-            .filter(|r| r.state.is_due_kind() && r.next_attempt_at.is_some_and(|t| t > at))
+            .filter(|r| {
+                r.state.is_due_kind()
+                    && r.next_attempt_at.is_some_and(|t| t > now)
+                    && r.last_attempt_at.is_none_or(|t| t > now)
+            })
             .take(limit)
             .cloned()
             .collect())
@@ -343,23 +372,11 @@ impl Store for MemoryStore {
             discarded: inner.tombstones.len() as u64,
             delivered: inner.delivered,
             next_due: inner.due.first().map(|(at, _)| *at),
+            halt: inner.halt.clone(),
             ..Stats::default()
         };
         for record in inner.records.values() {
-            match record.state {
-                State::Pending => stats.pending += 1,
-                State::Retrying => stats.retrying += 1,
-                State::InFlight => stats.in_flight += 1,
-                State::NeedsAttention => stats.needs_attention += 1,
-                State::Rejected => stats.rejected += 1,
-            }
-            if record.state.holds_group() {
-                stats.oldest_created_at = Some(
-                    stats
-                        .oldest_created_at
-                        .map_or(record.created_at, |t| t.min(record.created_at)),
-                );
-            }
+            stats.add(record);
         }
         for members in inner.groups.values() {
             let head = members.first().and_then(|id| inner.records.get(id));
@@ -372,6 +389,15 @@ impl Store for MemoryStore {
 
     async fn next_due(&self) -> Result<Option<Millis>> {
         Ok(self.lock().due.first().map(|(at, _)| *at))
+    }
+
+    async fn halt(&self) -> Result<Option<Halt>> {
+        Ok(self.lock().halt.clone())
+    }
+
+    async fn set_halt(&self, halt: Option<Halt>) -> Result<()> {
+        self.lock().halt = halt;
+        Ok(())
     }
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {

@@ -195,8 +195,24 @@ impl Store for Broken {
         self.inner.expired(now, limit).await
     }
 
-    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.inner.scheduled_after(at, limit).await
+    async fn stepped_back(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
+        self.inner.stepped_back(now, limit).await
+    }
+
+    async fn round(
+        &self,
+        outcomes: Vec<Transition>,
+        claim: Option<Claim>,
+    ) -> outbox_core::Result<outbox_core::Round> {
+        self.inner.round(outcomes, claim).await
+    }
+
+    async fn halt(&self) -> outbox_core::Result<Option<outbox_core::Halt>> {
+        self.inner.halt().await
+    }
+
+    async fn set_halt(&self, halt: Option<outbox_core::Halt>) -> outbox_core::Result<()> {
+        self.inner.set_halt(halt).await
     }
 
     async fn get(&self, id: RecordId) -> Result<Option<Record>> {

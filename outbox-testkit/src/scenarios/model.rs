@@ -127,10 +127,10 @@ impl Model {
             83..=85 => {
                 let at = self.now + self.rng.u64(0..10_000);
                 let limit = self.rng.usize(1..20);
-                let b = self.store.scheduled_after(at, limit).await?;
-                let r = self.reference.scheduled_after(at, limit).await?;
-                same(b, r, "scheduled_after")?;
-                Ok(format!("scheduled_after({at}, {limit})"))
+                let b = self.store.stepped_back(at, limit).await?;
+                let r = self.reference.stepped_back(at, limit).await?;
+                same(b, r, "stepped_back")?;
+                Ok(format!("stepped_back({at}, {limit})"))
             }
             _ => {
                 let by = if self.rng.u8(0..10) == 0 {

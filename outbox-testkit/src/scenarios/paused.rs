@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Error, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, Stats,
-    Store, Tombstone, Transition,
+    Applied, Claim, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, Round,
+    Stats, Store, Tombstone, Transition,
 };
 
 /// See the module documentation.
@@ -69,8 +69,22 @@ impl Store for PausedClockStore {
             .await
     }
 
-    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.run(move |s| async move { s.scheduled_after(at, limit).await })
+    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.run(move |s| async move { s.stepped_back(now, limit).await })
+            .await
+    }
+
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        self.run(move |s| async move { s.round(outcomes, claim).await })
+            .await
+    }
+
+    async fn halt(&self) -> Result<Option<Halt>> {
+        self.run(|s| async move { s.halt().await }).await
+    }
+
+    async fn set_halt(&self, halt: Option<Halt>) -> Result<()> {
+        self.run(move |s| async move { s.set_halt(halt).await })
             .await
     }
 

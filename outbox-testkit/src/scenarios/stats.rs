@@ -77,6 +77,8 @@ pub async fn stats_exact(backend: &dyn Backend) -> ScenarioResult {
         held: 2,
         oldest_created_at: Some(T0),
         next_due: Some(T0 + 7_000),
+        halt: None,
+        link: None,
     };
     ensure_eq(store.stats().await?, expected.clone(), "stats of the mix")?;
     ensure_eq(

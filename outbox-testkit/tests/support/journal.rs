@@ -99,6 +99,7 @@ fn encode_transition(t: &Transition) -> String {
     };
     let change = match &t.change {
         Change::Delivered => "D".into(),
+        Change::Requeue { at } => format!("R{at}"),
         Change::Discard {
             reason,
             at,
@@ -128,6 +129,10 @@ fn decode_transition(text: &str) -> Option<Transition> {
     let change = parts.next()?;
     let change = if change == "D" {
         Change::Delivered
+    } else if let Some(at) = change.strip_prefix('R') {
+        Change::Requeue {
+            at: at.parse().ok()?,
+        }
     } else if let Some(rest) = change.strip_prefix('X') {
         let mut fields = rest.splitn(3, '/');
         let (at, attempts, reason) = (fields.next()?, fields.next()?, fields.next()?);
@@ -280,8 +285,24 @@ impl Store for Journal {
         self.inner.expired(now, limit).await
     }
 
-    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.inner.scheduled_after(at, limit).await
+    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.inner.stepped_back(now, limit).await
+    }
+
+    async fn round(
+        &self,
+        outcomes: Vec<Transition>,
+        claim: Option<Claim>,
+    ) -> Result<outbox_core::Round> {
+        self.inner.round(outcomes, claim).await
+    }
+
+    async fn halt(&self) -> Result<Option<outbox_core::Halt>> {
+        self.inner.halt().await
+    }
+
+    async fn set_halt(&self, halt: Option<outbox_core::Halt>) -> Result<()> {
+        self.inner.set_halt(halt).await
     }
 
     async fn get(&self, id: RecordId) -> Result<Option<Record>> {
