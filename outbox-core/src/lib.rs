@@ -43,7 +43,7 @@ pub mod sink;
 pub mod state;
 pub mod store;
 
-pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
+pub use clock::{Clock, ManualClock, SteppedClock, SystemClock, TokioClock};
 pub use error::{BoxError, Error, Result};
 pub use event::Event;
 pub use handle::{Notifier, Outbox, OutboxBuilder};
