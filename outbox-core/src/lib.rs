@@ -51,9 +51,7 @@ pub use link::LinkState;
 pub use machine::{Change, Guard, Step, Transition};
 pub use outcome::{ConflictResolution, ConflictResolver, Outcome, ParkOnConflict, RetryAfter};
 pub use policy::{Backoff, Ceiling, Jitter, RetryPolicy};
-pub use record::{
-    Lease, Millis, NewRecord, Progress, Record, RecordId, Tombstone, MAX_GROUP_LEN,
-};
+pub use record::{Lease, Millis, NewRecord, Progress, Record, RecordId, Tombstone, MAX_GROUP_LEN};
 pub use runner::RunnerConfig;
 pub use sink::{sink_fn, Sink, SinkFn};
 pub use state::State;

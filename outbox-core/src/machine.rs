@@ -196,17 +196,18 @@ pub fn on_outcome(
                 let reason = format!("gave up after {attempts} attempts; last error: {error}");
                 return ceiling(record, policy, reported, attempts, reason, now);
             }
-            // The server's word wins over the local schedule, up to the policy's horizon that
-            // bounds every deadline (so a restart's clock-jump clamp never rewrites it).
-            let at = match retry_after {
+            // The local schedule is the floor: a server asking for less (0, or a date in the
+            // past) cannot make a tight loop. Above it the server's word wins, up to
+            // `max_retry_after`.
+            let local = policy.delay(attempts, previous_delay(record), rng);
+            let delay = match retry_after {
                 Some(retry_after) => retry_after
-                    .deadline(now)
-                    .min(now.saturating_add(duration_ms(policy.horizon()))),
-                None => {
-                    let delay = policy.delay(attempts, previous_delay(record), rng);
-                    now.saturating_add(duration_ms(delay))
-                }
+                    .delay(now, rng)
+                    .min(policy.max_retry_after)
+                    .max(local),
+                None => local,
             };
+            let at = now.saturating_add(duration_ms(delay));
             Step::new(
                 update(Progress {
                     state: State::Retrying,

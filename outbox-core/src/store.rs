@@ -6,9 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::link::LinkState;
 use crate::machine::Transition;
 use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
-use crate::link::LinkState;
 use crate::state::State;
 
 /// The payload limit a backend applies unless configured otherwise: 1 MiB, large enough for

@@ -229,7 +229,11 @@ impl Inner {
                 }
             }
             Change::Requeue { at } => {
-                if self.records.get(&id).is_none_or(|r| r.state != State::Rejected) {
+                if self
+                    .records
+                    .get(&id)
+                    .is_none_or(|r| r.state != State::Rejected)
+                {
                     return false;
                 }
                 let Some(old) = self.remove(id) else {
