@@ -669,9 +669,11 @@ impl Scheduler {
                 match pending {
                     // Nothing of it was written: the transitions wait for the next write,
                     // and nothing was claimed.
-                    Pending::Write { mut writes, .. } => {
+                    Pending::Write { mut writes, claim } => {
                         writes.append(&mut self.writes);
                         self.writes = writes;
+                        // The claim is made again once the store is back.
+                        self.wanted |= claim.is_some();
                     }
                     Pending::NextDue | Pending::Changed => {}
                     // The halt holds in memory; persisting it is tried again.
@@ -902,4 +904,531 @@ impl Scheduler {
 
 fn offset(now: Now) -> i128 {
     i128::from(now.wall) - i128::from(now.mono)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Backoff, Jitter};
+    use crate::state::State;
+
+    const WALL: Millis = 1_700_000_000_000;
+
+    fn at(mono: Millis) -> Now {
+        Now {
+            wall: WALL + mono,
+            mono,
+        }
+    }
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy::default()
+            .with_backoff(Backoff::exponential(
+                Duration::from_secs(1),
+                2.0,
+                Duration::from_secs(60),
+            ))
+            .with_jitter(Jitter::None)
+    }
+
+    fn scheduler(config: RunnerConfig) -> Scheduler {
+        Scheduler::new(config, policy(), 1, 2, at(0), None)
+    }
+
+    fn record(id: u64, group: Option<&str>) -> Record {
+        let mut r = Record::fresh(
+            RecordId(id),
+            group.map(str::to_owned),
+            vec![],
+            format!("k{id}"),
+            WALL,
+        );
+        r.state = State::InFlight;
+        r
+    }
+
+    /// Every action until the scheduler waits.
+    fn drain(s: &mut Scheduler) -> Vec<Action> {
+        std::iter::from_fn(|| s.poll_action()).collect()
+    }
+
+    /// Answers the store call the last actions asked for, claiming `records` if it claimed.
+    fn answer(s: &mut Scheduler, now: Now, actions: &[Action], records: Vec<Record>) {
+        let Some(Action::Io(io)) = actions.last() else {
+            panic!("no store call in {actions:?}");
+        };
+        let done = match io {
+            Io::Write { claim, .. } => IoDone {
+                claimed: claim
+                    .map(|c| {
+                        records
+                            .into_iter()
+                            .map(|mut r| {
+                                r.lease = Some(c.lease);
+                                r
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                ..IoDone::default()
+            },
+            _ => IoDone::default(),
+        };
+        s.handle(now, Input::Done(Ok(done)));
+    }
+
+    /// Drains and answers every store call (nothing claimed, `due` as the next deadline)
+    /// until the scheduler waits; returns every action.
+    fn settle(s: &mut Scheduler, now: Now, due: Option<Millis>) -> Vec<Action> {
+        let mut all = Vec::new();
+        loop {
+            let actions = drain(s);
+            if actions.is_empty() {
+                return all;
+            }
+            let io = matches!(actions.last(), Some(Action::Io(_)));
+            let next_due = matches!(actions.last(), Some(Action::Io(Io::NextDue)));
+            all.extend(actions);
+            if !io {
+                return all;
+            }
+            let done = IoDone {
+                next_due: if next_due { due } else { None },
+                ..IoDone::default()
+            };
+            s.handle(now, Input::Done(Ok(done)));
+        }
+    }
+
+    fn delivered(actions: &[Action]) -> Vec<RecordId> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deliver(r) => Some(r.id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn writes(actions: &[Action]) -> Vec<(usize, bool)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Io(Io::Write { transitions, claim }) => {
+                    Some((transitions.len(), claim.is_some()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Starts a round that claims `records`; returns the actions after the claim.
+    fn claimed(s: &mut Scheduler, now: Now, records: Vec<Record>) -> Vec<Action> {
+        let first = drain(s);
+        assert_eq!(writes(&first), [(0, true)], "{first:?}");
+        answer(s, now, &first, records);
+        drain(s)
+    }
+
+    #[test]
+    fn a_round_starts_concurrency_deliveries_and_writes_outcomes_with_the_next_claim() {
+        let config = RunnerConfig::default().with_batch(3).with_concurrency(2);
+        let mut s = scheduler(config);
+        let actions = claimed(&mut s, at(0), (1..=3).map(|i| record(i, None)).collect());
+        assert_eq!(delivered(&actions), [RecordId(1), RecordId(2)]);
+        assert_eq!(s.holding(), 3);
+        s.handle(
+            at(5),
+            Input::Reported {
+                id: RecordId(1),
+                report: Report::Outcome(Outcome::Delivered),
+            },
+        );
+        let actions = drain(&mut s);
+        assert_eq!(delivered(&actions), [RecordId(3)]);
+        assert!(writes(&actions).is_empty(), "outcomes wait for the round");
+        for id in [2, 3] {
+            s.handle(
+                at(6),
+                Input::Reported {
+                    id: RecordId(id),
+                    report: Report::Outcome(Outcome::Delivered),
+                },
+            );
+        }
+        // The claim was full: the three outcomes travel with the next claim, in one write.
+        let actions = drain(&mut s);
+        assert_eq!(writes(&actions), [(3, true)]);
+        assert_eq!(s.holding(), 4, "three outcomes and a claim under way");
+        answer(&mut s, at(7), &actions, vec![]);
+        let after = drain(&mut s);
+        let events = after
+            .iter()
+            .filter(|a| matches!(a, Action::Emit(Event::Delivered { .. })))
+            .count();
+        assert_eq!(events, 3, "events only once written: {after:?}");
+        assert_eq!(s.holding(), 0);
+        assert!(matches!(after.last(), Some(Action::Io(Io::NextDue))));
+    }
+
+    #[test]
+    fn slow_deliveries_let_the_finished_ones_be_written_after_the_commit_delay() {
+        let mut s = scheduler(RunnerConfig::default().with_concurrency(2));
+        claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
+        s.handle(
+            at(1),
+            Input::Reported {
+                id: RecordId(1),
+                report: Report::Outcome(Outcome::Delivered),
+            },
+        );
+        assert!(writes(&drain(&mut s)).is_empty());
+        assert_eq!(s.poll_timeout(), Some(1 + COMMIT_DELAY));
+        s.handle(at(1 + COMMIT_DELAY), Input::Timer);
+        assert_eq!(writes(&drain(&mut s)), [(1, false)]);
+    }
+
+    #[test]
+    fn leases_are_renewed_every_third_of_a_lease_for_running_and_waiting_records() {
+        let config = RunnerConfig::default().with_concurrency(1);
+        let mut s = scheduler(config);
+        claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
+        assert_eq!(s.poll_timeout(), Some(10_000));
+        s.handle(at(10_000), Input::Timer);
+        let actions = drain(&mut s);
+        let Some(Action::Io(Io::Renew { ids, lease })) = actions.first() else {
+            panic!("{actions:?}");
+        };
+        assert_eq!(ids.len(), 2);
+        assert_eq!(lease.until, WALL + 40_000);
+    }
+
+    #[test]
+    fn shutdown_aborts_deliveries_at_the_grace_deadline_and_releases_them() {
+        let mut s = scheduler(RunnerConfig::default());
+        claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
+        s.handle(at(100), Input::Shutdown { grace: 500 });
+        assert!(drain(&mut s).is_empty());
+        assert_eq!(s.poll_timeout(), Some(500));
+        s.handle(at(500), Input::Timer);
+        assert_eq!(drain(&mut s), [Action::AbortDeliveries]);
+        for id in [1, 2] {
+            s.handle(
+                at(501),
+                Input::Reported {
+                    id: RecordId(id),
+                    report: Report::Abandoned,
+                },
+            );
+        }
+        let actions = drain(&mut s);
+        assert_eq!(writes(&actions), [(2, false)], "released, nothing claimed");
+        answer(&mut s, at(502), &actions, vec![]);
+        assert!(drain(&mut s).is_empty());
+        assert!(s.is_finished());
+    }
+
+    #[test]
+    fn a_no_answer_takes_the_link_down_and_the_probe_waits_for_the_records_own_deadline() {
+        let mut s = scheduler(RunnerConfig::default().with_concurrency(1));
+        claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
+        s.handle(
+            at(10),
+            Input::Reported {
+                id: RecordId(1),
+                report: Report::Outcome(Outcome::no_answer("refused")),
+            },
+        );
+        let actions = drain(&mut s);
+        assert!(actions.contains(&Action::Emit(Event::LinkDown {
+            since: WALL + 10,
+            error: "refused".into()
+        })));
+        // Record 2 is not hammered: released with record 1's outcome.
+        assert!(delivered(&actions).is_empty());
+        let Some(Action::Io(Io::Write { transitions, claim })) = actions.last() else {
+            panic!("{actions:?}");
+        };
+        assert_eq!((transitions.len(), claim.is_none()), (2, true));
+        let Some(machine::Change::Update(p)) = transitions
+            .iter()
+            .find(|t| t.id == RecordId(1))
+            .map(|t| &t.change)
+        else {
+            panic!()
+        };
+        // No jitter: the first no-answer waits the backoff's 1 s, and so does the probe.
+        assert_eq!(p.next_attempt_at, Some(WALL + 1_010));
+        answer(&mut s, at(11), &actions, vec![]);
+        // Record 2 is due now, but the link waits for the probe.
+        settle(&mut s, at(11), Some(WALL));
+        s.handle(at(12), Input::Wake);
+        assert!(drain(&mut s).is_empty(), "an enqueue does not probe early");
+        assert_eq!(s.poll_timeout(), Some(1_010));
+        s.handle(at(1_010), Input::Timer);
+        let probe = drain(&mut s);
+        let Some(Action::Io(Io::Write {
+            claim: Some(claim), ..
+        })) = probe.last()
+        else {
+            panic!("{probe:?}");
+        };
+        assert_eq!(claim.limit, 1, "one record probes the link");
+    }
+
+    #[test]
+    fn an_answer_brings_the_link_up_and_releases_the_no_answer_waits() {
+        let mut s = scheduler(RunnerConfig::default().with_concurrency(1));
+        claimed(&mut s, at(0), vec![record(1, None)]);
+        s.handle(
+            at(10),
+            Input::Reported {
+                id: RecordId(1),
+                report: Report::Outcome(Outcome::no_answer("refused")),
+            },
+        );
+        settle(&mut s, at(10), Some(WALL + 1_010));
+        assert_eq!(s.poll_timeout(), Some(1_010));
+        // The probe, 1 s later, is another record; the server answers.
+        s.handle(at(1_010), Input::Timer);
+        let probe = drain(&mut s);
+        answer(&mut s, at(1_010), &probe, vec![record(2, None)]);
+        drain(&mut s);
+        s.handle(
+            at(1_020),
+            Input::Reported {
+                id: RecordId(2),
+                report: Report::Outcome(Outcome::transient("HTTP 503", None)),
+            },
+        );
+        let actions = drain(&mut s);
+        assert!(actions.contains(&Action::Emit(Event::LinkUp {
+            down_for: Duration::from_millis(1_010)
+        })));
+        assert!(
+            actions.contains(&Action::Io(Io::Relink {
+                ids: vec![RecordId(1)]
+            })),
+            "{actions:?}"
+        );
+        assert!(s.link().is_up());
+    }
+
+    #[test]
+    fn going_online_releases_the_waits_and_claims_at_once() {
+        let mut s = scheduler(RunnerConfig::default());
+        claimed(&mut s, at(0), vec![record(1, None)]);
+        s.handle(
+            at(10),
+            Input::Reported {
+                id: RecordId(1),
+                report: Report::Outcome(Outcome::no_answer("no route")),
+            },
+        );
+        let actions = drain(&mut s);
+        answer(&mut s, at(10), &actions, vec![]);
+        let next = drain(&mut s);
+        answer(&mut s, at(10), &next, vec![]);
+        s.handle(at(20), Input::Online(false));
+        assert!(drain(&mut s).is_empty());
+        s.handle(at(30), Input::Online(true));
+        let actions = drain(&mut s);
+        assert_eq!(
+            actions.last(),
+            Some(&Action::Io(Io::Relink {
+                ids: vec![RecordId(1)]
+            }))
+        );
+        s.handle(
+            at(31),
+            Input::Done(Ok(IoDone {
+                changed: 1,
+                ..IoDone::default()
+            })),
+        );
+        let claim = drain(&mut s);
+        assert_eq!(writes(&claim), [(0, true)], "claimed at once: {claim:?}");
+    }
+
+    #[test]
+    fn a_step_back_rebases_by_the_measured_step_and_shifts_the_probe() {
+        let mut s = scheduler(RunnerConfig::default());
+        drain(&mut s);
+        s.handle(at(0), Input::Done(Ok(IoDone::default())));
+        drain(&mut s);
+        s.handle(at(0), Input::Done(Ok(IoDone::default())));
+        // The wall clock is set back a day between two wakes one second apart.
+        let day = 86_400_000;
+        s.handle(
+            Now {
+                wall: WALL + 1_000 - day,
+                mono: 1_000,
+            },
+            Input::Timer,
+        );
+        let actions = drain(&mut s);
+        assert_eq!(
+            actions.first(),
+            Some(&Action::Io(Io::Rebase { step: Some(day) }))
+        );
+        // A forward step or a small drift re-bases nothing.
+        let mut s = scheduler(RunnerConfig::default());
+        s.handle(
+            Now {
+                wall: WALL + 1_500 + day,
+                mono: 1_000,
+            },
+            Input::Timer,
+        );
+        assert!(!drain(&mut s)
+            .iter()
+            .any(|a| matches!(a, Action::Io(Io::Rebase { .. }))));
+    }
+
+    #[test]
+    fn concurrent_refusals_halt_once_and_release_the_rest() {
+        let mut s = scheduler(RunnerConfig::default());
+        claimed(&mut s, at(0), (1..=4).map(|i| record(i, None)).collect());
+        let mut actions = Vec::new();
+        for id in 1..=4 {
+            s.handle(
+                at(5),
+                Input::Reported {
+                    id: RecordId(id),
+                    report: Report::Outcome(Outcome::halt("HTTP 401")),
+                },
+            );
+            actions.extend(settle(&mut s, at(5), None));
+        }
+        let set_halts: Vec<_> = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Io(Io::SetHalt(Some(_)))))
+            .collect();
+        assert_eq!(set_halts.len(), 1, "{actions:?}");
+        let halted = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Emit(Event::Halted { .. })))
+            .count();
+        assert_eq!(halted, 1, "{actions:?}");
+        assert_eq!(s.halt().map(|h| h.reason.as_str()), Some("HTTP 401"));
+        // Every record was released: nothing spent.
+        for a in &actions {
+            if let Action::Io(Io::Write { transitions, .. }) = a {
+                for t in transitions {
+                    let machine::Change::Update(p) = &t.change else {
+                        panic!()
+                    };
+                    assert_eq!(p.attempts, 0);
+                }
+            }
+        }
+        // Halted: a wake claims nothing; resume clears the persisted halt, then claims.
+        s.handle(at(6), Input::Wake);
+        assert!(writes(&settle(&mut s, at(6), None))
+            .iter()
+            .all(|(_, claim)| !claim));
+        s.handle(at(7), Input::Resume);
+        let resume = drain(&mut s);
+        assert_eq!(resume, [Action::Io(Io::SetHalt(None))]);
+        answer(&mut s, at(7), &resume, vec![]);
+        let after = drain(&mut s);
+        assert_eq!(after.first(), Some(&Action::Emit(Event::Resumed)));
+        assert_eq!(writes(&after), [(0, true)]);
+    }
+
+    #[test]
+    fn a_persisted_halt_holds_from_the_start() {
+        let halt = Halt {
+            reason: "HTTP 401".into(),
+            since: WALL - 5,
+        };
+        let mut s = Scheduler::new(RunnerConfig::default(), policy(), 1, 2, at(0), Some(halt));
+        let actions = drain(&mut s);
+        assert!(writes(&actions).is_empty(), "{actions:?}");
+    }
+
+    #[test]
+    fn rejections_of_different_groups_in_a_row_halt_as_a_misconfiguration() {
+        let mut s = scheduler(RunnerConfig::default().with_rejection_storm(3));
+        let records = vec![
+            record(1, Some("a")),
+            record(2, Some("a")),
+            record(3, Some("b")),
+            record(4, None),
+        ];
+        claimed(&mut s, at(0), records);
+        for id in 1..=4 {
+            s.handle(
+                at(5),
+                Input::Reported {
+                    id: RecordId(id),
+                    report: Report::Outcome(Outcome::rejected("HTTP 404")),
+                },
+            );
+        }
+        assert_eq!(
+            s.halt().map(|h| h.reason.as_str()),
+            Some("suspected misconfiguration: 3 rejections in a row (HTTP 404)")
+        );
+        // One delivery answered otherwise resets the count.
+        let mut s = scheduler(RunnerConfig::default().with_rejection_storm(3));
+        claimed(&mut s, at(0), (1..=4).map(|i| record(i, None)).collect());
+        for (id, outcome) in [
+            (1, Outcome::rejected("HTTP 404")),
+            (2, Outcome::rejected("HTTP 404")),
+            (3, Outcome::Delivered),
+            (4, Outcome::rejected("HTTP 404")),
+        ] {
+            s.handle(
+                at(5),
+                Input::Reported {
+                    id: RecordId(id),
+                    report: Report::Outcome(outcome),
+                },
+            );
+        }
+        assert!(s.halt().is_none());
+    }
+
+    #[test]
+    fn a_store_failure_keeps_the_outcomes_and_backs_off() {
+        let mut s = scheduler(RunnerConfig::default().with_batch(1));
+        claimed(&mut s, at(0), vec![record(1, None)]);
+        s.handle(
+            at(5),
+            Input::Reported {
+                id: RecordId(1),
+                report: Report::Outcome(Outcome::Delivered),
+            },
+        );
+        assert_eq!(writes(&drain(&mut s)), [(1, true)]);
+        s.handle(at(6), Input::Done(Err("disk full".into())));
+        let actions = drain(&mut s);
+        assert!(matches!(
+            actions.as_slice(),
+            [Action::Log(Notice::StoreFailed { .. })]
+        ));
+        assert_eq!(s.holding(), 1, "the outcome is kept");
+        assert_eq!(s.poll_timeout(), Some(1_006));
+        s.handle(at(1_006), Input::Timer);
+        assert_eq!(
+            writes(&drain(&mut s)),
+            [(1, true)],
+            "written with the claim"
+        );
+    }
+
+    #[test]
+    fn a_suspect_goes_alone_and_the_others_are_released_at_once() {
+        let mut s = scheduler(RunnerConfig::default());
+        let mut suspect = record(2, None);
+        suspect.interrupted = 1;
+        let actions = claimed(
+            &mut s,
+            at(0),
+            vec![record(1, None), suspect, record(3, None)],
+        );
+        assert_eq!(delivered(&actions), [RecordId(2)]);
+        assert_eq!(writes(&actions), [(2, false)]);
+    }
 }
