@@ -3,13 +3,13 @@
 //!
 //! It is split the way a sans-IO protocol stack is: [`scheduler`] holds every decision as a
 //! plain value (what to claim, what to write, when to wake, what the link and a halt mean, how
-//! a clock step is handled), and [`shell`] is the thin async task that performs its actions on
+//! a clock step is handled), and `shell` is the thin async task that performs its actions on
 //! the store and the sink and feeds back what happened. The runner wakes on an enqueue (or
 //! [`Outbox::notify`](crate::Outbox::notify)), on a timer for the earliest deadline, on a
 //! connectivity transition, on `resume` and on shutdown; triggers that arrive during a drain
 //! coalesce into one more round.
 
-pub(crate) mod scheduler;
+pub mod scheduler;
 pub(crate) mod shell;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

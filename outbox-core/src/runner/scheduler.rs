@@ -1,10 +1,27 @@
 //! The runner's decisions as a plain value: events in, actions and the next wake-up out.
 //!
 //! Nothing here reads a clock, sleeps, spawns or touches the store or the sink. The async
-//! shell ([`super::shell`]) feeds it what happened ([`Input`], with the wall and monotonic
+//! shell (`runner::shell`, private) feeds it what happened ([`Input`], with the wall and monotonic
 //! time of the reading) and performs what it asks for ([`Action`]), one store call at a time,
 //! sleeping until [`Scheduler::poll_timeout`] in between. Every rule of the runner is
 //! therefore a unit test on plain values.
+//!
+//! It is public for those who drive many runners without tokio, e.g. a simulation of a fleet
+//! on a virtual clock (the `fleet-sim` tool in `benches` does exactly that). An application
+//! uses [`Outbox`](crate::Outbox), which runs it for you.
+//!
+//! ```
+//! use outbox_core::runner::scheduler::{Action, Io, Now, Scheduler};
+//! use outbox_core::{RetryPolicy, RunnerConfig};
+//!
+//! let now = Now { wall: 1_700_000_000_000, mono: 0 };
+//! let mut runner = Scheduler::new(RunnerConfig::default(), RetryPolicy::default(), 1, 2, now, None);
+//! // Started, it looks for due work: one store call that claims.
+//! let Some(Action::Io(Io::Write { claim: Some(claim), .. })) = runner.poll_action() else {
+//!     unreachable!()
+//! };
+//! assert_eq!(claim.limit, 32);
+//! ```
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -23,10 +40,10 @@ use crate::store::{Claim, Halt};
 /// How long finished deliveries wait for others of their round before their outcomes are
 /// written anyway: long enough to gather a wave of quick deliveries into one write, short
 /// enough that a slow neighbour does not hold them back.
-pub(crate) const COMMIT_DELAY: Millis = 20;
+pub const COMMIT_DELAY: Millis = 20;
 
 /// A change of the wall clock against the monotonic clock larger than this is a step.
-pub(crate) const STEP_TOLERANCE: Millis = 2_000;
+pub const STEP_TOLERANCE: Millis = 2_000;
 
 /// Records remembered as already warned about a cut `Retry-After`.
 const MAX_WARNED: usize = 1_024;
@@ -34,14 +51,17 @@ const MAX_WARNED: usize = 1_024;
 /// One reading of both clocks: wall-clock milliseconds (persisted deadlines) and milliseconds
 /// of the monotonic clock since the runner started (timers).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Now {
-    pub(crate) wall: Millis,
-    pub(crate) mono: Millis,
+pub struct Now {
+    /// Wall-clock milliseconds since the Unix epoch.
+    pub wall: Millis,
+    /// Milliseconds of a monotonic clock since the runner started.
+    pub mono: Millis,
 }
 
 /// How one delivery ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Report {
+#[non_exhaustive]
+pub enum Report {
     /// The sink reported (a conflict already through the resolver).
     Outcome(Outcome),
     /// The sink panicked: counted as an interruption.
@@ -52,7 +72,8 @@ pub(crate) enum Report {
 
 /// What happened, as the shell tells it.
 #[derive(Debug)]
-pub(crate) enum Input {
+#[non_exhaustive]
+pub enum Input {
     /// An enqueue, `notify` or a manual verb: look for due work.
     Wake,
     /// A timeout the scheduler asked for passed (or nothing but the clock changed).
@@ -62,67 +83,112 @@ pub(crate) enum Input {
     /// The application resumed the runner.
     Resume,
     /// Shutdown: deliveries under way may report until `grace` (monotonic).
-    Shutdown { grace: Millis },
+    Shutdown {
+        /// Monotonic milliseconds.
+        grace: Millis,
+    },
     /// A delivery ended.
-    Reported { id: RecordId, report: Report },
+    Reported {
+        /// The record.
+        id: RecordId,
+        /// How the delivery ended.
+        report: Report,
+    },
     /// The store call of the last [`Io`] returned.
     Done(Result<IoDone, String>),
 }
 
 /// What a store call returned.
 #[derive(Debug, Default)]
-pub(crate) struct IoDone {
+pub struct IoDone {
     /// Ids of the written transitions whose guard did not hold.
-    pub(crate) skipped: Vec<RecordId>,
+    pub skipped: Vec<RecordId>,
     /// Records claimed by a write with a claim.
-    pub(crate) claimed: Vec<Record>,
+    pub claimed: Vec<Record>,
     /// The earliest deadline, for [`Io::NextDue`].
-    pub(crate) next_due: Option<Millis>,
+    pub next_due: Option<Millis>,
     /// Records a chore changed (recovered, re-based, released).
-    pub(crate) changed: usize,
+    pub changed: usize,
 }
 
 /// A store call for the shell to make, then report with [`Input::Done`].
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Io {
+#[non_exhaustive]
+pub enum Io {
     /// `Store::round`: the transitions, then the claim if any, in one commit.
     Write {
+        /// Outcomes and releases to apply first.
         transitions: Vec<Transition>,
+        /// The claim to make after them, if any.
         claim: Option<Claim>,
     },
     /// `Store::renew` for the records of the round.
-    Renew { ids: Vec<RecordId>, lease: Lease },
+    Renew {
+        /// The records.
+        ids: Vec<RecordId>,
+        /// The lease with its new expiry.
+        lease: Lease,
+    },
     /// `Store::next_due`.
     NextDue,
     /// Recover expired leases of any process (each counts one interruption).
     RecoverExpired,
     /// Recover in-flight records whose lease lies further ahead than one lease (taken before
     /// the wall clock stepped back, by a process now gone), except `ours`.
-    RecoverFarLeases { ours: Vec<RecordId> },
+    RecoverFarLeases {
+        /// Records this runner holds: never recovered.
+        ours: Vec<RecordId>,
+    },
     /// Re-base records scheduled before a step back: by `step` when measured, else from now.
-    Rebase { step: Option<Millis> },
+    Rebase {
+        /// The step back, in milliseconds, when the runner measured it.
+        step: Option<Millis>,
+    },
     /// Make records waiting out a no-answer backoff due now (the link is back).
-    Relink { ids: Vec<RecordId> },
+    Relink {
+        /// The records.
+        ids: Vec<RecordId>,
+    },
     /// Persist the halt, or clear it.
     SetHalt(Option<Halt>),
 }
 
 /// A log line that is not an event.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Notice {
+#[non_exhaustive]
+pub enum Notice {
     /// The link is still down.
-    LinkStillDown { since: Millis, last_error: String },
+    LinkStillDown {
+        /// When it went down.
+        since: Millis,
+        /// The last transport error.
+        last_error: String,
+    },
     /// A server asked to wait longer than `max_retry_after`; warned once per record.
-    RetryAfterCut { id: RecordId, asked: Duration },
+    RetryAfterCut {
+        /// The record.
+        id: RecordId,
+        /// What the server asked for.
+        asked: Duration,
+    },
     /// A sink panicked.
-    SinkPanicked { id: RecordId },
+    SinkPanicked {
+        /// The record.
+        id: RecordId,
+    },
     /// A store call failed; the runner tries again after `retry_in`.
-    StoreFailed { error: String, retry_in: Duration },
+    StoreFailed {
+        /// What the store said.
+        error: String,
+        /// When the runner tries again.
+        retry_in: Duration,
+    },
 }
 
 /// What the shell must do next.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Action {
+#[non_exhaustive]
+pub enum Action {
     /// Start delivering the record.
     Deliver(Record),
     /// Abort every delivery under way (shutdown's grace ran out).
@@ -216,7 +282,7 @@ impl Storm {
 
 /// The runner as a pure value (see the module documentation).
 #[derive(Debug)]
-pub(crate) struct Scheduler {
+pub struct Scheduler {
     config: RunnerConfig,
     policy: RetryPolicy,
     /// The jitter RNG (seeded by the configuration).
@@ -265,7 +331,7 @@ pub(crate) struct Scheduler {
 impl Scheduler {
     /// A runner starting at `now`, halted if the store says so. `token_seed` must differ
     /// between runners (the shell takes it from the process-wide RNG).
-    pub(crate) fn new(
+    pub fn new(
         config: RunnerConfig,
         policy: RetryPolicy,
         seed: u64,
@@ -315,7 +381,7 @@ impl Scheduler {
 
     /// Records this runner holds: claimed and not yet reported, or reported and not yet
     /// written. Derived, never counted by hand.
-    pub(crate) fn holding(&self) -> usize {
+    pub fn holding(&self) -> usize {
         let writing = match &self.pending {
             Some(Pending::Write { writes, claim }) => writes.len() + usize::from(claim.is_some()),
             _ => 0,
@@ -324,22 +390,22 @@ impl Scheduler {
     }
 
     /// The halt in force, if any.
-    pub(crate) fn halt(&self) -> Option<&Halt> {
+    pub fn halt(&self) -> Option<&Halt> {
         self.halt.as_ref()
     }
 
     /// The link as this runner sees it.
-    pub(crate) fn link(&self) -> &LinkState {
+    pub fn link(&self) -> &LinkState {
         self.link.state()
     }
 
     /// True once shutdown finished: nothing held, everything written or given up.
-    pub(crate) fn is_finished(&self) -> bool {
+    pub fn is_finished(&self) -> bool {
         self.finished
     }
 
     /// Takes in what happened at `now`.
-    pub(crate) fn handle(&mut self, now: Now, input: Input) {
+    pub fn handle(&mut self, now: Now, input: Input) {
         self.observe(now);
         match input {
             Input::Wake => self.wanted = true,
@@ -357,7 +423,7 @@ impl Scheduler {
     }
 
     /// The next thing to do, or `None` to wait for an input (until [`Self::poll_timeout`]).
-    pub(crate) fn poll_action(&mut self) -> Option<Action> {
+    pub fn poll_action(&mut self) -> Option<Action> {
         if self.actions.is_empty() && self.pending.is_none() && !self.finished {
             self.decide();
         }
@@ -365,7 +431,7 @@ impl Scheduler {
     }
 
     /// When to feed [`Input::Timer`] at the latest (monotonic milliseconds).
-    pub(crate) fn poll_timeout(&self) -> Option<Millis> {
+    pub fn poll_timeout(&self) -> Option<Millis> {
         let mut at: Option<Millis> = None;
         let mut earliest = |t: Option<Millis>| {
             if let Some(t) = t {
