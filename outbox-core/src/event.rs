@@ -81,12 +81,10 @@ pub enum Event {
         /// How long the link was down.
         down_for: std::time::Duration,
     },
-    /// A rejected record was re-admitted with a fresh budget under a new id.
+    /// A rejected record was re-admitted with a fresh budget, in its own place.
     Requeued {
-        /// The id it had.
+        /// The record.
         id: RecordId,
-        /// Its new id, after what its group still has queued.
-        new_id: RecordId,
     },
     /// The record was removed from delivery; a tombstone stays.
     Discarded {

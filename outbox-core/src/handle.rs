@@ -285,26 +285,29 @@ impl Outbox {
         self.notify();
     }
 
-    /// Re-admits one rejected record with a fresh budget. It moves to a new id, after the
-    /// records its group still has queued; returns that id. A `Requeued` event and a log line
-    /// say so. For a needs-attention record use [`Outbox::retry`].
-    pub async fn requeue(&self, id: RecordId) -> Result<RecordId> {
+    /// Re-admits one rejected record with a fresh budget, in its own place: it goes before
+    /// the later records of its group that are still queued, as it would have without the
+    /// rejection. A `Requeued` event and a log line say so. Refused with
+    /// [`Error::NotRejected`] for a record that is not rejected (use [`Outbox::retry`] for a
+    /// needs-attention one) and with [`Error::RecordInFlight`] while a record of its group is
+    /// being delivered.
+    pub async fn requeue(&self, id: RecordId) -> Result<()> {
         let record = self.record(id).await?;
         let transition =
             machine::requeue(&record, self.shared.now()).ok_or(Error::NotRejected(id))?;
         let applied = self.shared.store.apply(vec![transition]).await?;
-        let Some(&(_, new_id)) = applied.requeued.first() else {
-            return Err(Error::NotRejected(id));
-        };
-        self.shared.emit(Event::Requeued { id, new_id });
+        if !applied.skipped.is_empty() {
+            return Err(Error::RecordInFlight(id));
+        }
+        self.shared.emit(Event::Requeued { id });
         self.notify();
-        Ok(new_id)
+        Ok(())
     }
 
     /// Re-admits every rejected record that `query` matches (its state is taken as rejected),
-    /// in id order, so records of one group keep their order; returns how many. After a
-    /// rejection storm halted the runner, fix the cause, call this, then
-    /// [`Outbox::resume`].
+    /// each in its own place; returns how many. After a rejection storm halted the runner,
+    /// fix the cause, call this, then [`Outbox::resume`]. Records of a group with a record in
+    /// flight are left rejected (call it again once that delivery reported).
     pub async fn requeue_rejected(&self, query: ListQuery) -> Result<u64> {
         let mut query = query.state(State::Rejected);
         if query.limit == 0 {
@@ -316,14 +319,15 @@ impl Outbox {
             let Some(last) = page.last() else { break };
             query.after = Some(last.id);
             let now = self.shared.now();
-            let transitions = page
+            let transitions: Vec<_> = page
                 .iter()
                 .filter_map(|r| machine::requeue(r, now))
                 .collect();
+            let ids: Vec<RecordId> = transitions.iter().map(|t| t.id).collect();
             let applied = self.shared.store.apply(transitions).await?;
-            for (id, new_id) in applied.requeued {
+            for id in ids.into_iter().filter(|id| !applied.skipped.contains(id)) {
                 count += 1;
-                self.shared.emit(Event::Requeued { id, new_id });
+                self.shared.emit(Event::Requeued { id });
             }
         }
         self.notify();

@@ -64,11 +64,12 @@ pub enum Change {
         /// Answered failures the record had spent, counting the one that reached the ceiling.
         attempts: u32,
     },
-    /// Re-admit a rejected record: it moves to a new id after every id so far (so after
-    /// whatever its group still has queued), pending and due at `at`, with a fresh budget
-    /// (attempts, unanswered and interruptions at zero, no last attempt, no last error). Its
-    /// payload, key, group and creation time are kept. Stores apply it only to a rejected
-    /// record and report the new id in [`Applied::requeued`](crate::Applied::requeued).
+    /// Re-admit a rejected record in its own place: pending and due at `at`, with a fresh
+    /// budget (attempts, unanswered and interruptions at zero, no last attempt, no last
+    /// error), keeping its id, so it goes before the later records of its group that are still
+    /// queued, as it would have without the rejection. Stores apply it only to a rejected
+    /// record whose group has no record in flight (which would put two of the group in
+    /// flight); otherwise it is skipped.
     Requeue {
         /// When the record is due again.
         at: Millis,

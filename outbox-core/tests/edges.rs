@@ -409,3 +409,79 @@ fn the_clock_in_use_is_the_stepped_one() {
         assert_eq!(clock.now(), BASE + 1_000 - 86_400_000);
     });
 }
+
+/// A server behind a route that is wrong until fixed: 404 for everything, then 2xx; records
+/// what it accepted, in order.
+#[derive(Clone, Default)]
+struct Route {
+    fixed: Arc<Mutex<bool>>,
+    accepted: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+#[async_trait]
+impl Sink for Route {
+    async fn deliver(&self, record: &Record) -> Outcome {
+        if *self.fixed.lock().unwrap() {
+            self.accepted.lock().unwrap().push(record.payload.clone());
+            Outcome::Delivered
+        } else {
+            Outcome::rejected("HTTP 404")
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wrong_route_halts_after_five_rejections_and_requeue_brings_all_back_in_order() {
+    let store = Arc::new(MemoryStore::new());
+    let sink = Route::default();
+    let outbox = Outbox::builder(store.clone(), sink.clone())
+        .clock(Arc::new(SteppedClock::starting_at(BASE)))
+        .config(config())
+        .start()
+        .await
+        .unwrap();
+    let mut events = outbox.events();
+    // 20 records in 10 groups of two: order inside a group must survive the requeue.
+    let records = (0..20u8)
+        .map(|i| NewRecord::new(vec![i]).in_group(format!("g{}", i % 10)))
+        .collect();
+    outbox.enqueue_batch(records).await.unwrap();
+    run_for(Duration::from_secs(5)).await;
+    let stats = outbox.stats().await.unwrap();
+    let halt = stats.halt.expect("halted");
+    assert_eq!(
+        halt.reason,
+        "suspected misconfiguration: 5 rejections in a row (HTTP 404)"
+    );
+    // A round in flight may finish what it started (concurrency 4), no more.
+    assert!(
+        (5..=8).contains(&stats.rejected),
+        "{} rejected before the halt",
+        stats.rejected
+    );
+    let halts = std::iter::from_fn(|| events.try_recv().ok())
+        .filter(|e| matches!(e, Event::Halted { .. }))
+        .count();
+    assert_eq!(halts, 1);
+    // The operator fixes the route, requeues what was rejected, and resumes.
+    *sink.fixed.lock().unwrap() = true;
+    let requeued = outbox
+        .requeue_rejected(outbox_core::ListQuery::new(100))
+        .await
+        .unwrap();
+    assert_eq!(requeued, stats.rejected);
+    outbox.resume();
+    outbox.flush(Duration::from_secs(30)).await.unwrap();
+    let stats = outbox.stats().await.unwrap();
+    assert_eq!((stats.delivered, stats.rejected), (20, 0));
+    let accepted = sink.accepted.lock().unwrap().clone();
+    assert_eq!(accepted.len(), 20);
+    for group in 0..10u8 {
+        let order: Vec<u8> = accepted
+            .iter()
+            .map(|p| p[0])
+            .filter(|i| i % 10 == group)
+            .collect();
+        assert_eq!(order, [group, group + 10], "group g{group} kept its order");
+    }
+}

@@ -188,8 +188,8 @@ fn log_event(event: &Event) {
         Event::Halted { id, reason } => {
             tracing::error!(record = id.0, %reason, "runner halted until resumed");
         }
-        Event::Requeued { id, new_id } => {
-            tracing::info!(record = id.0, new_id = new_id.0, "rejected record requeued");
+        Event::Requeued { id } => {
+            tracing::info!(record = id.0, "rejected record requeued");
         }
         Event::LinkDown { error, .. } => {
             tracing::warn!(%error, "no answer from the server: link down, probing on backoff");

@@ -76,7 +76,16 @@ pub(crate) async fn run(
                     running.insert(handle.id(), id);
                 }
                 Action::AbortDeliveries => deliveries.abort_all(),
-                Action::Emit(event) => shared.emit(event),
+                Action::Emit(event) => {
+                    // What the event says is visible on the handle before observers hear it.
+                    publish(
+                        &shared,
+                        scheduler.holding(),
+                        scheduler.halt().is_some(),
+                        scheduler.link(),
+                    );
+                    shared.emit(event);
+                }
                 Action::Log(notice) => log(&notice),
                 Action::Io(io) => {
                     let done = perform(&shared, io).await;
