@@ -47,8 +47,8 @@ type Route = dyn Fn(&Record) -> Target + Send + Sync;
 ///   to the error text (the rest of the body is never read);
 /// - no response (refused, reset, timed out before any answer): [`Outcome::NoAnswer`];
 /// - a request that cannot be built (an idempotency key or credential that is not a valid
-///   header value, a URL from the route that is not http(s) or has no host) and a TLS
-///   certificate the client refuses: [`Outcome::Halt`]. These are configuration to fix, not
+///   header value, a URL from the route that is not http(s) or has no host, an https URL
+///   while reqwest has no TLS) and a TLS certificate the client refuses: [`Outcome::Halt`]. These are configuration to fix, not
 ///   a verdict on the record, so they stop the runner instead of rejecting the backlog.
 #[derive(Clone)]
 pub struct HttpSink {
@@ -249,9 +249,18 @@ impl HttpSink {
         let response = match self.client.execute(request).await {
             Ok(response) => response,
             Err(err) if err.is_builder() => return cannot_build(&describe(&err)),
-            Err(err) if is_certificate_error(&err) => {
+            Err(err) if err.is_connect() && names(&err, "certificate") => {
                 return Outcome::halt(format!(
                     "TLS certificate refused (configuration, not this record): {}",
+                    describe(&err)
+                ))
+            }
+            // reqwest built without TLS refuses https at connect time: no server can ever
+            // answer, so it is configuration, not a link that is down.
+            Err(err) if err.is_connect() && names(&err, "scheme is not http") => {
+                return Outcome::halt(format!(
+                    "https needs TLS support (outbox-http's `tls` feature) \
+                     (configuration, not this record): {}",
                     describe(&err)
                 ))
             }
@@ -321,13 +330,14 @@ fn describe(err: &reqwest::Error) -> String {
         .join(": ")
 }
 
-/// True for a TLS handshake the client broke off over a certificate (unknown issuer, expired,
-/// wrong name, none presented). Every TLS stack reqwest can use names the certificate in its
-/// message (rustls: "invalid peer certificate", OpenSSL: "certificate verify failed", ...),
-/// and reqwest reports all of them as connect errors, so the text is what they share.
-fn is_certificate_error(err: &reqwest::Error) -> bool {
-    err.is_connect()
-        && chain(err).any(|e| e.to_string().to_ascii_lowercase().contains("certificate"))
+/// True when an error of the chain says `what` (case-insensitive).
+///
+/// A TLS handshake broken off over a certificate (unknown issuer, expired, wrong name, none
+/// presented) has no error type common to the TLS stacks reqwest can use, but each names the
+/// certificate in its message (rustls: "invalid peer certificate", OpenSSL: "certificate
+/// verify failed", ...), and reqwest reports all of them as connect errors.
+fn names(err: &reqwest::Error, what: &str) -> bool {
+    chain(err).any(|e| e.to_string().to_ascii_lowercase().contains(what))
 }
 
 fn with_detail(outcome: Outcome, detail: &str) -> Outcome {

@@ -254,6 +254,12 @@ async fn a_request_that_cannot_be_built_halts_and_reaches_no_server() {
         let reason = halted(sink.deliver(&record()).await);
         assert!(reason.contains("could not be built"), "{reason}");
     }
+    // Without the `tls` feature reqwest cannot speak https: configuration again.
+    if cfg!(not(feature = "tls")) {
+        let sink = HttpSink::post(&base.replace("http:", "https:")).unwrap();
+        let reason = halted(sink.deliver(&record()).await);
+        assert!(reason.contains("https needs TLS support"), "{reason}");
+    }
     assert_eq!(seen.len(), 0, "no request reached the server");
 }
 
