@@ -249,23 +249,16 @@ impl HttpSink {
         let response = match self.client.execute(request).await {
             Ok(response) => response,
             Err(err) if err.is_builder() => return cannot_build(&describe(&err)),
-            Err(err) if err.is_connect() && names(&err, "certificate") => {
-                return Outcome::halt(format!(
-                    "TLS certificate refused (configuration, not this record): {}",
-                    describe(&err)
-                ))
+            Err(err) => {
+                if let Some(why) = misconfigured(&err).filter(|_| err.is_connect()) {
+                    return Outcome::halt(format!(
+                        "{why} (configuration, not this record): {}",
+                        describe(&err)
+                    ));
+                }
+                // Connect errors, resets and timeouts before a response: nobody answered.
+                return Outcome::no_answer(describe(&err));
             }
-            // reqwest built without TLS refuses https at connect time: no server can ever
-            // answer, so it is configuration, not a link that is down.
-            Err(err) if err.is_connect() && names(&err, "scheme is not http") => {
-                return Outcome::halt(format!(
-                    "https needs TLS support (outbox-http's `tls` feature) \
-                     (configuration, not this record): {}",
-                    describe(&err)
-                ))
-            }
-            // Connect errors, resets and timeouts before a response: nobody answered.
-            Err(err) => return Outcome::no_answer(describe(&err)),
         };
         let header = |name| {
             response
@@ -316,10 +309,10 @@ async fn reason(mut response: reqwest::Response) -> String {
 }
 
 /// Each error of the chain, outermost first.
-fn chain(err: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
-    std::iter::successors(Some(err as &(dyn std::error::Error + 'static)), |e| {
-        e.source()
-    })
+fn chain<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source())
 }
 
 /// The error and its causes in one line.
@@ -330,14 +323,23 @@ fn describe(err: &reqwest::Error) -> String {
         .join(": ")
 }
 
-/// True when an error of the chain says `what` (case-insensitive).
+/// Why a connect error is the sink's configuration rather than a link that is down, if it is.
 ///
-/// A TLS handshake broken off over a certificate (unknown issuer, expired, wrong name, none
-/// presented) has no error type common to the TLS stacks reqwest can use, but each names the
-/// certificate in its message (rustls: "invalid peer certificate", OpenSSL: "certificate
-/// verify failed", ...), and reqwest reports all of them as connect errors.
-fn names(err: &reqwest::Error, what: &str) -> bool {
-    chain(err).any(|e| e.to_string().to_ascii_lowercase().contains(what))
+/// - A TLS handshake broken off over a certificate (unknown issuer, expired, wrong name, none
+///   presented). The TLS stacks reqwest can use share no error type for it, but each names
+///   the certificate in its message (rustls: "invalid peer certificate", OpenSSL:
+///   "certificate verify failed", ...), so the message is what is matched.
+/// - An https URL while reqwest was built without TLS: its connector refuses every such
+///   request with "scheme is not http", so no server can ever answer.
+fn misconfigured(err: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    let says = |what: &str| chain(err).any(|e| e.to_string().to_ascii_lowercase().contains(what));
+    if says("certificate") {
+        Some("TLS certificate refused")
+    } else if says("scheme is not http") {
+        Some("https needs TLS support (outbox-http's `tls` feature)")
+    } else {
+        None
+    }
 }
 
 fn with_detail(outcome: Outcome, detail: &str) -> Outcome {
@@ -357,5 +359,61 @@ fn with_detail(outcome: Outcome, detail: &str) -> Outcome {
 impl Sink for HttpSink {
     async fn deliver(&self, record: &Record) -> Outcome {
         self.send(record).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::misconfigured;
+
+    /// A connect error wrapping what the TLS stack said, as reqwest's chain does.
+    #[derive(Debug)]
+    struct Connect(io::Error);
+
+    impl std::fmt::Display for Connect {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("client error (Connect)")
+        }
+    }
+
+    impl std::error::Error for Connect {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    fn connect(says: &str) -> Connect {
+        Connect(io::Error::new(io::ErrorKind::InvalidData, says.to_owned()))
+    }
+
+    #[test]
+    fn a_refused_certificate_is_configuration() {
+        for says in [
+            "invalid peer certificate: UnknownIssuer",
+            "invalid peer certificate: Expired",
+            "error:0A000086:SSL routines::certificate verify failed",
+            "peer sent no certificates",
+        ] {
+            assert_eq!(
+                misconfigured(&connect(says)),
+                Some("TLS certificate refused"),
+                "{says}"
+            );
+        }
+        assert!(misconfigured(&connect("invalid URL, scheme is not http"))
+            .is_some_and(|why| why.starts_with("https needs TLS")));
+    }
+
+    #[test]
+    fn a_link_that_is_down_is_not() {
+        for says in [
+            "Connection refused (os error 111)",
+            "connection reset by peer",
+            "received corrupt message of type InvalidContentType",
+        ] {
+            assert_eq!(misconfigured(&connect(says)), None, "{says}");
+        }
     }
 }
