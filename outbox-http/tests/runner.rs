@@ -251,15 +251,17 @@ async fn a_refused_credential_is_replaced_and_the_runner_resumed() {
     .await;
     let token = Token::bearer("old");
     let sink = HttpSink::post(&url).unwrap().credentials(token.clone());
-    // One delivery at a time, so exactly one request meets the old token.
-    let config = RunnerConfig {
-        concurrency: 1,
-        ..RunnerConfig::default()
-    };
-    let outbox = start_with(sink, clock, RetryPolicy::default(), config).await;
+    // The default concurrency: both requests are in flight when the refusals come back.
+    let outbox = start_with(sink, clock, RetryPolicy::default(), RunnerConfig::default()).await;
     let mut events = outbox.events();
-    let first = outbox.enqueue(NewRecord::new(b"1".to_vec())).await.unwrap();
-    let second = outbox.enqueue(NewRecord::new(b"2".to_vec())).await.unwrap();
+    let ids = outbox
+        .enqueue_batch(vec![
+            NewRecord::new(b"1".to_vec()),
+            NewRecord::new(b"2".to_vec()),
+        ])
+        .await
+        .unwrap();
+    let (first, second) = (ids[0], ids[1]);
 
     let reason = next(&mut events, |e| match e {
         Event::Halted { reason, .. } => Some(reason.clone()),
@@ -268,9 +270,10 @@ async fn a_refused_credential_is_replaced_and_the_runner_resumed() {
     .await;
     assert!(reason.contains("HTTP 401: token expired"), "{reason}");
     assert!(outbox.is_halted());
-    // Nothing was spent: the record was not at fault.
-    let record = outbox.get(first).await.unwrap().unwrap();
-    assert_eq!(record.attempts, 0);
+    // Nothing was spent: the records were not at fault.
+    for id in [first, second] {
+        assert_eq!(outbox.get(id).await.unwrap().unwrap().attempts, 0);
+    }
     // What the app does on `Halted`: log in again, store the new token, resume.
     token.set_bearer("new");
     outbox.resume();
@@ -285,7 +288,7 @@ async fn a_refused_credential_is_replaced_and_the_runner_resumed() {
     }
     delivered.sort();
     assert_eq!(delivered, [first, second]);
-    assert_eq!(halts, 0, "one refusal, one halt");
+    assert_eq!(halts, 0, "two refusals in flight, one halt");
     let record = outbox.get(first).await;
     assert!(
         record.unwrap().is_none(),
@@ -298,6 +301,9 @@ async fn a_refused_credential_is_replaced_and_the_runner_resumed() {
         .into_iter()
         .map(|s| s.authorization.unwrap_or_default())
         .collect();
-    assert_eq!(sent, ["Bearer old", "Bearer new", "Bearer new"]);
+    assert_eq!(
+        sent,
+        ["Bearer old", "Bearer old", "Bearer new", "Bearer new"]
+    );
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
