@@ -3,8 +3,8 @@
 use outbox_core::DEFAULT_MAX_PAYLOAD;
 
 /// What a returned write promises. Applies to every write the store commits itself (enqueue,
-/// claim, apply, round, renew, halt, prune); [`RedbStore::enqueue_in`](crate::RedbStore::enqueue_in) commits
-/// with whatever durability the caller set on its own transaction.
+/// claim, apply, round, renew, halt, prune); [`RedbStore::enqueue_in`](crate::RedbStore::enqueue_in)
+/// commits with whatever durability the caller set on its own transaction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
     /// The default. A write returns only after redb's commit has synced it to the disk
