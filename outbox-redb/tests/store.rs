@@ -448,6 +448,54 @@ async fn requeue_gives_a_new_id_after_what_its_group_still_has_queued() {
     );
 }
 
+/// redb's own commit is one sync; two-phase commit, and quick repair which implies it, are two.
+/// An enqueue, a claim and a round that carries outcomes each make one commit.
+#[tokio::test(flavor = "current_thread")]
+async fn a_commit_syncs_once_by_default_and_twice_with_two_phase_commit() {
+    let two_phase = RedbConfig::default().with_two_phase_commit(true);
+    let quick_repair = RedbConfig::default().with_quick_repair(true);
+    for (config, per_commit) in [
+        (RedbConfig::default(), 1),
+        (two_phase, 2),
+        (quick_repair, 2),
+    ] {
+        let disk = Disk::default();
+        let store = RedbStore::create_with_backend(disk.clone(), config.clone())
+            .await
+            .unwrap();
+        let before = disk.commit_syncs();
+        store.enqueue(vec![new("a"), new("b")], 0).await.unwrap();
+        assert_eq!(
+            disk.commit_syncs() - before,
+            per_commit,
+            "enqueue, {config:?}"
+        );
+        let before = disk.commit_syncs();
+        let round = store.round(Vec::new(), Some(claim(0, 1, 1))).await.unwrap();
+        assert_eq!(
+            disk.commit_syncs() - before,
+            per_commit,
+            "claim, {config:?}"
+        );
+        let delivered = Transition {
+            id: round.claimed[0].id,
+            guard: Guard::Lease(1),
+            change: Change::Delivered,
+        };
+        let before = disk.commit_syncs();
+        let round = store
+            .round(vec![delivered], Some(claim(0, 1, 2)))
+            .await
+            .unwrap();
+        assert_eq!(ids(&round.claimed), [2]);
+        assert_eq!(
+            disk.commit_syncs() - before,
+            per_commit,
+            "round, {config:?}"
+        );
+    }
+}
+
 /// A round's outcomes and its claim are one transaction: one commit (one set of syncs, as
 /// many as an enqueue takes) when both hold, neither when the claim fails, and both after a
 /// power cut right after the round returned.
@@ -457,12 +505,12 @@ async fn a_round_commits_its_outcomes_and_its_claim_together() {
     let store = RedbStore::create_with_backend(disk.clone(), RedbConfig::default())
         .await
         .unwrap();
-    let before = disk.syncs();
+    let before = disk.commit_syncs();
     store
         .enqueue(vec![new("a"), new("b"), new("c")], 0)
         .await
         .unwrap();
-    let per_commit = disk.syncs() - before;
+    let per_commit = disk.commit_syncs() - before;
     store.claim(claim(0, 1, 1)).await.unwrap();
     let done = |id, token| Transition {
         id: RecordId(id),
@@ -470,12 +518,12 @@ async fn a_round_commits_its_outcomes_and_its_claim_together() {
         change: Change::Delivered,
     };
 
-    let before = disk.syncs();
+    let before = disk.commit_syncs();
     let round = store
         .round(vec![done(1, 1)], Some(claim(0, 1, 2)))
         .await
         .unwrap();
-    assert_eq!(disk.syncs() - before, per_commit, "one commit");
+    assert_eq!(disk.commit_syncs() - before, per_commit, "one commit");
     assert!(round.applied.skipped.is_empty());
     assert_eq!(ids(&round.claimed), [2]);
 
