@@ -51,6 +51,8 @@ enum Done {
     Skipped,
     /// Applied.
     Applied,
+    /// A delivery, applied: the counter is the caller's to raise.
+    Delivered,
     /// A requeue, applied: the record's new id.
     Requeued(RecordId),
 }
@@ -276,12 +278,19 @@ impl<'t> Tables<'t> {
     /// Applies transitions where their guards hold.
     pub(crate) fn apply(&mut self, transitions: &[Transition]) -> Result<Applied> {
         let mut applied = Applied::default();
+        let mut delivered = 0u64;
         for transition in transitions {
             match self.apply_one(transition)? {
                 Done::Skipped => applied.skipped.push(transition.id),
                 Done::Applied => {}
+                Done::Delivered => delivered += 1,
                 Done::Requeued(new) => applied.requeued.push((transition.id, new)),
             }
+        }
+        // The counter is written once per batch, not once per delivered record.
+        if delivered > 0 {
+            let total = self.meta(META_DELIVERED)?.unwrap_or(0);
+            self.set_meta(META_DELIVERED, total.saturating_add(delivered))?;
         }
         Ok(applied)
     }
@@ -297,8 +306,7 @@ impl<'t> Tables<'t> {
         match change {
             Change::Delivered => {
                 self.remove(&record)?;
-                let delivered = self.meta(META_DELIVERED)?.unwrap_or(0);
-                self.set_meta(META_DELIVERED, delivered.saturating_add(1))?;
+                return Ok(Done::Delivered);
             }
             Change::Discard {
                 reason,
