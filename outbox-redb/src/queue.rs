@@ -53,8 +53,6 @@ enum Done {
     Applied,
     /// A delivery, applied: the counter is the caller's to raise.
     Delivered,
-    /// A requeue, applied: the record's new id.
-    Requeued(RecordId),
 }
 
 /// Every table of the outbox, opened for writing in one transaction.
@@ -179,6 +177,33 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// True when a member of `group` is in flight.
+    fn group_in_flight(&self, group: &str) -> Result<bool> {
+        for entry in self.groups.range((group, 0)..=(group, u64::MAX)).engine()? {
+            let id = RecordId(entry.engine()?.0.value().1);
+            if self.get(id)?.is_some_and(|r| r.state == State::InFlight) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Re-indexes every member of `group` except `skip` (due for its head, queued for the
+    /// rest), after its head changed.
+    fn reindex_group(&mut self, group: &str, skip: Option<RecordId>) -> Result<()> {
+        let mut members = Vec::new();
+        for entry in self.groups.range((group, 0)..=(group, u64::MAX)).engine()? {
+            members.push(RecordId(entry.engine()?.0.value().1));
+        }
+        for id in members.into_iter().filter(|id| Some(*id) != skip) {
+            if let Some(member) = self.get(id)? {
+                self.unindex(&member)?;
+                self.index(&member)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Takes the record out of its group's order and lets the next member become the head.
     fn leave_group(&mut self, id: RecordId, group: Option<&str>) -> Result<()> {
         let Some(group) = group else { return Ok(()) };
@@ -198,14 +223,6 @@ impl<'t> Tables<'t> {
         self.unindex(record)?;
         self.records.remove(record.id.0).engine()?;
         self.leave_group(record.id, record.group.as_deref())
-    }
-
-    /// The next id, above every id ever assigned, recorded as the last one.
-    fn next_id(&mut self) -> Result<RecordId> {
-        let last = self.meta(META_LAST_ID)?.unwrap_or(0);
-        let next = last.checked_add(1).ok_or_else(ids_exhausted)?;
-        self.set_meta(META_LAST_ID, next)?;
-        Ok(RecordId(next))
     }
 
     /// Enqueues a batch as pending records due at `now`. The caller has validated it
@@ -284,7 +301,6 @@ impl<'t> Tables<'t> {
                 Done::Skipped => applied.skipped.push(transition.id),
                 Done::Applied => {}
                 Done::Delivered => delivered += 1,
-                Done::Requeued(new) => applied.requeued.push((transition.id, new)),
             }
         }
         // The counter is written once per batch, not once per delivered record.
@@ -329,22 +345,24 @@ impl<'t> Tables<'t> {
                 if record.state != State::Rejected {
                     return Ok(Done::Skipped);
                 }
-                self.remove(&record)?;
-                let new = self.next_id()?;
-                let mut fresh = Record::fresh(
-                    new,
-                    record.group,
-                    record.payload,
-                    record.key,
-                    record.created_at,
-                );
-                fresh.next_attempt_at = Some(*at);
-                if let Some(group) = &fresh.group {
-                    self.join_group(group, new)?;
+                // Back in its own place: refused while its group has a record in flight,
+                // which would put two of the group in flight.
+                if let Some(group) = record.group.as_deref() {
+                    if self.group_in_flight(group)? {
+                        return Ok(Done::Skipped);
+                    }
+                    self.join_group(group, *id)?;
                 }
-                self.put(&fresh)?;
-                self.index(&fresh)?;
-                return Ok(Done::Requeued(new));
+                self.changed = true;
+                self.unindex(&record)?;
+                let fresh = Record::fresh(*id, None, Vec::new(), String::new(), *at).progress();
+                record.set_progress(fresh);
+                self.put(&record)?;
+                self.index(&record)?;
+                // The head it displaces waits behind it again.
+                if let Some(group) = record.group.as_deref() {
+                    self.reindex_group(group, Some(*id))?;
+                }
             }
             Change::Update(progress) => {
                 self.unindex(&record)?;

@@ -362,7 +362,7 @@ async fn the_halt_survives_reopen_until_cleared() {
 }
 
 #[tokio::test]
-async fn requeue_gives_a_new_id_after_what_its_group_still_has_queued() {
+async fn requeue_puts_a_rejected_record_back_in_its_place() {
     let (_dir, path, store) = fresh().await;
     let g = |p: &str| new(p).in_group("doc");
     store
@@ -385,51 +385,53 @@ async fn requeue_gives_a_new_id_after_what_its_group_still_has_queued() {
         change: Change::Update(rejected),
     };
     store.apply(vec![reject]).await.unwrap();
-    // A later enqueue of another record moves the last id to 4.
-    store.enqueue(vec![new("other")], 150).await.unwrap();
-
     let requeue = |id| Transition {
         id: RecordId(id),
         guard: Guard::Idle,
         change: Change::Requeue { at: 300 },
     };
+    // While the second is in flight, a requeue would put two of the group in flight.
+    let second = store.claim(claim(150, 1, 2)).await.unwrap();
+    assert_eq!(second[0].id, RecordId(2));
+    let applied = store.apply(vec![requeue(1)]).await.unwrap();
+    assert_eq!(applied.skipped, [RecordId(1)]);
+    let release = Transition {
+        id: RecordId(2),
+        guard: Guard::Lease(2),
+        change: Change::Update(outbox_core::machine::released(&second[0])),
+    };
+    store.apply(vec![release]).await.unwrap();
+
     // Only a rejected record is requeued; a pending one is skipped.
     let applied = store.apply(vec![requeue(1), requeue(2)]).await.unwrap();
-    assert_eq!(applied.requeued, [(RecordId(1), RecordId(5))]);
     assert_eq!(applied.skipped, [RecordId(2)]);
-    assert!(store.get(RecordId(1)).await.unwrap().is_none());
-
-    let moved = store.get(RecordId(5)).await.unwrap().unwrap();
+    let back = store.get(RecordId(1)).await.unwrap().unwrap();
     assert_eq!(
         (
-            moved.state,
-            moved.attempts,
-            moved.last_attempt_at,
-            moved.last_error.as_deref()
+            back.state,
+            back.attempts,
+            back.last_attempt_at,
+            back.last_error.as_deref()
         ),
         (State::Pending, 0, None, None),
         "a fresh budget"
     );
     assert_eq!(
-        (moved.payload.as_slice(), moved.created_at),
-        (&b"first"[..], 100)
-    );
-    assert_eq!(
-        (moved.next_attempt_at, moved.group.as_deref()),
-        (Some(300), Some("doc"))
+        (
+            back.payload.as_slice(),
+            back.created_at,
+            back.next_attempt_at
+        ),
+        (&b"first"[..], 100, Some(300))
     );
     drop(store);
 
-    // It waits behind the second and third, and ids stay above it after a reopen.
+    // It goes first again, before the second and third, also after a reopen.
     let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
     let mut order = Vec::new();
     for token in 10..14 {
         let claimed = store.claim(claim(1_000, 10, token)).await.unwrap();
-        let doc: Vec<u64> = claimed
-            .iter()
-            .filter(|r| r.group.is_some())
-            .map(|r| r.id.0)
-            .collect();
+        order.extend(claimed.iter().map(|r| r.id.0));
         let done = claimed
             .iter()
             .map(|r| Transition {
@@ -439,12 +441,11 @@ async fn requeue_gives_a_new_id_after_what_its_group_still_has_queued() {
             })
             .collect();
         store.apply(done).await.unwrap();
-        order.extend(doc);
     }
-    assert_eq!(order, [2, 3, 5]);
+    assert_eq!(order, [1, 2, 3]);
     assert_eq!(
         store.enqueue(vec![new("next")], 0).await.unwrap(),
-        [RecordId(6)]
+        [RecordId(4)]
     );
 }
 
