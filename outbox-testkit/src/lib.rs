@@ -6,6 +6,7 @@ pub mod crash;
 pub mod files;
 pub mod harness;
 pub mod memory;
+pub mod paused;
 pub mod scenarios;
 pub mod sink;
 
@@ -15,6 +16,7 @@ pub use backend::{Backend, Capabilities};
 pub use files::{FileStore, Files};
 pub use harness::{run_scenario, skip_unless, Capability, Failure, ScenarioResult, Verdict};
 pub use memory::MemoryBackend;
+pub use paused::PausedClockStore;
 pub use sink::{Delivery, Reply, ScriptedSink};
 
 // Re-exported so scenario authors and users name the same clock as the core.

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Guard, Lease, ListQuery, Millis, NewRecord, Progress, Record, RecordId,
-    Result, State, Stats, Store, Tombstone, Transition,
+    Change, Claim, Guard, ListQuery, Progress, Record, RecordId, Result, State, Stats, Store,
+    StoreLayer, Tombstone, Transition,
 };
 use outbox_memory::MemoryStore;
 use outbox_testkit::{scenarios, Backend, Capabilities, Failure, ScenarioResult, Verdict};
@@ -132,9 +132,9 @@ struct Broken {
 }
 
 #[async_trait]
-impl Store for Broken {
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
-        self.inner.enqueue(records, now).await
+impl StoreLayer for Broken {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
@@ -183,46 +183,6 @@ impl Store for Broken {
         }
     }
 
-    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
-        self.inner.renew(ids, lease).await
-    }
-
-    async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
-        self.inner.apply(transitions).await
-    }
-
-    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.inner.expired(now, limit).await
-    }
-
-    async fn stepped_back(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
-        self.inner.stepped_back(now, limit).await
-    }
-
-    async fn round(
-        &self,
-        outcomes: Vec<Transition>,
-        claim: Option<Claim>,
-    ) -> outbox_core::Result<outbox_core::Round> {
-        self.inner.round(outcomes, claim).await
-    }
-
-    async fn halt(&self) -> outbox_core::Result<Option<outbox_core::Halt>> {
-        self.inner.halt().await
-    }
-
-    async fn set_halt(&self, halt: Option<outbox_core::Halt>) -> outbox_core::Result<()> {
-        self.inner.set_halt(halt).await
-    }
-
-    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
-        self.inner.get(id).await
-    }
-
-    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
-        self.inner.list(query).await
-    }
-
     async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
         // A lost write leaves no trace a user could see.
         let mut tombstones = self.inner.tombstones(after, limit).await?;
@@ -241,14 +201,6 @@ impl Store for Broken {
             .count() as u64;
         stats.discarded -= lost;
         Ok(stats)
-    }
-
-    async fn next_due(&self) -> Result<Option<Millis>> {
-        self.inner.next_due().await
-    }
-
-    async fn prune(&self, older_than: Millis) -> Result<u64> {
-        self.inner.prune(older_than).await
     }
 }
 

@@ -30,7 +30,6 @@ mod leases;
 mod lifecycle;
 mod link;
 mod model;
-mod paused;
 mod queue;
 mod restart;
 mod runner;

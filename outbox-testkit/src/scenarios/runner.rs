@@ -2,8 +2,8 @@
 //! and tokio's paused clock, so minutes of backoff pass in no wall-clock time.
 //!
 //! These scenarios need a current-thread runtime (the `conformance!` tests build one) and
-//! pause its clock. Every store call runs on tokio's blocking pool, which holds the paused clock
-//! still while the backend works (see `paused.rs`).
+//! pause its clock. Each store call holds the paused clock still while the backend works (see
+//! [`PausedClockStore`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,10 +15,10 @@ use outbox_core::{
 };
 use tokio::sync::broadcast;
 
-use super::paused::PausedClockStore;
 use super::{fresh, get, rec, rec_in, T0};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure, ScenarioResult, Verdict};
+use crate::paused::PausedClockStore;
 use crate::sink::{Reply, ScriptedSink};
 
 /// How long (on the paused clock) a scenario waits for the runner to reach a state.
