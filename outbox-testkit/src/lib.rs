@@ -19,5 +19,5 @@ pub use memory::MemoryBackend;
 pub use paused::PausedClockStore;
 pub use sink::{Delivery, Reply, ScriptedSink};
 
-// Re-exported so scenario authors and users name the same clock as the core.
-pub use outbox_core::ManualClock;
+// Re-exported so scenario authors and users name the same clocks as the core.
+pub use outbox_core::{ManualClock, SteppedClock, TokioClock};
