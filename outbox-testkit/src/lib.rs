@@ -9,12 +9,15 @@ pub mod memory;
 pub mod paused;
 pub mod scenarios;
 pub mod sink;
+pub mod skip;
 
 mod macros;
 
 pub use backend::{Backend, Capabilities};
 pub use files::{FileStore, Files};
-pub use harness::{run_scenario, skip_unless, Capability, Failure, ScenarioResult, Verdict};
+pub use harness::{
+    run_scenario, skip_unless, Capability, Failure, Scenario, ScenarioResult, Verdict,
+};
 pub use memory::MemoryBackend;
 pub use paused::PausedClockStore;
 pub use sink::{Delivery, Reply, ScriptedSink};
