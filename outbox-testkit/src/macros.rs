@@ -49,6 +49,18 @@ macro_rules! __with_scenarios {
                 "tombstone fields; prune of tombstones and rejected records";
             store stats_exact () 60
                 "every `Stats` field after a known mix, and after each change";
+            store round_applies_then_claims () 60
+                "a round's claim sees its outcomes (a delivered head frees its group, a requeued record is claimable); stale outcomes skipped";
+            store stepped_back_exact () 60
+                "exactly the records scheduled from after `now`, strict boundaries, lowest ids first, as the reference model";
+            store halt_persisted () 60
+                "`set_halt` stores the halt as given, `halt` and `stats` report it, `None` clears it";
+            store halt_survives_restart (Persistent) 60
+                "a halt, and its clearing, survive a restart";
+            store requeue_moves_after_group () 60
+                "a rejected record moves to a fresh id behind its group's queue with a fresh budget; any other record is refused";
+            store group_key_validated () 60
+                "an empty, NUL-containing or 1,025-byte group refuses the batch (`InvalidGroup`); 1,024 bytes are kept";
             store ceiling_survives_reopen (Persistent) 60
                 "a parked record is still parked after a restart";
             store restart_preserves_records (Persistent) 60

@@ -25,6 +25,7 @@ use outbox_core::{
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure, Scenario};
 
+mod contract;
 mod events;
 mod leases;
 mod lifecycle;
@@ -35,6 +36,10 @@ mod restart;
 mod runner;
 mod stats;
 
+pub use contract::{
+    group_key_validated, halt_persisted, halt_survives_restart, requeue_moves_after_group,
+    round_applies_then_claims, stepped_back_exact,
+};
 pub use events::runner_events_follow_commits;
 pub use leases::{guards_skip_stale, lease_expiry_recovers, renew_extends_lease};
 pub use lifecycle::{

@@ -124,6 +124,39 @@ pub async fn deadlines_honoured(backend: &dyn Backend) -> ScenarioResult {
         "slow due at T0+60000",
     )?;
     ensure_eq(store.next_due().await?, None, "nothing left to be due")?;
+
+    // Boundaries off whole seconds: a store comparing deadlines in seconds claims these early.
+    let odd = enqueue(store, T0 + 61_234, vec![rec("odd")]).await?;
+    ensure_eq(
+        store.next_due().await?,
+        Some(T0 + 61_234),
+        "next_due off a whole second",
+    )?;
+    ensure_eq(
+        ids(&claim(store, T0 + 61_233, 10, 8).await?),
+        vec![],
+        "odd not due at T0+61233",
+    )?;
+    let odd_claim = claim(store, T0 + 61_234, 10, 9).await?;
+    ensure_eq(ids(&odd_claim), odd.clone(), "odd due at T0+61234")?;
+    let retry_after = outbox_core::RetryAfter::Delay(std::time::Duration::from_millis(2_250));
+    report(
+        store,
+        &odd_claim[0],
+        Outcome::transient("HTTP 503", Some(retry_after)),
+        T0 + 61_500,
+    )
+    .await?;
+    ensure_eq(
+        ids(&claim(store, T0 + 63_749, 10, 10).await?),
+        vec![],
+        "odd not due at T0+63749 (2.25 s after its report)",
+    )?;
+    ensure_eq(
+        ids(&claim(store, T0 + 63_750, 10, 11).await?),
+        odd,
+        "odd due again at T0+63750",
+    )?;
     Ok(Verdict::Passed)
 }
 
