@@ -81,6 +81,8 @@ macro_rules! __with_scenarios {
                 "a parked record retried through the handle is delivered";
             store runner_recovers_interrupted () 60
                 "start-up recovery of a dead runner's lease; a panicking sink is parked";
+            store runner_long_delivery_keeps_lease () 60
+                "a delivery four leases long: renewed, delivered once, never counted interrupted";
             store runner_offline_waits () 60
                 "offline means nothing is attempted; online delivers";
             store runner_no_answer_probes () 60
@@ -117,6 +119,16 @@ macro_rules! __scenarios_expand {
             },
         )*]
     };
+    ((run $wanted:ident $backend:ident)
+        $($kind:ident $name:ident ($($needs:ident)?) $secs:literal $checks:literal;)*
+    ) => {{
+        $(
+            if $wanted == stringify!($name) {
+                return $crate::__run_by_kind!($kind $name $backend);
+            }
+        )*
+        None
+    }};
     ((tests ($backend:expr) ($skip:expr))
         $($kind:ident $name:ident ($($needs:ident)?) $secs:literal $checks:literal;)*
     ) => {
@@ -130,6 +142,19 @@ macro_rules! __scenarios_expand {
                 }
             }
         )*
+    };
+}
+
+/// The future of one scenario by kind, for [`run_by_name`](crate::scenarios::run_by_name):
+/// crash scenarios need a worker, so they are `None` there.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __run_by_kind {
+    (store $name:ident $backend:ident) => {
+        Some($crate::scenarios::$name($backend).await)
+    };
+    (crash $name:ident $backend:ident) => {
+        None
     };
 }
 

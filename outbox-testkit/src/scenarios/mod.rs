@@ -23,7 +23,7 @@ use outbox_core::{
 };
 
 use crate::backend::Backend;
-use crate::harness::{ensure, ensure_eq, Failure, Scenario};
+use crate::harness::{ensure, ensure_eq, Failure, Scenario, ScenarioResult};
 
 mod contract;
 mod events;
@@ -54,8 +54,9 @@ pub use queue::{
 };
 pub use restart::{ceiling_survives_reopen, restart_preserves_records};
 pub use runner::{
-    runner_backoff_growth_and_cap, runner_groups, runner_halt_resume, runner_manual_retry,
-    runner_poison_at_head, runner_recovers_interrupted, runner_retry_after,
+    runner_backoff_growth_and_cap, runner_groups, runner_halt_resume,
+    runner_long_delivery_keeps_lease, runner_manual_retry, runner_poison_at_head,
+    runner_recovers_interrupted, runner_retry_after,
 };
 pub use stats::stats_exact;
 
@@ -209,6 +210,22 @@ pub(crate) async fn all_tombstones(store: &dyn Store) -> Result<Vec<Tombstone>, 
         out.extend(page);
         after = Some(last);
     }
+}
+
+/// Runs the store-level scenario named `name` (every scenario but the crash scenarios, which
+/// need a worker process) on `backend`; `None` for a crash scenario or an unknown name.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use outbox_testkit::{scenarios, MemoryBackend, Verdict};
+/// let verdict = scenarios::run_by_name("fifo", &MemoryBackend::new()).await;
+/// assert_eq!(verdict, Some(Ok(Verdict::Passed)));
+/// assert_eq!(scenarios::run_by_name("crash_sigkill", &MemoryBackend::new()).await, None);
+/// # }
+/// ```
+pub async fn run_by_name(name: &str, backend: &dyn Backend) -> Option<ScenarioResult> {
+    crate::__with_scenarios!(run name backend)
 }
 
 /// The README's table of scenarios, made from [`SCENARIOS`].

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_core::{
-    async_trait, Backoff, Event, Jitter, Millis, NewRecord, Outbox, Outcome, Record, RecordId,
-    RetryPolicy, RunnerConfig, Sink, State, Stats, Store, TokioClock,
+    async_trait, Backoff, Clock, Event, Jitter, Millis, NewRecord, Outbox, Outcome, Record,
+    RecordId, RetryPolicy, RunnerConfig, Sink, State, Stats, Store, TokioClock,
 };
 use tokio::sync::broadcast;
 
@@ -559,6 +559,59 @@ pub async fn runner_recovers_interrupted(backend: &dyn Backend) -> ScenarioResul
         "a delivery that panics every time is parked after max_interruptions",
     )?;
     ensure_eq(sink.deliveries_of(ids[1]).len(), 3, "three tries")?;
+    rig.stop().await?;
+    Ok(Verdict::Passed)
+}
+
+/// A delivery that outlasts its lease: the runner renews the lease while the sink works, so
+/// the lease never runs out under it; the record is delivered once and never counted as
+/// interrupted, while a quick record beside it goes on.
+pub async fn runner_long_delivery_keeps_lease(backend: &dyn Backend) -> ScenarioResult {
+    let (store, clock, sink) = paused_setup(backend).await?;
+    let lease = RunnerConfig::default().lease;
+    sink.script_payload(b"slow".to_vec(), [Reply::Slow { after: lease * 4 }]);
+    let config = RunnerConfig {
+        delivery_timeout: lease * 10,
+        ..config(32, 4)
+    };
+    let mut rig = Rig::start(
+        store.clone(),
+        sink.clone(),
+        clock,
+        policy(Jitter::None, 3),
+        config,
+    )
+    .await?;
+    let ids = enqueue(&rig, vec![rec("slow"), rec("quick")]).await?;
+    let (started, slow_id) = (sink.clone(), ids[0]);
+    rig.until("the slow delivery to start", move |_| {
+        !started.deliveries_of(slow_id).is_empty()
+    })
+    .await?;
+    // Two leases into the delivery, another runner looking for expired leases finds none.
+    tokio::time::sleep(lease * 2).await;
+    let now = clock.now();
+    let expired = store.expired(now, 10).await?;
+    ensure(expired.is_empty(), || {
+        format!("two leases into a delivery its lease must have been renewed, yet at {now} these are expired: {expired:?}")
+    })?;
+    let stats = rig
+        .until("the slow and the quick record delivered", |s| {
+            s.delivered == 2
+        })
+        .await?;
+    let slow = sink.deliveries_of(ids[0]);
+    ensure_eq(
+        slow.len(),
+        1,
+        "the slow record is delivered once: its lease was renewed, never taken over",
+    )?;
+    ensure_eq(slow[0].interrupted, 0, "never counted as interrupted")?;
+    ensure_eq(
+        (stats.in_flight, stats.retrying, stats.needs_attention),
+        (0, 0, 0),
+        "nothing left",
+    )?;
     rig.stop().await?;
     Ok(Verdict::Passed)
 }
