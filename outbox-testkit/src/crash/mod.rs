@@ -182,11 +182,19 @@ fn run_child_until(
     let _stdin = child.stdin.take();
     let mut run = Run::default();
     let stderr_reader = read_stderr(&mut child);
+    let stdout = child.stdout.take();
+    let child = std::sync::Arc::new(std::sync::Mutex::new(child));
+    let (watchdog, timed_out) = watch_child(&child, role);
+    let kill_now = || {
+        // `Child::kill` sends SIGKILL on Unix: no destructor, no flush, no goodbye.
+        let _ = child.lock().unwrap_or_else(|e| e.into_inner()).kill();
+    };
     if kill(&run.lines) {
-        let _ = child.kill();
+        kill_now();
         run.killed = true;
     }
-    if let Some(stdout) = child.stdout.take() {
+    if let Some(stdout) = stdout {
+        crate::harness::waiting_for(format!("the {role} worker's ledger"));
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             let Some(words) = ledger_words(&line) else {
@@ -194,15 +202,46 @@ fn run_child_until(
             };
             run.lines.push(words);
             if !run.killed && kill(&run.lines) {
-                // `Child::kill` sends SIGKILL on Unix: no destructor, no flush, no goodbye.
-                let _ = child.kill();
+                kill_now();
                 run.killed = true;
             }
         }
     }
-    let _ = child.wait();
+    let _ = child.lock().unwrap_or_else(|e| e.into_inner()).wait();
+    drop(watchdog);
     run.stderr = stderr_reader.join().unwrap_or_default();
+    if timed_out.join().unwrap_or(false) {
+        return Err(Failure::new(format!(
+            "the {role} worker did not finish within {CHILD_LIMIT:?} (wall clock); it printed {} \
+             ledger lines; its stderr:\n{}",
+            run.lines.len(),
+            run.stderr
+        )));
+    }
     Ok(run)
+}
+
+/// The longest one worker process may run before it is killed and the scenario fails.
+const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Kills `child` if it still runs after [`CHILD_LIMIT`]; dropping the returned sender ends
+/// the watch, and the thread says whether it had to kill.
+fn watch_child(
+    child: &std::sync::Arc<std::sync::Mutex<Child>>,
+    role: &str,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let child = std::sync::Arc::clone(child);
+    let role = role.to_owned();
+    let thread = std::thread::spawn(move || match wait.recv_timeout(CHILD_LIMIT) {
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            eprintln!("the {role} worker ran past {CHILD_LIMIT:?}: killing it");
+            let _ = child.lock().unwrap_or_else(|e| e.into_inner()).kill();
+            true
+        }
+        _ => false,
+    });
+    (done, thread)
 }
 
 /// Reads the child's stderr to its end on a thread of its own, so a full pipe never stalls it.

@@ -124,6 +124,7 @@ impl Rig {
         what: &str,
         done: impl Fn(&Stats) -> bool,
     ) -> Result<Stats, Failure> {
+        crate::harness::waiting_for(format!("the runner: {what}"));
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             while let Ok(event) = self.events.try_recv() {
@@ -151,6 +152,7 @@ impl Rig {
         what: &str,
         wanted: impl Fn(&Event) -> bool,
     ) -> Result<(), Failure> {
+        crate::harness::waiting_for(format!("an event: {what}"));
         let deadline = tokio::time::Instant::now() + PATIENCE;
         while !self.seen.iter().any(&wanted) {
             match tokio::time::timeout_at(deadline, self.events.recv()).await {
