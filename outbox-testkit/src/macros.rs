@@ -240,7 +240,8 @@ macro_rules! __scenario_test {
 /// ```
 ///
 /// The macro also generates `__outbox_testkit_worker`, the entry of the child processes of the
-/// crash scenarios; in a normal run it returns at once.
+/// crash scenarios, and `__outbox_testkit_soak`, the crash soak `cargo xtask soak` runs; in a
+/// normal run both return at once.
 #[macro_export]
 macro_rules! conformance {
     ($module:ident => $backend:expr, skip_when = $skip:expr $(,)?) => {
@@ -265,6 +266,14 @@ macro_rules! conformance {
         #[test]
         fn __outbox_testkit_worker() {
             $crate::crash::worker_entry(|| $backend);
+        }
+
+        /// Not a scenario: `cargo xtask soak` runs it with `OUTBOX_TESTKIT_SOAK_KILLS` set; in
+        /// a normal run it returns at once.
+        #[test]
+        fn __outbox_testkit_soak() {
+            let worker = $crate::crash::Worker::at(module_path!(), "__outbox_testkit_worker");
+            $crate::crash::soak_entry(|| $backend, &worker);
         }
     };
     ($backend:expr $(,)?) => {
