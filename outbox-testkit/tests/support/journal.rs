@@ -26,6 +26,8 @@ pub(crate) struct JournalBackend {
     dir: PathBuf,
     /// Writes acknowledged but not yet in the file, at most; 0 for a sound journal.
     lag: usize,
+    /// Writes updates without their `interrupted` count (a column left out of an UPDATE).
+    forgets_interrupted: bool,
 }
 
 impl JournalBackend {
@@ -39,13 +41,24 @@ impl JournalBackend {
         Self::with_lag(8)
     }
 
+    /// A journal whose updates never change a record's `interrupted` count.
+    pub(crate) fn forgets_interrupted() -> Self {
+        let mut backend = Self::new();
+        backend.forgets_interrupted = true;
+        backend
+    }
+
     fn with_lag(lag: usize) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "outbox-testkit-journal-{}-{}",
             std::process::id(),
             fastrand::u64(..)
         ));
-        JournalBackend { dir, lag }
+        JournalBackend {
+            dir,
+            lag,
+            forgets_interrupted: false,
+        }
     }
 }
 
@@ -257,9 +270,24 @@ struct Journal {
     inner: MemoryStore,
     file: tokio::sync::Mutex<(File, Vec<String>)>,
     lag: usize,
+    forgets_interrupted: bool,
 }
 
 impl Journal {
+    /// The transitions as this journal writes them.
+    async fn as_written(&self, mut transitions: Vec<Transition>) -> Result<Vec<Transition>> {
+        if self.forgets_interrupted {
+            for t in &mut transitions {
+                if let Change::Update(p) = &mut t.change {
+                    if let Some(current) = self.inner.get(t.id).await? {
+                        p.interrupted = current.interrupted;
+                    }
+                }
+            }
+        }
+        Ok(transitions)
+    }
+
     /// Runs a write on the reference store and journals it, under one lock so the journal's
     /// order is the order of the writes.
     async fn write<T>(
@@ -312,12 +340,14 @@ impl StoreLayer for Journal {
     }
 
     async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
+        let transitions = self.as_written(transitions).await?;
         let mut line = "A".to_owned();
         encode_transitions(&mut line, &transitions);
         self.write(line, self.inner.apply(transitions)).await
     }
 
     async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        let outcomes = self.as_written(outcomes).await?;
         let claim_text = claim.as_ref().map_or("-".into(), encode_claim);
         let mut line = format!("O {claim_text}");
         encode_transitions(&mut line, &outcomes);
@@ -341,7 +371,9 @@ impl StoreLayer for Journal {
 #[async_trait]
 impl Backend for JournalBackend {
     fn name(&self) -> &'static str {
-        if self.lag == 0 {
+        if self.forgets_interrupted {
+            "journal-forgets-interrupted"
+        } else if self.lag == 0 {
             "journal"
         } else {
             "lossy-journal"
@@ -382,6 +414,7 @@ impl Backend for JournalBackend {
             inner,
             file: tokio::sync::Mutex::new((file, Vec::new())),
             lag: self.lag,
+            forgets_interrupted: self.forgets_interrupted,
         }))
     }
 }
