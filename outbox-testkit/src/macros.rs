@@ -80,7 +80,7 @@ macro_rules! __with_scenarios {
             store runner_manual_retry () 60
                 "a parked record retried through the handle is delivered";
             store runner_recovers_interrupted () 60
-                "start-up recovery of a dead runner's lease; a panicking sink is parked";
+                "start-up recovery of a dead runner's lease; a panicking delivery is parked and the runner goes on";
             store runner_long_delivery_keeps_lease () 60
                 "a delivery four leases long: renewed, delivered once, never counted interrupted";
             store runner_offline_waits () 60

@@ -509,7 +509,7 @@ pub async fn runner_manual_retry(backend: &dyn Backend) -> ScenarioResult {
 
 /// Recovery at start and the in-process crash-loop guard: a record left in flight by a dead
 /// runner is recovered at start (`interrupted += 1`) and delivered; a record whose delivery
-/// panics every time is parked after `max_interruptions`.
+/// panics every time is parked after `max_interruptions`, and the runner goes on delivering.
 pub async fn runner_recovers_interrupted(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
     let store = fresh_paused(backend).await?;
@@ -561,6 +561,17 @@ pub async fn runner_recovers_interrupted(backend: &dyn Backend) -> ScenarioResul
         "a delivery that panics every time is parked after max_interruptions",
     )?;
     ensure_eq(sink.deliveries_of(ids[1]).len(), 3, "three tries")?;
+    // The panics did not kill the runner: a record enqueued after them is delivered.
+    let after = enqueue(&rig, vec![rec("after")]).await?;
+    rig.until("a record enqueued after the panics delivered", |s| {
+        s.delivered == 2
+    })
+    .await?;
+    ensure_eq(
+        sink.deliveries_of(after[0]).len(),
+        1,
+        "the runner survives a panicking sink",
+    )?;
     rig.stop().await?;
     Ok(Verdict::Passed)
 }
