@@ -151,6 +151,25 @@ fn every_scenario_catches_a_mutant_it_is_meant_for() {
     }
     assert!(problems.is_empty(), "{}\n\n{table}", problems.join("\n"));
     insta::assert_snapshot!("mutation_matrix", table);
+
+    // The README states the counts; keep them true.
+    let catches = store_level
+        .iter()
+        .flat_map(|s| MUTANTS.iter().map(move |m| (*s, m.name)))
+        .filter(|(s, m)| matches!(cell(s, m), Cell::Failed(_)))
+        .count();
+    let counts = format!(
+        "{} scenarios × {} mutants, {catches} catches",
+        store_level.len(),
+        MUTANTS.len()
+    );
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .unwrap()
+        .replace("\n", " ");
+    assert!(
+        readme.contains(&counts),
+        "the README must state the matrix's counts: {counts}"
+    );
 }
 
 fn is_crash(name: &str) -> bool {
