@@ -5,40 +5,89 @@
 //!
 //! `member` is 1 while a grouped record holds its group's order (every state but rejected);
 //! the group's head is its member with the lowest id. `claimable` is 1 for a pending or
-//! retrying record with a deadline that is not held back by its group: exactly the rows of the
-//! due index, so a claim reads that index from its start and stops after `limit` rows.
+//! retrying record with a deadline that is not held back by its group. The deadline index
+//! holds every pending and retrying record by `(claimable, next_attempt_at)`: a claim reads its
+//! claimable part from the start and stops after `limit` rows, and the records scheduled after
+//! a moment are a range of it, so neither reads the backlog of the other.
+//!
+//! Claims and transitions are set-based: one statement over the whole batch for each kind of
+//! write (the rows to claim, to delete, to rewrite, the tombstones, the group heads to promote),
+//! not one per record. The batch's values travel as one JSON array, read with `json_each`.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Write as _;
 
 use outbox_core::{
-    Applied, Change, Claim, Guard, Lease, ListQuery, Millis, NewRecord, Progress, Record, RecordId,
-    Result, State, Stats, Tombstone, Transition,
+    Applied, Change, Claim, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
+    Round, State, Stats, Tombstone, Transition,
 };
-use rusqlite::{named_params, params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::error::{corrupt, db};
 
-const IN_FLIGHT: u8 = State::InFlight.code();
 const COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, unanswered, \
                        interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
                        lease_until";
 
-/// The due query: the first `limit` rows of the due index at or before `now`.
-pub(crate) const DUE_SQL: &str = "SELECT id FROM records WHERE claimable = 1 AND \
-     next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2";
+/// The due query: the first `limit` claimable rows of the deadline index at or before `now`.
+macro_rules! due_sql {
+    () => {
+        "SELECT id FROM records WHERE state IN (0, 1) AND claimable = 1 \
+         AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2"
+    };
+}
+
+/// The due query on its own, for its query plan.
+#[cfg(test)]
+pub(crate) const DUE_SQL: &str = due_sql!();
+
+/// A claim in one statement: the due query's rows go in flight under the lease.
+pub(crate) const CLAIM_SQL: &str = concat!(
+    "UPDATE records SET state = 2, lease_token = ?3, lease_until = ?4, claimable = 0 \
+     WHERE id IN (",
+    due_sql!(),
+    ") RETURNING id, grp, payload, key, created_at, state, attempts, unanswered, \
+     interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, lease_until"
+);
 
 /// The head of a group: the first entry of the group index.
 pub(crate) const HEAD_SQL: &str =
     "SELECT id FROM records WHERE grp = ?1 AND member = 1 ORDER BY id LIMIT 1";
 
 /// Expired leases, earliest first, from the lease index. Named, because without statistics
-/// the planner prefers the equality on `records_state` and then sorts every in-flight record.
+/// the planner may prefer another index and then sort every in-flight record.
 pub(crate) const EXPIRED_SQL: &str = "SELECT id, grp, payload, key, created_at, state, \
      attempts, unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
      lease_token, lease_until FROM records INDEXED BY records_lease WHERE state = 2 AND lease_until <= ?1 \
      ORDER BY lease_until, id LIMIT ?2";
 
-/// The earliest deadline among claimable rows: the first entry of the due index.
-pub(crate) const NEXT_DUE_SQL: &str =
-    "SELECT next_attempt_at FROM records WHERE claimable = 1 ORDER BY next_attempt_at, id LIMIT 1";
+/// The earliest deadline among claimable rows: the first claimable entry of the deadline index.
+pub(crate) const NEXT_DUE_SQL: &str = "SELECT next_attempt_at FROM records \
+     WHERE state IN (0, 1) AND claimable = 1 ORDER BY next_attempt_at LIMIT 1";
+
+/// Pending and retrying records scheduled from a time after `now` (see
+/// [`Store::stepped_back`](outbox_core::Store::stepped_back)): the part of the deadline index
+/// after `now`, claimable or not, so the due backlog is never read.
+pub(crate) const STEPPED_BACK_SQL: &str = "SELECT id, grp, payload, key, created_at, state, \
+     attempts, unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
+     lease_token, lease_until FROM records INDEXED BY records_deadline \
+     WHERE state IN (0, 1) AND claimable IN (0, 1) AND next_attempt_at > ?1 \
+     AND (last_attempt_at IS NULL OR last_attempt_at > ?1) ORDER BY id LIMIT ?2";
+
+/// Sets `claimable` on the rows whose ids are in the JSON array `?1` and on the heads of the
+/// groups in the JSON array `?2`, from each row's state, deadline and place in its group.
+pub(crate) const REFRESH_SQL: &str = "UPDATE records SET claimable = (
+        state IN (0, 1) AND next_attempt_at IS NOT NULL AND (
+            grp IS NULL OR (member = 1 AND id = (
+                SELECT h.id FROM records AS h
+                WHERE h.grp = records.grp AND h.member = 1
+                ORDER BY h.id LIMIT 1)))
+    ) WHERE id IN (
+        SELECT value FROM json_each(?1)
+        UNION
+        SELECT (SELECT h.id FROM records AS h WHERE h.grp = g.value AND h.member = 1
+                ORDER BY h.id LIMIT 1)
+        FROM json_each(?2) AS g)";
 
 /// Millisecond times are stored as SQLite integers (signed 64-bit); times past year 292 million
 /// are stored as the largest one.
@@ -154,237 +203,511 @@ pub(crate) fn get(conn: &Connection, id: RecordId) -> Result<Option<Record>> {
     Ok(records(conn, &sql, [ms(id.0)])?.pop())
 }
 
-/// Sets `claimable` on one row from its state, deadline and place in its group.
-fn refresh(conn: &Connection, id: i64) -> Result<()> {
-    conn.prepare_cached(
-        "UPDATE records SET claimable = (
-            state IN (0, 1) AND next_attempt_at IS NOT NULL AND (
-                grp IS NULL OR (member = 1 AND id = (
-                    SELECT h.id FROM records AS h
-                    WHERE h.grp = records.grp AND h.member = 1
-                    ORDER BY h.id LIMIT 1)))
-        ) WHERE id = ?1",
-    )
-    .map_err(db)?
-    .execute([id])
-    .map_err(db)?;
-    Ok(())
+/// Appends `text` to `out` as a JSON string.
+fn json_text(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
-/// After a member left `group`, lets its new head become claimable.
-fn promote(conn: &Connection, group: &str) -> Result<()> {
-    let head: Option<i64> = conn
-        .prepare_cached(HEAD_SQL)
-        .map_err(db)?
-        .query_row([group], |row| row.get(0))
-        .optional()
-        .map_err(db)?;
-    match head {
-        Some(head) => refresh(conn, head),
-        None => Ok(()),
+/// Appends an optional number to `out` as JSON.
+fn json_number(out: &mut String, value: Option<i64>) {
+    match value {
+        Some(v) => {
+            let _ = write!(out, "{v}");
+        }
+        None => out.push_str("null"),
     }
 }
 
-/// Inserts fresh records due at `now`; the caller checked the payload sizes.
+/// A JSON array of numbers, for `json_each`.
+fn json_ids(ids: impl IntoIterator<Item = i64>) -> String {
+    let mut out = String::from("[");
+    for (i, id) in ids.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{id}");
+    }
+    out.push(']');
+    out
+}
+
+/// A JSON array of strings, for `json_each`.
+fn json_texts<'a>(texts: impl IntoIterator<Item = &'a str>) -> String {
+    let mut out = String::from("[");
+    for (i, text) in texts.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        json_text(&mut out, text);
+    }
+    out.push(']');
+    out
+}
+
+/// Hands out `n` fresh ids from the counter in `meta` and returns the first: ids only grow,
+/// whatever was deleted since.
+fn take_ids(conn: &Connection, n: usize) -> Result<u64> {
+    let last: i64 = conn
+        .prepare_cached("UPDATE meta SET value = value + ?1 WHERE name = 'last_id' RETURNING value")
+        .map_err(db)?
+        .query_row([count(n)], |row| row.get(0))
+        .optional()
+        .map_err(db)?
+        .ok_or_else(|| corrupt("the id counter is missing from the meta table"))?;
+    Ok(read_ms(last, "last_id")? + 1 - n as u64)
+}
+
+/// Inserts fresh records due at `now`; the caller validated them.
 pub(crate) fn insert(
     conn: &Connection,
     records: Vec<NewRecord>,
     now: Millis,
 ) -> Result<Vec<RecordId>> {
-    let mut ids = Vec::with_capacity(records.len());
+    if records.is_empty() {
+        return Ok(Vec::new());
+    }
+    let first = take_ids(conn, records.len())?;
     let mut insert = conn
         .prepare_cached(
-            "INSERT INTO records (grp, payload, key, created_at, state, next_attempt_at, \
-             member, claimable) VALUES (:grp, :payload, :key, :now, 0, :now, :member, \
-             :claimable)",
+            "INSERT INTO records (id, grp, payload, key, created_at, state, next_attempt_at, \
+             member, claimable) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?5, ?6, ?7)",
         )
         .map_err(db)?;
     let mut head = conn.prepare_cached(HEAD_SQL).map_err(db)?;
-    for record in records {
+    // Groups that already have a member, in the file or earlier in this batch.
+    let mut held: HashSet<&str> = HashSet::new();
+    let mut ids = Vec::with_capacity(records.len());
+    for (record, id) in records.iter().zip(first..) {
         // A record is its group's head when no earlier record holds the group.
-        let claimable = match &record.group {
+        let claimable = match record.group.as_deref() {
             None => true,
-            Some(group) => head
-                .query_row([group], |_| Ok(()))
-                .optional()
-                .map_err(db)?
-                .is_none(),
+            Some(group) if held.contains(group) => false,
+            Some(group) => {
+                held.insert(group);
+                head.query_row([group], |_| Ok(()))
+                    .optional()
+                    .map_err(db)?
+                    .is_none()
+            }
         };
         insert
-            .execute(named_params! {
-                ":grp": record.group,
-                ":payload": record.payload,
-                ":key": record.key,
-                ":now": ms(now),
-                ":member": record.group.is_some(),
-                ":claimable": claimable,
-            })
+            .execute(params![
+                ms(id),
+                record.group,
+                record.payload,
+                record.key,
+                ms(now),
+                record.group.is_some(),
+                claimable,
+            ])
             .map_err(db)?;
-        ids.push(RecordId(read_ms(conn.last_insert_rowid(), "id")?));
+        ids.push(RecordId(id));
     }
     Ok(ids)
 }
 
 /// Claims up to `limit` due records under the lease, in `(next_attempt_at, id)` order.
 pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
-    let ids: Vec<i64> = conn
-        .prepare_cached(DUE_SQL)
-        .map_err(db)?
-        .query_map(params![ms(claim.now), count(claim.limit)], |row| row.get(0))
-        .map_err(db)?
-        .collect::<rusqlite::Result<_>>()
-        .map_err(db)?;
-    let sql = format!(
-        "UPDATE records SET state = {IN_FLIGHT}, lease_token = ?2, lease_until = ?3, \
-         claimable = 0 WHERE id = ?1 RETURNING {COLUMNS}"
-    );
-    let mut update = conn.prepare_cached(&sql).map_err(db)?;
-    let mut claimed = Vec::with_capacity(ids.len());
-    for id in ids {
-        let raw = update
-            .query_row(
-                params![id, token(claim.lease.token), ms(claim.lease.until)],
-                RawRecord::from_row,
-            )
-            .map_err(db)?;
-        claimed.push(raw.into_record()?);
+    if claim.limit == 0 {
+        return Ok(Vec::new());
     }
+    let mut claimed = records(
+        conn,
+        CLAIM_SQL,
+        params![
+            ms(claim.now),
+            count(claim.limit),
+            token(claim.lease.token),
+            ms(claim.lease.until)
+        ],
+    )?;
+    // RETURNING gives the rows in no promised order.
+    claimed.sort_by_key(|r| (r.next_attempt_at, r.id));
     Ok(claimed)
 }
 
 /// Moves the lease of the records still held under `lease.token`.
 pub(crate) fn renew(conn: &Connection, ids: &[RecordId], lease: Lease) -> Result<()> {
-    let mut update = conn
-        .prepare_cached(
-            "UPDATE records SET lease_until = ?3 \
-             WHERE id = ?1 AND state = 2 AND lease_token = ?2",
-        )
-        .map_err(db)?;
-    for id in ids {
-        update
-            .execute(params![ms(id.0), token(lease.token), ms(lease.until)])
-            .map_err(db)?;
+    if ids.is_empty() {
+        return Ok(());
     }
+    conn.prepare_cached(
+        "UPDATE records SET lease_until = ?3 \
+         WHERE id IN (SELECT value FROM json_each(?1)) AND state = 2 AND lease_token = ?2",
+    )
+    .map_err(db)?
+    .execute(params![
+        json_ids(ids.iter().map(|id| ms(id.0))),
+        token(lease.token),
+        ms(lease.until)
+    ])
+    .map_err(db)?;
     Ok(())
 }
 
-/// What a transition needs to know of the row it changes.
-struct Current {
-    group: Option<String>,
+/// A row as a transition sees it: the record, and whether it still holds its group's order.
+struct Entry {
+    record: Record,
     member: bool,
-    key: String,
 }
 
-fn current(conn: &Connection, id: RecordId, guard: Guard) -> Result<Option<Current>> {
-    let row = conn
-        .prepare_cached("SELECT state, lease_token, grp, member, key FROM records WHERE id = ?1")
-        .map_err(db)?
-        .query_row([ms(id.0)], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, Option<i64>>(1)?,
-                Current {
-                    group: row.get(2)?,
-                    member: row.get(3)?,
-                    key: row.get(4)?,
-                },
-            ))
-        })
-        .optional()
-        .map_err(db)?;
-    let Some((state, lease_token, current)) = row else {
-        return Ok(None);
-    };
-    let in_flight = state == i64::from(IN_FLIGHT);
-    let holds = match guard {
-        Guard::Lease(t) => in_flight && lease_token == Some(token(t)),
-        Guard::Idle => !in_flight,
-    };
-    Ok(holds.then_some(current))
+/// The net effect of a batch of transitions, worked out on the rows in memory and then
+/// written with one statement per kind of write.
+#[derive(Default)]
+struct Batch {
+    /// Every row the batch looked at, as it is now: `None` once removed (or never there).
+    rows: HashMap<RecordId, Option<Entry>>,
+    /// Rows of the file to rewrite.
+    changed: BTreeSet<RecordId>,
+    /// Rows of the file to delete.
+    deleted: BTreeSet<RecordId>,
+    /// New rows (requeued records).
+    inserted: BTreeSet<RecordId>,
+    /// Groups that lost or gained a member: their heads may have changed.
+    groups: BTreeSet<String>,
+    tombstones: Vec<Tombstone>,
+    delivered: u64,
 }
 
-/// Removes a record and lets its group's next member become the head.
-fn remove(conn: &Connection, id: RecordId, current: &Current) -> Result<()> {
-    conn.prepare_cached("DELETE FROM records WHERE id = ?1")
-        .map_err(db)?
-        .execute([ms(id.0)])
-        .map_err(db)?;
-    match (&current.group, current.member) {
-        (Some(group), true) => promote(conn, group),
-        _ => Ok(()),
+impl Batch {
+    /// Reads the rows the transitions name, in one query.
+    fn load(conn: &Connection, transitions: &[Transition]) -> Result<Self> {
+        let ids = json_ids(transitions.iter().map(|t| ms(t.id.0)));
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, grp, payload, key, created_at, state, attempts, unanswered, \
+                 interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
+                 lease_until, member FROM records WHERE id IN (SELECT value FROM json_each(?1))",
+            )
+            .map_err(db)?;
+        let raws = stmt
+            .query_map([ids], |row| Ok((RawRecord::from_row(row)?, row.get(14)?)))
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<(RawRecord, bool)>>>()
+            .map_err(db)?;
+        let mut batch = Batch::default();
+        for (raw, member) in raws {
+            let record = raw.into_record()?;
+            batch.rows.insert(record.id, Some(Entry { record, member }));
+        }
+        Ok(batch)
     }
-}
 
-fn update(conn: &Connection, id: RecordId, current: &Current, progress: Progress) -> Result<()> {
-    // A rejected record stops holding its group's order; nothing puts it back.
-    let leaves = progress.state == State::Rejected && current.member;
-    conn.prepare_cached(
-        "UPDATE records SET state = :state, attempts = :attempts, unanswered = :unanswered, \
-         interrupted = :interrupted, last_attempt_at = :last, next_attempt_at = :next, \
-         last_error = :error, lease_token = NULL, lease_until = NULL, \
-         member = member AND NOT :leaves WHERE id = :id",
-    )
-    .map_err(db)?
-    .execute(named_params! {
-        ":state": progress.state.code(),
-        ":attempts": progress.attempts,
-        ":unanswered": progress.unanswered,
-        ":interrupted": progress.interrupted,
-        ":last": progress.last_attempt_at.map(ms),
-        ":next": progress.next_attempt_at.map(ms),
-        ":error": progress.last_error,
-        ":leaves": leaves,
-        ":id": ms(id.0),
-    })
-    .map_err(db)?;
-    refresh(conn, ms(id.0))?;
-    match (&current.group, leaves) {
-        (Some(group), true) => promote(conn, group),
-        _ => Ok(()),
+    /// The row `id` if the guard admits the transition on it.
+    fn admitted(&mut self, transition: &Transition) -> Option<&mut Entry> {
+        self.rows
+            .get_mut(&transition.id)?
+            .as_mut()
+            .filter(|e| transition.guard.admits(&e.record))
     }
-}
 
-/// Applies each transition whose guard holds.
-pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<Applied> {
-    let mut applied = Applied::default();
-    for Transition { id, guard, change } in transitions {
-        let Some(current) = current(conn, id, guard)? else {
-            applied.skipped.push(id);
-            continue;
+    /// Takes the row out of the file and out of its group's order.
+    fn remove(&mut self, id: RecordId) -> Option<Entry> {
+        let entry = self.rows.get_mut(&id)?.take()?;
+        self.changed.remove(&id);
+        if !self.inserted.remove(&id) {
+            self.deleted.insert(id);
+        }
+        if entry.member {
+            if let Some(group) = &entry.record.group {
+                self.groups.insert(group.clone());
+            }
+        }
+        Some(entry)
+    }
+
+    /// Works out one transition: the record's id (the new one for a requeue), or `None` when
+    /// it is skipped.
+    fn step(&mut self, conn: &Connection, transition: Transition) -> Result<Option<RecordId>> {
+        let id = transition.id;
+        let Some(entry) = self.admitted(&transition) else {
+            return Ok(None);
         };
-        match change {
+        match transition.change {
             Change::Delivered => {
-                remove(conn, id, &current)?;
-                conn.prepare_cached("UPDATE meta SET value = value + 1 WHERE name = 'delivered'")
-                    .map_err(db)?
-                    .execute([])
-                    .map_err(db)?;
+                self.remove(id);
+                self.delivered += 1;
             }
             Change::Discard {
                 reason,
                 at,
                 attempts,
             } => {
-                remove(conn, id, &current)?;
-                conn.prepare_cached(
-                    "INSERT INTO tombstones (id, grp, key, reason, discarded_at, attempts) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                if let Some(entry) = self.remove(id) {
+                    self.tombstones.push(Tombstone {
+                        id,
+                        group: entry.record.group,
+                        key: entry.record.key,
+                        reason,
+                        discarded_at: at,
+                        attempts,
+                    });
+                }
+            }
+            Change::Requeue { at } => {
+                if entry.record.state != State::Rejected {
+                    return Ok(None);
+                }
+                let Some(old) = self.remove(id) else {
+                    return Ok(None);
+                };
+                let new = RecordId(take_ids(conn, 1)?);
+                let mut record = Record::fresh(
+                    new,
+                    old.record.group,
+                    old.record.payload,
+                    old.record.key,
+                    old.record.created_at,
+                );
+                record.next_attempt_at = Some(at);
+                let member = record.group.is_some();
+                if let Some(group) = &record.group {
+                    self.groups.insert(group.clone());
+                }
+                self.rows.insert(new, Some(Entry { record, member }));
+                self.inserted.insert(new);
+                return Ok(Some(new));
+            }
+            Change::Update(progress) => {
+                entry.record.set_progress(progress);
+                // A rejected record stops holding its group's order; nothing puts it back.
+                let left = entry.member && !entry.record.state.holds_group();
+                if left {
+                    entry.member = false;
+                }
+                let group = left.then(|| entry.record.group.clone()).flatten();
+                self.groups.extend(group);
+                if !self.inserted.contains(&id) {
+                    self.changed.insert(id);
+                }
+            }
+        }
+        Ok(Some(id))
+    }
+
+    fn entries<'a>(&'a self, ids: &'a BTreeSet<RecordId>) -> impl Iterator<Item = &'a Entry> {
+        ids.iter()
+            .filter_map(|id| self.rows.get(id).and_then(Option::as_ref))
+    }
+
+    /// Writes the batch's net effect.
+    fn write(self, conn: &Connection) -> Result<()> {
+        if !self.deleted.is_empty() {
+            conn.prepare_cached(
+                "DELETE FROM records WHERE id IN (SELECT value FROM json_each(?1))",
+            )
+            .map_err(db)?
+            .execute([json_ids(self.deleted.iter().map(|id| ms(id.0)))])
+            .map_err(db)?;
+        }
+        if !self.changed.is_empty() {
+            rewrite(conn, self.entries(&self.changed))?;
+        }
+        if !self.inserted.is_empty() {
+            let mut insert = conn
+                .prepare_cached(
+                    "INSERT INTO records (id, grp, payload, key, created_at, state, attempts, \
+                     unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
+                     member) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 )
+                .map_err(db)?;
+            // Requeues are a person's verb, a few at a time: one insert each.
+            for Entry { record: r, member } in self.entries(&self.inserted) {
+                insert
+                    .execute(params![
+                        ms(r.id.0),
+                        r.group,
+                        r.payload,
+                        r.key,
+                        ms(r.created_at),
+                        r.state.code(),
+                        r.attempts,
+                        r.unanswered,
+                        r.interrupted,
+                        r.last_attempt_at.map(ms),
+                        r.next_attempt_at.map(ms),
+                        r.last_error,
+                        member,
+                    ])
+                    .map_err(db)?;
+            }
+        }
+        if !self.tombstones.is_empty() {
+            bury(conn, &self.tombstones)?;
+        }
+        if self.delivered > 0 {
+            conn.prepare_cached("UPDATE meta SET value = value + ?1 WHERE name = 'delivered'")
                 .map_err(db)?
-                .execute(params![
-                    ms(id.0),
-                    current.group,
-                    current.key,
-                    reason,
-                    ms(at),
-                    attempts
+                .execute([count(self.delivered as usize)])
+                .map_err(db)?;
+        }
+        let touched: Vec<i64> = self
+            .changed
+            .iter()
+            .chain(&self.inserted)
+            .map(|id| ms(id.0))
+            .collect();
+        if !touched.is_empty() || !self.groups.is_empty() {
+            conn.prepare_cached(REFRESH_SQL)
+                .map_err(db)?
+                .execute([
+                    json_ids(touched),
+                    json_texts(self.groups.iter().map(String::as_str)),
                 ])
                 .map_err(db)?;
-            }
-            Change::Update(progress) => update(conn, id, &current, progress)?,
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites the progress of rows in one statement.
+fn rewrite<'a>(conn: &Connection, entries: impl Iterator<Item = &'a Entry>) -> Result<()> {
+    let mut json = String::from("[");
+    for (i, Entry { record: r, member }) in entries.enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        let _ = write!(
+            json,
+            "[{},{},{},{},{},",
+            ms(r.id.0),
+            r.state.code(),
+            r.attempts,
+            r.unanswered,
+            r.interrupted
+        );
+        json_number(&mut json, r.last_attempt_at.map(ms));
+        json.push(',');
+        json_number(&mut json, r.next_attempt_at.map(ms));
+        json.push(',');
+        match &r.last_error {
+            Some(error) => json_text(&mut json, error),
+            None => json.push_str("null"),
+        }
+        let _ = write!(json, ",{}]", u8::from(*member));
+    }
+    json.push(']');
+    conn.prepare_cached(
+        "UPDATE records SET state = u.value ->> 1, attempts = u.value ->> 2, \
+         unanswered = u.value ->> 3, interrupted = u.value ->> 4, \
+         last_attempt_at = u.value ->> 5, next_attempt_at = u.value ->> 6, \
+         last_error = u.value ->> 7, member = u.value ->> 8, \
+         lease_token = NULL, lease_until = NULL \
+         FROM json_each(?1) AS u WHERE records.id = u.value ->> 0",
+    )
+    .map_err(db)?
+    .execute([json])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// Writes tombstones in one statement.
+fn bury(conn: &Connection, tombstones: &[Tombstone]) -> Result<()> {
+    let mut json = String::from("[");
+    for (i, t) in tombstones.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        let _ = write!(json, "[{},", ms(t.id.0));
+        match &t.group {
+            Some(group) => json_text(&mut json, group),
+            None => json.push_str("null"),
+        }
+        json.push(',');
+        json_text(&mut json, &t.key);
+        json.push(',');
+        json_text(&mut json, &t.reason);
+        let _ = write!(json, ",{},{}]", ms(t.discarded_at), t.attempts);
+    }
+    json.push(']');
+    conn.prepare_cached(
+        "INSERT INTO tombstones (id, grp, key, reason, discarded_at, attempts) \
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 \
+         FROM json_each(?1)",
+    )
+    .map_err(db)?
+    .execute([json])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// Applies each transition whose guard holds, in order, as one set of writes.
+pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<Applied> {
+    let mut applied = Applied::default();
+    if transitions.is_empty() {
+        return Ok(applied);
+    }
+    let mut batch = Batch::load(conn, &transitions)?;
+    for transition in transitions {
+        let id = transition.id;
+        let requeue = matches!(transition.change, Change::Requeue { .. });
+        match batch.step(conn, transition)? {
+            None => applied.skipped.push(id),
+            Some(new) if requeue => applied.requeued.push((id, new)),
+            Some(_) => {}
         }
     }
+    batch.write(conn)?;
     Ok(applied)
+}
+
+/// A round: the outcomes, then the claim, in the caller's one transaction.
+pub(crate) fn round(
+    conn: &Connection,
+    outcomes: Vec<Transition>,
+    next: Option<Claim>,
+) -> Result<Round> {
+    let applied = apply(conn, outcomes)?;
+    let claimed = match next {
+        Some(next) => claim(conn, next)?,
+        None => Vec::new(),
+    };
+    Ok(Round { applied, claimed })
+}
+
+/// The persisted halt.
+pub(crate) fn halt(conn: &Connection) -> Result<Option<Halt>> {
+    conn.prepare_cached("SELECT reason, since FROM halt WHERE only = 1")
+        .map_err(db)?
+        .query_row([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })
+        .optional()
+        .map_err(db)?
+        .map(|(reason, since)| {
+            Ok(Halt {
+                reason,
+                since: read_ms(since, "halt since")?,
+            })
+        })
+        .transpose()
+}
+
+/// Persists the halt, or clears it.
+pub(crate) fn set_halt(conn: &Connection, halt: Option<&Halt>) -> Result<()> {
+    match halt {
+        Some(halt) => conn
+            .prepare_cached("INSERT OR REPLACE INTO halt (only, reason, since) VALUES (1, ?1, ?2)")
+            .map_err(db)?
+            .execute(params![halt.reason, ms(halt.since)]),
+        None => conn
+            .prepare_cached("DELETE FROM halt")
+            .map_err(db)?
+            .execute([]),
+    }
+    .map_err(db)?;
+    Ok(())
 }
 
 /// In-flight records whose lease expired at or before `now`.
@@ -392,13 +715,9 @@ pub(crate) fn expired(conn: &Connection, now: Millis, limit: usize) -> Result<Ve
     records(conn, EXPIRED_SQL, params![ms(now), count(limit)])
 }
 
-/// Pending or retrying records due after `at`, lowest id first.
-pub(crate) fn scheduled_after(conn: &Connection, at: Millis, limit: usize) -> Result<Vec<Record>> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM records WHERE state IN (0, 1) AND next_attempt_at > ?1 \
-         ORDER BY id LIMIT ?2"
-    );
-    records(conn, &sql, params![ms(at), count(limit)])
+/// Pending or retrying records scheduled from a time after `now`, lowest id first.
+pub(crate) fn stepped_back(conn: &Connection, now: Millis, limit: usize) -> Result<Vec<Record>> {
+    records(conn, STEPPED_BACK_SQL, params![ms(now), count(limit)])
 }
 
 /// A page of records in id order.
@@ -533,6 +852,7 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
         .map(|t| read_ms(t, "created_at"))
         .transpose()?;
     stats.next_due = next_due(conn)?;
+    stats.halt = halt(conn)?;
     Ok(stats)
 }
 
@@ -549,4 +869,49 @@ pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
         .execute([ms(older_than)])
         .map_err(db)?;
     Ok((rejected + tombstones) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use outbox_core::{Change, Guard, Progress};
+
+    use super::*;
+
+    #[test]
+    fn text_travels_through_json_byte_for_byte() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        crate::schema::migrate(&mut conn, 0).expect("schema");
+        let ids = insert(&conn, vec![NewRecord::new(b"x".to_vec())], 1).expect("insert");
+        let error = "nul \0 \"quote\" \\ \u{1} é ✓".to_owned();
+        let progress = Progress {
+            state: State::Retrying,
+            attempts: 1,
+            unanswered: 0,
+            interrupted: 0,
+            last_attempt_at: Some(2),
+            next_attempt_at: Some(3),
+            last_error: Some(error.clone()),
+        };
+        let update = Transition {
+            id: ids[0],
+            guard: Guard::Idle,
+            change: Change::Update(progress),
+        };
+        apply(&conn, vec![update]).expect("update");
+        let record = get(&conn, ids[0]).expect("get").expect("record");
+        assert_eq!(record.last_error, Some(error.clone()));
+
+        let discard = Transition {
+            id: ids[0],
+            guard: Guard::Idle,
+            change: Change::Discard {
+                reason: error.clone(),
+                at: 4,
+                attempts: 1,
+            },
+        };
+        apply(&conn, vec![discard]).expect("discard");
+        let tombstone = &tombstones(&conn, None, 1).expect("tombstones")[0];
+        assert_eq!(tombstone.reason, error);
+    }
 }
