@@ -132,7 +132,8 @@ impl SqliteStore {
         reader.busy_timeout(config.busy_timeout).map_err(db)?;
         reader.pragma_update(None, "query_only", true).map_err(db)?;
         let (writer_closed, writer_done) = oneshot::channel();
-        let writer = Writer::start(conn, config.max_group_commit, writer_closed)?;
+        let relax = config.durability == crate::Durability::Full;
+        let writer = Writer::start(conn, config.max_group_commit, relax, writer_closed)?;
         let reader = Reader::new(reader);
         Ok(SqliteStore {
             path,
@@ -402,13 +403,15 @@ impl Store for SqliteStore {
         if !self.may_claim(&claim).await? {
             return Ok(Vec::new());
         }
-        self.writer.write(move |conn| ops::claim(conn, claim)).await
+        self.writer
+            .write_lease(move |conn| ops::claim(conn, claim))
+            .await
     }
 
     async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
         let ids = ids.to_vec();
         self.writer
-            .write(move |conn| ops::renew(conn, &ids, lease))
+            .write_lease(move |conn| ops::renew(conn, &ids, lease))
             .await
     }
 
@@ -426,6 +429,13 @@ impl Store for SqliteStore {
         };
         if outcomes.is_empty() && claim.is_none() {
             return Ok(Round::default());
+        }
+        if outcomes.is_empty() {
+            // A claim alone: nothing in it that a power cut could lose but a lease.
+            return self
+                .writer
+                .write_lease(move |conn| ops::round(conn, outcomes, claim))
+                .await;
         }
         self.writer
             .write(move |conn| ops::round(conn, outcomes, claim))
