@@ -3,9 +3,11 @@
 //!
 //! The *writer* commits in groups: it takes every write waiting in its queue (up to
 //! `max_group_commit`), runs each in its own savepoint inside one `BEGIN IMMEDIATE`
-//! transaction, commits once, and only then answers each caller. Sixty-four producers thus
-//! share one fsync instead of paying one each, and every answer still comes after the write is
-//! durable. A write that fails is rolled back to its savepoint and fails alone.
+//! transaction, commits once, and only then answers each caller. Writes that arrive while a
+//! commit is running or syncing wait in the queue, and the next transaction takes them all:
+//! sixty-four producers thus share one fsync instead of paying one each, and every answer still
+//! comes after the write is durable. A write that fails is rolled back to its savepoint and
+//! fails alone. A caller hands its write over once (a channel send) and is woken by the answer.
 //!
 //! The *reader* answers queries on a second connection, on tokio's blocking pool; in WAL mode
 //! it reads the last committed state without waiting for the writer.
@@ -572,7 +574,11 @@ mod tests {
         let (a, mut ra) = sync_level(true);
         let (b, mut rb) = sync_level(false);
         commit_batch(&mut conn, vec![a, b], &commits, true);
-        assert_eq!(answer(&mut ra).expect("a"), 2, "a lease shares a synced commit");
+        assert_eq!(
+            answer(&mut ra).expect("a"),
+            2,
+            "a lease shares a synced commit"
+        );
         assert_eq!(answer(&mut rb).expect("b"), 2);
 
         let (a, mut ra) = sync_level(true);
