@@ -5,7 +5,7 @@
 use outbox_core::{Claim, Lease, NewRecord};
 use rusqlite::{Connection, StatementStatus};
 
-use crate::{ops, schema};
+use crate::{apply, ops, schema};
 
 fn outbox() -> Connection {
     let mut conn = Connection::open_in_memory().expect("open");
@@ -68,7 +68,7 @@ fn records_scheduled_after_a_moment_are_a_range_of_the_deadline_index() {
 
 #[test]
 fn the_claimability_refresh_reads_rows_by_id_and_heads_by_group() {
-    let plan = plan(&outbox(), ops::REFRESH_SQL);
+    let plan = plan(&outbox(), apply::REFRESH_SQL);
     assert!(!plan.contains("SCAN records"), "{plan}");
     assert!(plan.contains("records_group"), "{plan}");
 }

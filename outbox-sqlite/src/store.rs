@@ -12,6 +12,7 @@ use outbox_core::{
 use rusqlite::{Connection, OpenFlags, Transaction};
 use tokio::sync::oneshot;
 
+use crate::apply;
 use crate::config::SqliteConfig;
 use crate::error::db;
 use crate::ops;
@@ -417,7 +418,7 @@ impl Store for SqliteStore {
 
     async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
         self.writer
-            .write(move |conn| ops::apply(conn, transitions))
+            .write(move |conn| apply::apply(conn, transitions))
             .await
     }
 
@@ -434,11 +435,11 @@ impl Store for SqliteStore {
             // A claim alone: nothing in it that a power cut could lose but a lease.
             return self
                 .writer
-                .write_lease(move |conn| ops::round(conn, outcomes, claim))
+                .write_lease(move |conn| apply::round(conn, outcomes, claim))
                 .await;
         }
         self.writer
-            .write(move |conn| ops::round(conn, outcomes, claim))
+            .write(move |conn| apply::round(conn, outcomes, claim))
             .await
     }
 
