@@ -1,6 +1,7 @@
 //! The parts of this round's Store contract that live in the file: the halt across a reopen,
 //! requeued records on fresh ids that are never reused, a round that commits all or nothing,
-//! and group keys refused on every enqueue path before anything is written.
+//! group keys refused on every enqueue path before anything is written, and a drain that
+//! commits once per round.
 
 use std::path::Path;
 
@@ -291,4 +292,43 @@ async fn invalid_group_keys_are_refused_on_every_enqueue_path() {
         stats.pending, 1,
         "nothing of the refused batches was written"
     );
+}
+
+#[tokio::test]
+async fn a_drain_of_rounds_commits_once_per_round() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = create(&dir.path().join("drain.db")).await;
+    let records = (0..100u8).map(|i| NewRecord::new(vec![i])).collect();
+    store.enqueue(records, 1_000).await.expect("enqueue");
+    let before = store.write_transactions();
+    let mut rounds = 0u64;
+    let mut token = 1;
+    let mut claimed = store
+        .round(Vec::new(), Some(claim(1_000, 32, token)))
+        .await
+        .expect("first round")
+        .claimed;
+    rounds += 1;
+    while !claimed.is_empty() {
+        let outcomes = claimed
+            .iter()
+            .map(|r| Transition {
+                id: r.id,
+                guard: Guard::Lease(token),
+                change: Change::Delivered,
+            })
+            .collect();
+        token += 1;
+        let round = store
+            .round(outcomes, Some(claim(1_000, 32, token)))
+            .await
+            .expect("round");
+        assert!(round.applied.skipped.is_empty());
+        claimed = round.claimed;
+        rounds += 1;
+    }
+    assert_eq!(rounds, 5, "32 + 32 + 32 + 4, then the last outcomes");
+    assert_eq!(store.write_transactions() - before, rounds);
+    let stats = store.stats().await.expect("stats");
+    assert_eq!((stats.delivered, stats.undelivered()), (100, 0));
 }
