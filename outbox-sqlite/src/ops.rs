@@ -27,11 +27,16 @@ const COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, unans
                        interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
                        lease_until";
 
+// Every `LIMIT` here is a bound value plus zero. SQLite's planner reads a bare bound `LIMIT`
+// value, and a statement whose plan read a bound value is parsed and planned again each time
+// that value is bound: every claim would pay a fresh prepare. The sum is opaque to the
+// planner, and these plans do not depend on the limit.
+
 /// The due query: the first `limit` claimable rows of the deadline index at or before `now`.
 macro_rules! due_sql {
     () => {
         "SELECT id FROM records WHERE state IN (0, 1) AND claimable = 1 \
-         AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2"
+         AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2 + 0"
     };
 }
 
@@ -57,7 +62,7 @@ pub(crate) const HEAD_SQL: &str =
 pub(crate) const EXPIRED_SQL: &str = "SELECT id, grp, payload, key, created_at, state, \
      attempts, unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
      lease_token, lease_until FROM records INDEXED BY records_lease WHERE state = 2 AND lease_until <= ?1 \
-     ORDER BY lease_until, id LIMIT ?2";
+     ORDER BY lease_until, id LIMIT ?2 + 0";
 
 /// The earliest deadline among claimable rows: the first claimable entry of the deadline index.
 pub(crate) const NEXT_DUE_SQL: &str = "SELECT next_attempt_at FROM records \
@@ -70,7 +75,7 @@ pub(crate) const STEPPED_BACK_SQL: &str = "SELECT id, grp, payload, key, created
      attempts, unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
      lease_token, lease_until FROM records INDEXED BY records_deadline \
      WHERE state IN (0, 1) AND claimable IN (0, 1) AND next_attempt_at > ?1 \
-     AND (last_attempt_at IS NULL OR last_attempt_at > ?1) ORDER BY id LIMIT ?2";
+     AND (last_attempt_at IS NULL OR last_attempt_at > ?1) ORDER BY id LIMIT ?2 + 0";
 
 /// Millisecond times are stored as SQLite integers (signed 64-bit); times past year 292 million
 /// are stored as the largest one.
@@ -340,7 +345,7 @@ pub(crate) fn list(conn: &Connection, query: &ListQuery) -> Result<Vec<Record>> 
     if query.group.is_some() {
         sql.push_str(" AND grp = :grp");
     }
-    sql.push_str(" ORDER BY id LIMIT :limit");
+    sql.push_str(" ORDER BY id LIMIT :limit + 0");
     let after = query.after.map_or(0, |id| ms(id.0));
     let state = query.state.map(State::code);
     let limit = count(query.limit);
@@ -364,7 +369,7 @@ pub(crate) fn tombstones(
     let mut stmt = conn
         .prepare_cached(
             "SELECT id, grp, key, reason, discarded_at, attempts FROM tombstones \
-             WHERE id > ?1 ORDER BY id LIMIT ?2",
+             WHERE id > ?1 ORDER BY id LIMIT ?2 + 0",
         )
         .map_err(db)?;
     let raws = stmt

@@ -180,3 +180,34 @@ fn records_scheduled_after_a_moment_cost_the_same_whatever_the_due_backlog() {
     assert_eq!(rows, 10);
     assert!(large <= small + 20, "steps grew from {small} to {large}");
 }
+
+#[test]
+fn statements_with_a_limit_are_prepared_once_not_per_call() {
+    let conn = outbox();
+    let records: Vec<NewRecord> = (0..200).map(|_| NewRecord::new(b"x".to_vec())).collect();
+    ops::insert(&conn, records, 1_000).expect("insert");
+    for round in 0..5u64 {
+        let lease = Lease {
+            token: round,
+            until: 9_000 + round,
+        };
+        let limit = 10 + round as usize;
+        let claimed = ops::claim(
+            &conn,
+            Claim {
+                now: 1_000 + round,
+                limit,
+                lease,
+            },
+        )
+        .expect("claim");
+        assert_eq!(claimed.len(), limit);
+        ops::expired(&conn, 2_000 + round, limit).expect("expired");
+        ops::stepped_back(&conn, 500 + round, limit).expect("stepped back");
+    }
+    for sql in [ops::CLAIM_SQL, ops::EXPIRED_SQL, ops::STEPPED_BACK_SQL] {
+        let stmt = conn.prepare_cached(sql).expect("cached");
+        assert_eq!(stmt.get_status(StatementStatus::Run), 5, "{sql}");
+        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
+    }
+}

@@ -57,6 +57,9 @@ pub struct SqliteStore {
     closed: oneshot::Receiver<()>,
 }
 
+/// Prepared statements kept per connection: every statement the store runs, with room to spare.
+const STATEMENT_CACHE: usize = 48;
+
 /// Runs blocking work on a thread of its own, so `create` and `open` never block an executor.
 async fn off_executor<T: Send + 'static>(
     work: impl FnOnce() -> Result<T> + Send + 'static,
@@ -130,6 +133,11 @@ impl SqliteStore {
             schema::migrate(&mut conn, version)?;
         }
         let reader = schema::connect(&path, config.read_only)?;
+        // Each connection runs a few more distinct statements than rusqlite caches by default
+        // (16); past that, the least recently used one would be parsed again and again.
+        for c in [&conn, &reader] {
+            c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        }
         reader.busy_timeout(config.busy_timeout).map_err(db)?;
         reader.pragma_update(None, "query_only", true).map_err(db)?;
         let (writer_closed, writer_done) = oneshot::channel();
