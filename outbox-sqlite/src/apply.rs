@@ -15,7 +15,7 @@ use rusqlite::{params, Connection};
 
 use crate::error::db;
 use crate::json::{json_ids, json_number, json_text, json_texts};
-use crate::ops::{claim, count, ms, take_ids, RawRecord};
+use crate::ops::{claim, count, ms, RawRecord};
 
 /// Sets `claimable` on the rows whose ids are in the JSON array `?1` and on the heads of the
 /// groups in the JSON array `?2`, from each row's state, deadline and place in its group.
@@ -52,6 +52,8 @@ struct Batch {
     inserted: BTreeSet<RecordId>,
     /// Groups that lost or gained a member: their heads may have changed.
     groups: BTreeSet<String>,
+    /// Groups a requeued record joined again: their former head must stop being claimable.
+    rejoined: BTreeSet<String>,
     tombstones: Vec<Tombstone>,
     delivered: u64,
 }
@@ -103,8 +105,7 @@ impl Batch {
         Some(entry)
     }
 
-    /// Works out one transition: the record's id (the new one for a requeue), or `None` when
-    /// it is skipped.
+    /// Works out one transition: the record's id, or `None` when it is skipped.
     fn step(&mut self, conn: &Connection, transition: Transition) -> Result<Option<RecordId>> {
         let id = transition.id;
         let Some(entry) = self.admitted(&transition) else {
@@ -135,25 +136,29 @@ impl Batch {
                 if entry.record.state != State::Rejected {
                     return Ok(None);
                 }
-                let Some(old) = self.remove(id) else {
-                    return Ok(None);
-                };
-                let new = RecordId(take_ids(conn, 1)?);
-                let mut record = Record::fresh(
-                    new,
-                    old.record.group,
-                    old.record.payload,
-                    old.record.key,
-                    old.record.created_at,
-                );
-                record.next_attempt_at = Some(at);
-                let member = record.group.is_some();
-                if let Some(group) = &record.group {
-                    self.groups.insert(group.clone());
+                // Back in its own place, unless its group has a record in flight: two of a
+                // group must never be in flight.
+                if let Some(group) = &entry.record.group {
+                    let busy: bool = conn
+                        .prepare_cached(
+                            "SELECT EXISTS (SELECT 1 FROM records WHERE grp = ?1 AND state = 2)",
+                        )
+                        .map_err(db)?
+                        .query_row([group], |row| row.get(0))
+                        .map_err(db)?;
+                    if busy {
+                        return Ok(None);
+                    }
                 }
-                self.rows.insert(new, Some(Entry { record, member }));
-                self.inserted.insert(new);
-                return Ok(Some(new));
+                let fresh = Record::fresh(id, None, Vec::new(), String::new(), at).progress();
+                entry.record.set_progress(fresh);
+                entry.member = entry.record.group.is_some();
+                let group = entry.record.group.clone();
+                self.groups.extend(group.clone());
+                self.rejoined.extend(group);
+                if !self.inserted.contains(&id) {
+                    self.changed.insert(id);
+                }
             }
             Change::Update(progress) => {
                 entry.record.set_progress(progress);
@@ -243,6 +248,19 @@ impl Batch {
                 ])
                 .map_err(db)?;
         }
+        if !self.rejoined.is_empty() {
+            conn.prepare_cached(
+                "UPDATE records SET claimable = (
+                    state IN (0, 1) AND next_attempt_at IS NOT NULL AND member = 1 AND id = (
+                        SELECT h.id FROM records AS h
+                        WHERE h.grp = records.grp AND h.member = 1
+                        ORDER BY h.id LIMIT 1))
+                 WHERE grp IN (SELECT value FROM json_each(?1))",
+            )
+            .map_err(db)?
+            .execute([json_texts(self.rejoined.iter().map(String::as_str))])
+            .map_err(db)?;
+        }
         Ok(())
     }
 }
@@ -327,11 +345,8 @@ pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<A
     let mut batch = Batch::load(conn, &transitions)?;
     for transition in transitions {
         let id = transition.id;
-        let requeue = matches!(transition.change, Change::Requeue { .. });
-        match batch.step(conn, transition)? {
-            None => applied.skipped.push(id),
-            Some(new) if requeue => applied.requeued.push((id, new)),
-            Some(_) => {}
+        if batch.step(conn, transition)?.is_none() {
+            applied.skipped.push(id);
         }
     }
     batch.write(conn)?;

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use outbox_core::{
-    machine, Change, Claim, Error, Guard, Halt, Lease, ListQuery, NewRecord, Outcome, Record,
-    RecordId, RetryPolicy, State, Store, Transition,
+    machine, Change, Claim, Error, Guard, Halt, Lease, NewRecord, Outcome, Record, RecordId,
+    RetryPolicy, State, Store, Transition,
 };
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::Connection;
@@ -76,7 +76,7 @@ fn reject(claimed: &Record, now: u64) -> Transition {
 }
 
 #[tokio::test]
-async fn a_requeued_record_gets_a_new_id_after_what_its_group_has_queued() {
+async fn a_requeued_record_takes_its_place_again_once_its_group_is_idle() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("requeue.db");
     let store = create(&path).await;
@@ -91,87 +91,22 @@ async fn a_requeued_record_gets_a_new_id_after_what_its_group_has_queued() {
         .apply(vec![reject(&claimed[0], 2_000)])
         .await
         .expect("reject");
-    // The highest id so far goes away: the requeue must still not reuse it.
-    let last = store
-        .enqueue(vec![NewRecord::new(b"last".to_vec())], 2_000)
-        .await
-        .expect("enqueue")[0];
-    let gone = store.claim(claim(2_000, 1, 8)).await.expect("claim");
-    assert_eq!(
-        gone[0].id, ids[1],
-        "b is the group's head once a is rejected"
-    );
+    let b = store.claim(claim(2_000, 1, 8)).await.expect("claim");
+    assert_eq!(b[0].id, ids[1], "b is the group's head once a is rejected");
     store.close().await;
 
     let store = open(&path).await;
-    let last_claim = store.claim(claim(2_000, 10, 9)).await.expect("claim");
-    assert_eq!(last_claim[0].id, last);
-    let delivered = store
-        .apply(vec![Transition {
-            id: last,
-            guard: Guard::Lease(9),
-            change: Change::Delivered,
-        }])
-        .await
-        .expect("deliver");
-    assert!(delivered.skipped.is_empty());
-
+    let requeue = |id: RecordId| Transition {
+        id,
+        guard: Guard::Idle,
+        change: Change::Requeue { at: 3_000 },
+    };
+    // While b is in flight, a requeue of a would put two of the group in flight; c is pending.
     let applied = store
-        .apply(vec![
-            Transition {
-                id: ids[0],
-                guard: Guard::Idle,
-                change: Change::Requeue { at: 3_000 },
-            },
-            // Only a rejected record is requeued: b is in flight, c is pending.
-            Transition {
-                id: ids[2],
-                guard: Guard::Idle,
-                change: Change::Requeue { at: 3_000 },
-            },
-        ])
+        .apply(vec![requeue(ids[0]), requeue(ids[2])])
         .await
         .expect("requeue");
-    assert_eq!(applied.skipped, vec![ids[2]]);
-    let new = applied.requeued[0].1;
-    assert_eq!(applied.requeued, vec![(ids[0], new)]);
-    assert_eq!(new, RecordId(last.0 + 1), "above every id ever assigned");
-    assert_eq!(store.get(ids[0]).await.expect("get"), None);
-    let requeued = store.get(new).await.expect("get").expect("the new record");
-    assert_eq!(
-        (
-            requeued.state,
-            requeued.attempts,
-            requeued.last_error.as_deref()
-        ),
-        (State::Pending, 0, None)
-    );
-    assert_eq!(
-        (requeued.next_attempt_at, requeued.created_at),
-        (Some(3_000), 1_000)
-    );
-    assert_eq!(
-        (requeued.payload.as_slice(), requeued.group.as_deref()),
-        (&b"a"[..], Some("doc-1"))
-    );
-
-    // The group goes b, c, then the requeued a.
-    let order: Vec<RecordId> = store
-        .list(&ListQuery::new(10).group("doc-1"))
-        .await
-        .expect("list")
-        .iter()
-        .map(|r| r.id)
-        .collect();
-    assert_eq!(order, vec![ids[1], ids[2], new]);
-    assert!(
-        store
-            .claim(claim(5_000, 10, 10))
-            .await
-            .expect("claim")
-            .is_empty(),
-        "b still holds the group"
-    );
+    assert_eq!(applied.skipped, vec![ids[0], ids[2]]);
     store
         .apply(vec![Transition {
             id: ids[1],
@@ -180,8 +115,35 @@ async fn a_requeued_record_gets_a_new_id_after_what_its_group_has_queued() {
         }])
         .await
         .expect("deliver b");
-    let next = store.claim(claim(5_000, 10, 11)).await.expect("claim");
-    assert_eq!(next.iter().map(|r| r.id).collect::<Vec<_>>(), vec![ids[2]]);
+    let applied = store.apply(vec![requeue(ids[0])]).await.expect("requeue");
+    assert!(applied.skipped.is_empty());
+    let back = store.get(ids[0]).await.expect("get").expect("a, same id");
+    assert_eq!(
+        (back.state, back.attempts, back.last_error.as_deref()),
+        (State::Pending, 0, None)
+    );
+    assert_eq!(
+        (back.next_attempt_at, back.created_at),
+        (Some(3_000), 1_000)
+    );
+    assert_eq!(
+        (back.payload.as_slice(), back.group.as_deref()),
+        (&b"a"[..], Some("doc-1"))
+    );
+    // a goes before c again: c waits behind it.
+    assert!(store
+        .claim(claim(2_999, 10, 9))
+        .await
+        .expect("claim")
+        .is_empty());
+    let next = store.claim(claim(5_000, 10, 10)).await.expect("claim");
+    assert_eq!(next.iter().map(|r| r.id).collect::<Vec<_>>(), vec![ids[0]]);
+    // Ids stay above every id ever assigned.
+    let later = store
+        .enqueue(vec![NewRecord::new(b"d".to_vec())], 5_000)
+        .await
+        .expect("enqueue");
+    assert_eq!(later[0], RecordId(ids[2].0 + 1));
 }
 
 #[tokio::test]
