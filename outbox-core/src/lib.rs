@@ -36,6 +36,8 @@ pub mod handle;
 pub mod http;
 pub mod link;
 pub mod machine;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod outcome;
 pub mod policy;
 pub mod record;
