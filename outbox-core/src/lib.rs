@@ -45,6 +45,8 @@ pub mod runner;
 pub mod sink;
 pub mod state;
 pub mod store;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use clock::{Clock, ManualClock, SteppedClock, SystemClock, TokioClock};
 pub use config::RunnerConfig;
