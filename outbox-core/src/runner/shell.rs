@@ -139,6 +139,10 @@ pub(crate) async fn run(
             scheduler.halt().is_some(),
             scheduler.link(),
         );
+        if scheduler.holding() == 0 {
+            // The round is over: its span closes with its last delivery's, not at the next.
+            round = Span::none();
+        }
         #[cfg(feature = "metrics")]
         gauges
             .refresh(&shared, scheduler.holding() == 0, scheduler.is_finished())

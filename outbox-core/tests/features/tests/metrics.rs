@@ -135,7 +135,7 @@ fn ten_delivered_two_retried_one_rejected_one_parked() {
     let (oldest_age, seen) = recorded(async {
         let store = Arc::new(MemoryStore::new());
         let clock = TokioClock::starting_at(BASE);
-        let outbox = start(Arc::clone(&store), clock.clone()).await;
+        let outbox = start(Arc::clone(&store), clock).await;
         let mut batch = records("ok", 10);
         batch.extend(records("flaky", 2));
         batch.extend(records("bad", 1));
@@ -147,8 +147,7 @@ fn ten_delivered_two_retried_one_rejected_one_parked() {
         outbox.shutdown(Duration::from_secs(5)).await.unwrap();
         let stats = store.stats().await.unwrap();
         assert_eq!((stats.delivered, stats.rejected), (12, 1), "{stats:?}");
-        let oldest_age = clock.now() - stats.oldest_created_at.unwrap();
-        oldest_age
+        clock.now() - stats.oldest_created_at.unwrap()
     });
     assert_eq!(
         seen.counters,
