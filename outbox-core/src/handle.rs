@@ -403,8 +403,9 @@ impl Outbox {
     ///
     /// It takes `&self`, so any holder of a shared handle can call it. Calling it again is
     /// fine: the first call's grace stands, and a later call waits (up to its own `timeout`)
-    /// for the same runner to end, or returns at once if it has ended. Verbs that need the
-    /// runner (`flush`) then return [`Error::Stopped`]; the store stays readable.
+    /// for the same runner to end, or returns at once if it has ended. The store stays
+    /// readable and writable through the handle, but nothing delivers any more: `flush` then
+    /// returns [`Error::Stopped`] while anything is due.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
