@@ -14,6 +14,15 @@
 //! - [`sink`], [`runner`] and [`handle`]: the user's delivery code, the task that runs the
 //!   queue, and the [`Outbox`] handle around it.
 //!
+//! The runner opens a `tracing` span per round (`outbox.round`) and per delivery
+//! (`outbox.deliver`: record id, group, the record's counters, then the outcome), at debug
+//! level. Optional features, all off by default:
+//!
+//! - `metrics`: counters, gauges and histograms through the `metrics` facade, named in the
+//!   table of the `metrics` module;
+//! - `tower`: `tower::ServiceSink`, any `tower::Service<Record>` as the sink;
+//! - `serde`: `NewRecord::json` and `Record::json`, JSON payloads with typed errors.
+//!
 //! ```
 //! use outbox_core::{http, machine, Change, Record, RecordId, RetryPolicy, State};
 //!
@@ -38,6 +47,8 @@ pub mod http;
 pub mod layer;
 pub mod link;
 pub mod machine;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod outcome;
 pub mod policy;
 pub mod record;
@@ -45,6 +56,8 @@ pub mod runner;
 pub mod sink;
 pub mod state;
 pub mod store;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use clock::{Clock, ManualClock, SteppedClock, SystemClock, TokioClock};
 pub use config::RunnerConfig;
