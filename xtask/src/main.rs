@@ -4,8 +4,11 @@
 //!   with `INSTA_UPDATE=no` and `OUTBOX_PG_REQUIRED=1` (the same commands `.ci/run` runs).
 //! - `bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE]`: runs the
 //!   benchmarks of `benches/` and writes `BENCHMARKS.md` (see [`bench_report`]).
+//! - `fleet-sim [options]`: simulates a fleet after an outage and writes `FLEET.md` and
+//!   `fleet.svg` (see [`fleet`]).
 
 mod bench_report;
+mod fleet;
 mod json;
 
 use std::process::{Command, ExitCode};
@@ -15,8 +18,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("bench-report") => bench_report::bench_report(&args[1..]),
+        Some("fleet-sim") => fleet::fleet_sim(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask ci | bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE]");
+            eprintln!("usage: cargo xtask ci | bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE] | fleet-sim [options]");
             return ExitCode::from(2);
         }
     };
