@@ -85,9 +85,18 @@ impl Device {
         let mut rng = Rng::with_seed(mix(params.seed, device, 0));
         let policy = scenario.policy();
         let until = params.writes_until();
-        let mut writes: Vec<Millis> = (0..params.backlog).map(|_| rng.u64(0..until)).collect();
+        let notice = ms(params.noticed_within);
+        let mut writes: Vec<Millis> = (0..params.backlog)
+            .map(|i| match i {
+                0 if notice > 0 => params.outage_start() + rng.u64(0..notice),
+                _ => rng.u64(0..until),
+            })
+            .collect();
         writes.sort_unstable_by(|a, b| b.cmp(a));
-        let online = rng.u64(0..100) >= 5;
+        // Offline at the start with the share of time the pattern spends offline.
+        let offline_mean = (params.offline.0 + params.offline.1) as f64 / 2.0;
+        let online_mean = ms(params.online_mean) as f64;
+        let online = rng.f64() >= offline_mean / (offline_mean + online_mean).max(1.0);
         let mut device_state = Device {
             scheduler: Scheduler::new(
                 params.runner(),

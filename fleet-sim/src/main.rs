@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! fleet-sim [--devices N] [--backlog N] [--capacity N] [--outage-min N] [--flap-min N]
-//!           [--retry-after S] [--safety-poll S] [--seed N] [--jobs N] [--only KEY,..] [--out DIR]
+//!           [--retry-after S] [--safety-poll S] [--noticed-within S] [--online-mean-min N] [--seed N] [--jobs N] [--only KEY,..] [--out DIR]
 //! ```
 
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use fleet_sim::{chart, report, simulate, Params, Run, Scenario};
 
 const USAGE: &str = "usage: fleet-sim [--devices N] [--backlog N] [--capacity N] \
-[--outage-min N] [--flap-min N] [--retry-after SECS] [--safety-poll SECS] [--seed N] [--jobs N] \
+[--outage-min N] [--flap-min N] [--retry-after SECS] [--safety-poll SECS] [--noticed-within SECS] [--online-mean-min N] [--seed N] [--jobs N] \
 [--only defaults,fixed30,exp-nojitter,reset,ignore-retry-after] [--out DIR]";
 
 struct Options {
@@ -49,6 +49,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--flap-min" => p.flap = Duration::from_secs(number()? * 60),
             "--retry-after" => p.retry_after = Duration::from_secs(number()?),
             "--seed" => p.seed = number()?,
+            "--online-mean-min" => p.online_mean = Duration::from_secs(number()? * 60),
+            "--noticed-within" => p.noticed_within = Duration::from_secs(number()?),
             "--safety-poll" => p.safety_poll = Some(Duration::from_secs(number()?)),
             "--jobs" => {
                 options.jobs = usize::try_from(number()?)

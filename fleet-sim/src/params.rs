@@ -8,8 +8,9 @@ use outbox_core::{Backoff, Jitter, Millis, RetryPolicy, RunnerConfig};
 ///
 /// ## Defaults
 /// - `devices`: **100,000**, each with its own store and scheduler.
-/// - `backlog`: **5** records per device, written at seeded times spread over the warm-up and
-///   the outage, so nearly all of them wait out the outage.
+/// - `backlog`: **5** records per device: the first written in the outage's first minute
+///   (`noticed_within`: every device meets the outage together, as devices that sync
+///   regularly do), the others at seeded times spread over the warm-up and the outage.
 /// - `capacity`: **1,000** requests per second (1 % of the fleet per second): draining the
 ///   whole backlog takes about 8 minutes at full capacity.
 /// - `warmup`: **5 min** of a healthy server before the outage, `outage`: **1 hour** of no
@@ -18,8 +19,8 @@ use outbox_core::{Backoff, Jitter, Millis, RetryPolicy, RunnerConfig};
 /// - `retry_after`: **30 s**, what the server asks for in every 429 it answers when the
 ///   current second is over capacity.
 /// - `latency`: **50–150 ms** per request, uniform.
-/// - online spells of **30 min** on average (exponential), offline spells of **30 s–5 min**
-///   (uniform): about one device in twenty is offline at any moment.
+/// - online spells of **2 hours** on average (exponential), offline spells of **30 s–5 min**
+///   (uniform): about one device in sixty is offline at any moment.
 /// - `horizon`: **3 hours** after the outage: a scenario still delivering then is reported as
 ///   not drained.
 /// - `safety_poll`: **off**. Every other runner setting is `RunnerConfig::default()`. The
@@ -39,6 +40,9 @@ pub struct Params {
     pub devices: usize,
     /// Records each device writes.
     pub backlog: u32,
+    /// Each device writes its first record within this long after the outage starts (zero:
+    /// all its records at random times).
+    pub noticed_within: Duration,
     /// Requests per second the server serves; past it, it answers 429.
     pub capacity: u32,
     /// Healthy time before the outage.
@@ -68,13 +72,14 @@ impl Default for Params {
         Params {
             devices: 100_000,
             backlog: 5,
+            noticed_within: Duration::from_secs(60),
             capacity: 1_000,
             warmup: Duration::from_secs(5 * 60),
             outage: Duration::from_secs(3600),
             flap: Duration::ZERO,
             retry_after: Duration::from_secs(30),
             latency: (50, 150),
-            online_mean: Duration::from_secs(30 * 60),
+            online_mean: Duration::from_secs(2 * 3600),
             offline: (30_000, 300_000),
             horizon: Duration::from_secs(3 * 3600),
             safety_poll: None,

@@ -94,6 +94,18 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
+/// A parameter's duration: `2 h`, `60 min`, `90 s`.
+fn span(ms_: u64) -> String {
+    let s = ms_ / 1_000;
+    if s >= 3_600 && s.is_multiple_of(3_600) {
+        format!("{} h", s / 3_600)
+    } else if s >= 60 && s.is_multiple_of(60) {
+        format!("{} min", s / 60)
+    } else {
+        format!("{s} s")
+    }
+}
+
 fn minutes(ms_: u64) -> String {
     let s = ms_ / 1_000;
     format!("{}m {:02}s", s / 60, s % 60)
@@ -110,7 +122,7 @@ pub fn table(params: &Params, runs: &[Run]) -> String {
     for run in runs {
         let f = Figures::of(params, run);
         let settled = f.settled_after.map_or_else(
-            || format!("not within {}", minutes(ms(params.horizon))),
+            || format!("not within {}", span(ms(params.horizon))),
             minutes,
         );
         let _ = writeln!(
@@ -150,7 +162,7 @@ pub fn report(params: &Params, runs: &[Run], chart: &str, timing: Option<&str>) 
         "## Parameters\n\n\
          | parameter | value |\n|---|---|\n\
          | devices | {} |\n\
-         | backlog | {} records per device ({} in all), written at seeded times over the warm-up and the outage |\n\
+         | backlog | {} records per device ({} in all): {} |\n\
          | server capacity | {} requests per second; past it, 429 with `Retry-After: {}` |\n\
          | warm-up | {} of a healthy server |\n\
          | outage | {} of no answer at all (connections refused) |\n\
@@ -163,25 +175,34 @@ pub fn report(params: &Params, runs: &[Run], chart: &str, timing: Option<&str>) 
         thousands(params.devices as u64),
         params.backlog,
         thousands(params.records()),
+        if params.noticed_within.is_zero() {
+            "written at seeded times over the warm-up and the outage".to_owned()
+        } else {
+            format!(
+                "the first written within {} s of the outage's start (the whole fleet meets \
+                 the outage together), the others at seeded times over the warm-up and the outage",
+                params.noticed_within.as_secs()
+            )
+        },
         thousands(u64::from(params.capacity)),
         params.retry_after.as_secs(),
-        minutes(ms(params.warmup)),
-        minutes(ms(params.outage)),
+        span(ms(params.warmup)),
+        span(ms(params.outage)),
         if params.flap.is_zero() {
             "none".to_owned()
         } else {
-            format!("{} (20 s down, 40 s up)", minutes(ms(params.flap)))
+            format!("{} (20 s down, 40 s up)", span(ms(params.flap)))
         },
         params.latency.0,
         params.latency.1,
-        minutes(ms(params.online_mean)),
+        span(ms(params.online_mean)),
         params.offline.0 / 1_000,
         params.offline.1 / 1_000,
         params.safety_poll.map_or_else(
             || "off (one runner per store on a steady clock: it would only re-read the store; a test checks it changes no request)".to_owned(),
             |p| format!("{} s", p.as_secs())
         ),
-        minutes(ms(params.horizon)),
+        span(ms(params.horizon)),
         params.seed,
     );
     if let Some(timing) = timing {
