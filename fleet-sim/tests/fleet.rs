@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use fleet_sim::{chart, report, simulate, Params, Run, Scenario};
 
-/// A fleet small enough for a debug build: 200 devices, 1,000 records, a server sized like
-/// the default one (1 % of the fleet per second) and a 20-minute outage.
+/// A fleet small enough for a debug build: 100 devices, 500 records, a server sized like
+/// the default one (1 % of the fleet per second) and a 15-minute outage.
 fn small() -> Params {
     Params::default()
-        .with_devices(200)
-        .with_capacity(2)
-        .with_outage(Duration::from_secs(20 * 60))
+        .with_devices(100)
+        .with_capacity(1)
+        .with_outage(Duration::from_secs(15 * 60))
         .with_seed(7)
 }
 
@@ -42,9 +42,12 @@ fn one_seed_gives_the_same_report_byte_for_byte() {
 
 #[test]
 fn our_defaults_deliver_every_record_after_the_outage() {
-    let params = small().with_devices(500).with_capacity(5);
+    let params = small()
+        .with_devices(400)
+        .with_capacity(4)
+        .with_outage(Duration::from_secs(3600));
     let run = simulate(&params, Scenario::Defaults);
-    assert_eq!(run.records, 2_500);
+    assert_eq!(run.records, 2_000);
     assert_eq!(
         (run.delivered, run.parked),
         (run.records, 0),
@@ -55,6 +58,13 @@ fn our_defaults_deliver_every_record_after_the_outage() {
     assert!(settled > params.back_at(), "the outage held records back");
     // The outage was real: the server refused requests, and nothing was lost to it.
     assert!(run.series.refused.iter().any(|&r| r > 0));
+    // The server never served more than its capacity in a second.
+    let series = &run.series;
+    for (second, &requests) in series.requests.iter().enumerate() {
+        let answered_no = series.too_many.get(second).copied().unwrap_or(0)
+            + series.refused.get(second).copied().unwrap_or(0);
+        assert!(requests - answered_no <= params.capacity, "second {second}");
+    }
 }
 
 #[test]
