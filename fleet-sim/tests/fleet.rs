@@ -87,3 +87,33 @@ fn the_safety_poll_changes_no_request() {
         assert!(with.wakes > without.wakes, "the poll did run");
     }
 }
+
+/// The section of a report between two headings, without the line about the run itself.
+fn section(text: &str, from: &str, to: &str) -> Option<String> {
+    let start = text.find(from)?;
+    let end = start + text[start..].find(to)?;
+    Some(
+        text[start..end]
+            .lines()
+            .filter(|line| !line.starts_with("| run time |"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+#[test]
+fn the_committed_report_was_made_with_the_current_parameters() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../FLEET.md");
+    let committed = std::fs::read_to_string(path).expect("FLEET.md at the workspace root");
+    let expected = report(&Params::default(), &[], "fleet.svg", None);
+    let parameters = |text: &str| section(text, "## Parameters", "## Scenarios");
+    assert!(parameters(&expected).is_some());
+    assert_eq!(
+        parameters(&committed),
+        parameters(&expected),
+        "FLEET.md is stale: run `cargo xtask fleet-sim`"
+    );
+    for scenario in Scenario::ALL {
+        assert!(committed.contains(&format!("| {} |", scenario.label())));
+    }
+}
