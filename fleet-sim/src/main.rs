@@ -73,6 +73,19 @@ fn parse(args: &[String]) -> Result<Options, String> {
     Ok(options)
 }
 
+/// CPU seconds the calling thread has used, where Linux tells (`/proc/thread-self/stat`,
+/// user and system time in ticks of 1/100 s); `None` elsewhere.
+fn thread_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    let user: u64 = fields.get(11)?.parse().ok()?;
+    let system: u64 = fields.get(12)?.parse().ok()?;
+    Some((user + system) as f64 / 100.0)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let options = match parse(&args) {
@@ -86,7 +99,7 @@ fn main() -> ExitCode {
     let params = &options.params;
     // Scenarios are independent: run them on `jobs` threads, each taking the next one.
     let queue = Mutex::new(options.scenarios.iter().copied().enumerate());
-    let results: Mutex<Vec<(usize, Run)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<(usize, Run, Option<f64>)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..options.jobs.min(options.scenarios.len()) {
             scope.spawn(|| loop {
@@ -95,30 +108,40 @@ fn main() -> ExitCode {
                     return;
                 };
                 let t = Instant::now();
+                let cpu = thread_cpu();
                 let run = simulate(params, scenario);
+                let cpu = cpu.and_then(|before| Some(thread_cpu()? - before));
                 eprintln!(
-                    "fleet-sim: {} done in {:.1} s ({} wake-ups)",
+                    "fleet-sim: {} done in {:.1} s, {:.1} s of CPU ({} wake-ups)",
                     scenario.label(),
                     t.elapsed().as_secs_f64(),
+                    cpu.unwrap_or(f64::NAN),
                     run.wakes
                 );
                 results
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .push((i, run));
+                    .push((i, run, cpu));
             });
         }
     });
     let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
-    results.sort_by_key(|(i, _)| *i);
-    let runs: Vec<Run> = results.into_iter().map(|(_, run)| run).collect();
+    results.sort_by_key(|(i, _, _)| *i);
+    let cpu: Vec<String> = results
+        .iter()
+        .filter_map(|(_, run, cpu)| Some(format!("{}: {:.0} s", run.scenario.label(), (*cpu)?)))
+        .collect();
+    let runs: Vec<Run> = results.into_iter().map(|(_, run, _)| run).collect();
     let elapsed = started.elapsed();
-    let timing = format!(
-        "{:.1} s wall clock for the {} scenarios, {} at a time (release build)",
+    let mut timing = format!(
+        "{:.0} s wall clock for the {} scenarios, {} at a time (release build)",
         elapsed.as_secs_f64(),
         runs.len(),
         options.jobs.min(runs.len()),
     );
+    if !cpu.is_empty() {
+        timing.push_str(&format!("; CPU time per scenario: {}", cpu.join(" · ")));
+    }
     let svg = chart(params, &runs);
     let md = report(params, &runs, "fleet.svg", Some(&timing));
     let write = |name: &str, text: &str| {
