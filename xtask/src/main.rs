@@ -6,8 +6,11 @@
 //!   benchmarks of `benches/` and writes `BENCHMARKS.md` (see [`bench_report`]).
 //! - `soak --store sqlite|redb|postgres|journal --kills N [--seed S] [--release]`: a crash
 //!   soak of one store, N workers killed with SIGKILL (see [`soak`]).
+//! - `fleet-sim [options]`: simulates a fleet after an outage and writes `FLEET.md` and
+//!   `fleet.svg` (see [`fleet`]).
 
 mod bench_report;
+mod fleet;
 mod json;
 mod soak;
 
@@ -19,8 +22,9 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench-report") => bench_report::bench_report(&args[1..]),
         Some("soak") => soak::soak(&args[1..]),
+        Some("fleet-sim") => fleet::fleet_sim(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask ci | bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE] | soak --store sqlite|redb|postgres|journal --kills N [--seed S] [--release]");
+            eprintln!("usage: cargo xtask ci | bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE] | soak --store sqlite|redb|postgres|journal --kills N [--seed S] [--release] | fleet-sim [options]");
             return ExitCode::from(2);
         }
     };

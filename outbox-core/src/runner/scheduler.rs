@@ -7,7 +7,7 @@
 //! therefore a unit test on plain values.
 //!
 //! It is public for those who drive many runners without tokio, e.g. a simulation of a fleet
-//! on a virtual clock (the `fleet-sim` tool in `benches` does exactly that). An application
+//! on a virtual clock (the `fleet-sim` crate does exactly that). An application
 //! uses [`Outbox`](crate::Outbox), which runs it for you.
 //!
 //! ```
@@ -44,6 +44,13 @@ pub const COMMIT_DELAY: Millis = 20;
 
 /// A change of the wall clock against the monotonic clock larger than this is a step.
 pub const STEP_TOLERANCE: Millis = 2_000;
+
+/// After a claim that found nothing, the next claim that no enqueue or verb asked for waits at
+/// least this long, doubling with every empty claim in a row up to [`MAX_QUIET`]: a store whose
+/// `next_due` says "due" while its claim finds nothing (another runner was quicker, or a bug)
+/// must not spin the runner.
+const EMPTY_CLAIM_QUIET: Millis = 50;
+const MAX_QUIET: Millis = 5_000;
 
 /// Records remembered as already warned about a cut `Retry-After`.
 const MAX_WARNED: usize = 1_024;
@@ -324,6 +331,9 @@ pub struct Scheduler {
     warn_at: Option<Millis>,
     store_failures: u32,
     retry_io_at: Option<Millis>,
+    /// Claims in a row that found nothing, and when the next unasked claim may go.
+    empty_claims: u32,
+    quiet_until: Millis,
     storm: Storm,
     warned: VecDeque<RecordId>,
 }
@@ -374,6 +384,8 @@ impl Scheduler {
             warn_at: None,
             store_failures: 0,
             retry_io_at: None,
+            empty_claims: 0,
+            quiet_until: 0,
             storm: Storm::default(),
             warned: VecDeque::new(),
         }
@@ -456,7 +468,7 @@ impl Scheduler {
                     (due, None) => due,
                     (None, Some(_)) => None,
                 };
-                earliest(due.map(|wall| self.mono_of(wall)));
+                earliest(due.map(|wall| self.mono_of(wall).max(self.quiet_until)));
             }
             None => {}
         }
@@ -786,8 +798,14 @@ impl Scheduler {
         self.next_due = None;
         self.next_due_stale = true;
         if claimed.is_empty() {
+            self.empty_claims = self.empty_claims.saturating_add(1);
+            let quiet = EMPTY_CLAIM_QUIET
+                .saturating_mul(1 << self.empty_claims.min(16).saturating_sub(1))
+                .min(MAX_QUIET);
+            self.quiet_until = self.now.mono.saturating_add(quiet);
             return;
         }
+        self.empty_claims = 0;
         let limit = self.claim_limit();
         let full = claimed.len() >= limit;
         // A record whose delivery was interrupted goes alone, so that if it kills the process
@@ -894,7 +912,9 @@ impl Scheduler {
         {
             return false;
         }
-        self.wanted || self.next_due.is_some_and(|due| due <= self.now.wall)
+        self.wanted
+            || (self.quiet_until <= self.now.mono
+                && self.next_due.is_some_and(|due| due <= self.now.wall))
     }
 
     fn drive_round(&mut self) {
@@ -1508,5 +1528,30 @@ mod tests {
         assert!(delivered(&actions).is_empty());
         answer(&mut s, at(1), &actions, vec![]);
         assert_eq!(delivered(&drain(&mut s)), [RecordId(2)]);
+    }
+
+    #[test]
+    fn a_store_that_says_due_but_claims_nothing_does_not_spin_the_runner() {
+        let mut s = scheduler(RunnerConfig::default());
+        let mut claims = Vec::new();
+        let mut mono = 0;
+        // The store's next_due always says "due now" and its claim always finds nothing.
+        while mono < 1_000 {
+            let actions = settle(&mut s, at(mono), Some(WALL + mono));
+            claims.extend(
+                writes(&actions)
+                    .into_iter()
+                    .filter(|(_, claim)| *claim)
+                    .map(|_| mono),
+            );
+            mono = s.poll_timeout().unwrap_or(mono + 1).max(mono + 1);
+            s.handle(at(mono), Input::Timer);
+        }
+        // 0, then 50, 150, 350, 750 ms: backing off, not thousands of claims.
+        assert_eq!(claims, [0, 50, 150, 350, 750], "{claims:?}");
+        // An enqueue is served at once whatever the quiet period.
+        s.handle(at(mono), Input::Wake);
+        let actions = drain(&mut s);
+        assert_eq!(writes(&actions), [(0, true)]);
     }
 }
