@@ -331,6 +331,9 @@ pub struct Scheduler {
     warn_at: Option<Millis>,
     store_failures: u32,
     retry_io_at: Option<Millis>,
+    /// A server's `Retry-After` holds the whole runner, not only its record: nothing is
+    /// claimed before this wall-clock time.
+    hold_until: Option<Millis>,
     /// Claims in a row that found nothing, and when the next unasked claim may go.
     empty_claims: u32,
     quiet_until: Millis,
@@ -384,6 +387,7 @@ impl Scheduler {
             warn_at: None,
             store_failures: 0,
             retry_io_at: None,
+            hold_until: None,
             empty_claims: 0,
             quiet_until: 0,
             storm: Storm::default(),
@@ -463,8 +467,12 @@ impl Scheduler {
                 }
             }
             None if self.may_start() => {
-                let due = match (self.next_due, self.link.probe_at()) {
-                    (Some(due), Some(probe)) => Some(due.max(probe)),
+                let not_before = match (self.link.probe_at(), self.hold_until) {
+                    (Some(probe), Some(hold)) => Some(probe.max(hold)),
+                    (probe, hold) => probe.or(hold),
+                };
+                let due = match (self.next_due, not_before) {
+                    (Some(due), Some(not_before)) => Some(due.max(not_before)),
                     (due, None) => due,
                     (None, Some(_)) => None,
                 };
@@ -494,6 +502,9 @@ impl Scheduler {
         if moved < -i128::from(STEP_TOLERANCE) {
             let step = Millis::try_from(-moved).unwrap_or(Millis::MAX);
             self.link.step_back(step);
+            if let Some(hold) = &mut self.hold_until {
+                *hold = hold.saturating_sub(step);
+            }
             self.chores.push_back(Io::Rebase { step: Some(step) });
             self.far_leases_at = Some(now.mono.saturating_add(duration_ms(self.config.lease)));
             self.next_due_stale = true;
@@ -720,7 +731,24 @@ impl Scheduler {
                             .push_back(Action::Log(Notice::RetryAfterCut { id, asked }));
                     }
                 }
-                machine::on_outcome(&record, &outcome, &self.policy, now, &mut self.rng).into()
+                let step = machine::on_outcome(&record, &outcome, &self.policy, now, &mut self.rng);
+                if let (
+                    Outcome::Transient {
+                        retry_after: Some(_),
+                        ..
+                    },
+                    machine::Change::Update(progress),
+                ) = (&outcome, &step.transition.change)
+                {
+                    // The server asked this client to wait: the rest of the round and every
+                    // claim wait too, or a device that comes back sends its whole backlog
+                    // into the same refusal.
+                    if let Some(at) = progress.next_attempt_at {
+                        self.hold_until = Some(self.hold_until.map_or(at, |h| h.max(at)));
+                        self.cut_round();
+                    }
+                }
+                step.into()
             }
         };
         self.writes.push(write);
@@ -909,6 +937,7 @@ impl Scheduler {
             .link
             .probe_at()
             .is_some_and(|probe| probe > self.now.wall)
+            || self.hold_until.is_some_and(|hold| hold > self.now.wall)
         {
             return false;
         }
@@ -1553,5 +1582,38 @@ mod tests {
         s.handle(at(mono), Input::Wake);
         let actions = drain(&mut s);
         assert_eq!(writes(&actions), [(0, true)]);
+    }
+
+    #[test]
+    fn a_retry_after_holds_the_whole_runner_until_it_passes() {
+        let mut s = scheduler(RunnerConfig::default().with_concurrency(1));
+        claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
+        let retry_after = Some(crate::RetryAfter::Delay(Duration::from_secs(30)));
+        s.handle(
+            at(10),
+            Input::Reported {
+                id: RecordId(1),
+                report: Report::Outcome(Outcome::transient("HTTP 429", retry_after)),
+            },
+        );
+        let actions = settle(&mut s, at(10), Some(WALL));
+        assert!(
+            delivered(&actions).is_empty(),
+            "record 2 waits too: {actions:?}"
+        );
+        // An enqueue waits for the server's word as well.
+        s.handle(at(20), Input::Wake);
+        let actions = settle(&mut s, at(20), Some(WALL));
+        assert!(
+            writes(&actions).iter().all(|(_, claim)| !claim),
+            "{actions:?}"
+        );
+        // (At 30 s, one lease after the start, the runner looks for leases from the future.)
+        s.handle(at(30_000), Input::Timer);
+        settle(&mut s, at(30_000), Some(WALL));
+        assert_eq!(s.poll_timeout(), Some(30_010));
+        s.handle(at(30_010), Input::Timer);
+        let claims = writes(&settle(&mut s, at(30_010), Some(WALL)));
+        assert_eq!(claims, [(0, true)], "claims once it passed");
     }
 }

@@ -58,6 +58,7 @@ enum Kind {
     ReadsOneWriteBehind,
     DeliveredCounterLostOnReopen,
     SteppedBackSkipsNeverAttempted,
+    SteppedBackOnlyNeverAttempted,
     HaltNotPersisted,
     ExpiredIgnoresExpiry,
     RenewNoop,
@@ -193,7 +194,7 @@ pub(crate) const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "halt_not_in_stats",
         bug: "`stats` does not report the halt",
-        meant_for: &["halt_persisted"],
+        meant_for: &["halt_persisted", "runner_halt_survives_restart"],
         kind: Kind::HaltNotInStats,
     },
     Mutant {
@@ -233,9 +234,19 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         kind: Kind::SteppedBackSkipsNeverAttempted,
     },
     Mutant {
+        name: "stepped_back_attempted",
+        bug: "stepped_back misses records attempted after now (scheduled before a step back)",
+        meant_for: &[
+            "stepped_back_exact",
+            "runner_step_back_while_waiting",
+            "runner_step_back_across_restart",
+        ],
+        kind: Kind::SteppedBackOnlyNeverAttempted,
+    },
+    Mutant {
         name: "halt_in_memory",
         bug: "the halt is kept by the handle, not persisted",
-        meant_for: &["halt_survives_restart"],
+        meant_for: &["halt_survives_restart", "runner_halt_survives_restart"],
         kind: Kind::HaltNotPersisted,
     },
     Mutant {
@@ -805,6 +816,9 @@ impl StoreLayer for Layer {
         let mut found = self.inner.stepped_back(now, usize::MAX).await?;
         if self.kind == Kind::SteppedBackSkipsNeverAttempted {
             found.retain(|r| r.last_attempt_at.is_some());
+        }
+        if self.kind == Kind::SteppedBackOnlyNeverAttempted {
+            found.retain(|r| r.last_attempt_at.is_none());
         }
         found.truncate(limit);
         Ok(found)
