@@ -193,8 +193,8 @@ async fn a_foreign_schema_is_not_taken_for_an_outbox() {
     assert_eq!(tables, 1, "nothing was added to the foreign schema");
 }
 
-/// PostgreSQL text has no NUL: such a record is refused with the server's reason, and the rest
-/// of its batch is not enqueued either.
+/// A group PostgreSQL could not store (a NUL) is refused by the core's rule, the same typed
+/// error every backend gives, and the rest of its batch is not enqueued either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_with_a_nul_is_refused_with_its_batch() {
     if !server_ready() {
@@ -202,18 +202,23 @@ async fn a_group_with_a_nul_is_refused_with_its_batch() {
     }
     let scratch = Scratch::new();
     let store = scratch.store().await;
-    let result = store
-        .enqueue(
-            vec![
-                NewRecord::new(b"fine".to_vec()),
-                NewRecord::new(b"bad".to_vec()).in_group("a\0b"),
-            ],
-            T0,
-        )
-        .await;
-    match result {
-        Err(err @ Error::Backend { .. }) => assert!(!err.is_temporary()),
-        other => panic!("expected a Backend error, got {other:?}"),
+    for bad in [
+        "a\0b".to_owned(),
+        "x".repeat(outbox_core::MAX_GROUP_LEN + 1),
+    ] {
+        let result = store
+            .enqueue(
+                vec![
+                    NewRecord::new(b"fine".to_vec()),
+                    NewRecord::new(b"bad".to_vec()).in_group(bad),
+                ],
+                T0,
+            )
+            .await;
+        assert!(
+            matches!(result, Err(Error::InvalidGroup { .. })),
+            "{result:?}"
+        );
     }
     assert_eq!(store.stats().await.unwrap().pending, 0);
 }
