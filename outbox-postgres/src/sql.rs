@@ -146,12 +146,11 @@ impl Sql {
             // Read through the deadline index (records_deadline): only records whose deadline
             // lies after $1 are looked at, never the due backlog.
             stepped_back: format!(
-                "WITH later AS MATERIALIZED (SELECT id FROM {r} WHERE state IN (0, 1) \
-                 AND next_attempt_at > $1 \
+                "WITH later AS MATERIALIZED (SELECT {RECORD_COLUMNS} FROM {r} \
+                 WHERE state IN (0, 1) AND next_attempt_at > $1 \
                  AND (last_attempt_at IS NULL OR last_attempt_at > $1) \
                  ORDER BY next_attempt_at) \
-                 SELECT {RECORD_COLUMNS} FROM {r} WHERE id IN (SELECT id FROM later) \
-                 ORDER BY id LIMIT $2"
+                 SELECT * FROM later ORDER BY id LIMIT $2"
             ),
             get: format!("SELECT {RECORD_COLUMNS} FROM {r} WHERE id = $1"),
             list: format!(
