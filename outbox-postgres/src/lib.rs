@@ -12,9 +12,10 @@ mod plan;
 pub mod schema;
 mod sql;
 pub mod store;
+mod tls;
 
 pub use clock::ServerClock;
-pub use config::PgConfig;
-pub use listen::Wakeups;
+pub use config::{PgConfig, Tls};
+pub use listen::{RunnerWakeups, Wakeups};
 pub use schema::SCHEMA_VERSION;
 pub use store::PgStore;

@@ -3,21 +3,21 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use outbox_core::{
-    Applied, Claim, Clock, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, Stats, Store, SystemClock, Tombstone, Transition,
+    Applied, Claim, Clock, Error, Halt, Lease, ListQuery, Millis, NewRecord, Notifier, Record,
+    RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition,
 };
-use tokio_postgres::NoTls;
 
 use crate::clock::ServerClock;
 use crate::config::PgConfig;
 use crate::engine::Engine;
 use crate::error::pool as pool_error;
-use crate::listen::Wakeups;
+use crate::listen::{RunnerWakeups, Wakeups};
 use crate::ops::Core;
 use crate::schema::{self, group_seed};
 use crate::sql::{Exec, Sql};
+use crate::tls;
 
 /// An outbox in one PostgreSQL schema, shared by every handle, process and host that opens it.
 ///
@@ -131,6 +131,31 @@ impl PgStore {
             .await
     }
 
+    /// Wakes a runner whenever any process or host enqueues on this outbox, with no code of
+    /// yours in between: a task on the store's runtime listens on the outbox's channel and
+    /// calls `notifier` for every notification, reconnecting (with backoff) after a lost
+    /// connection and waking the runner once then for what it may have missed. Keep the
+    /// runner's safety poll as the fallback for a notification lost with its connection.
+    /// Dropping the returned handle stops the task.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: outbox_postgres::PgStore, outbox: outbox_core::Outbox) -> outbox_core::Result<()> {
+    /// let _wakeups = store.wake_on_enqueue(outbox.notifier()).await?;
+    /// // ... the runner now hears every enqueue of the fleet while `_wakeups` lives.
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`] when the first connection fails; later losses are retried in
+    /// the background.
+    pub async fn wake_on_enqueue(&self, notifier: Notifier) -> Result<RunnerWakeups> {
+        let config = self.core.config.clone();
+        self.engine
+            .run(async move { RunnerWakeups::start(&config, notifier).await })
+            .await
+    }
+
     /// Enqueues inside the caller's own transaction, so a business write and its outbox
     /// records commit or roll back together. Returns the ids they will have once committed.
     ///
@@ -161,16 +186,16 @@ impl PgStore {
 
 /// Opens the pool, migrates the schema and measures the server's clock.
 async fn open(config: PgConfig, host: Arc<dyn Clock>) -> Result<Core> {
-    let manager = Manager::from_config(
+    let manager = tls::manager(
         config.pg_config()?,
-        NoTls,
+        &config.tls,
         ManagerConfig {
             // A connection the server closed is noticed without a query; one that broke
             // silently fails its next statement, the caller retries and the pool then
             // drops it.
             recycling_method: RecyclingMethod::Fast,
         },
-    );
+    )?;
     let pool = Pool::builder(manager)
         .max_size(config.pool_size)
         .runtime(Runtime::Tokio1)

@@ -28,7 +28,10 @@ async fn a_nul_byte_is_kept_in_a_payload_and_explained_elsewhere() {
     let group = store
         .enqueue(vec![NewRecord::new(b"x".to_vec()).in_group("a\0b")], T0)
         .await;
-    assert!(matches!(group, Err(Error::InvalidGroup { .. })), "{group:?}");
+    assert!(
+        matches!(group, Err(Error::InvalidGroup { .. })),
+        "{group:?}"
+    );
 
     let key = store
         .enqueue(vec![NewRecord::new(b"x".to_vec()).with_key("k\0")], T0)
@@ -38,7 +41,11 @@ async fn a_nul_byte_is_kept_in_a_payload_and_explained_elsewhere() {
     assert!(matches!(key, Error::Backend { .. }), "{key:?}");
     assert!(text.contains("invalid byte sequence"), "{text}");
     assert!(text.contains("SQLSTATE 22021"), "{text}");
-    assert_eq!(store.stats().await.unwrap().pending, 1, "nothing of the batch was written");
+    assert_eq!(
+        store.stats().await.unwrap().pending,
+        1,
+        "nothing of the batch was written"
+    );
 }
 
 /// A role that may read the outbox but not write it: the refusal names the privilege.
@@ -94,7 +101,9 @@ async fn a_read_only_role_is_told_what_it_may_not_do() {
         assert!(matches!(err, Error::ReadOnly { .. }), "{err:?}");
         let source = std::error::Error::source(&err).map(|e| format!("{e:?}"));
         assert!(
-            source.as_deref().is_some_and(|s| s.contains("read-only transaction")),
+            source
+                .as_deref()
+                .is_some_and(|s| s.contains("read-only transaction")),
             "{source:?}"
         );
     };
@@ -118,7 +127,10 @@ async fn a_dropped_table_is_named_in_the_error() {
         .batch_execute(&format!("DROP TABLE \"{}\".tombstones", scratch.schema))
         .await
         .unwrap();
-    let err = store.tombstones(None, 10).await.expect_err("the table is gone");
+    let err = store
+        .tombstones(None, 10)
+        .await
+        .expect_err("the table is gone");
     let text = err.to_string();
     assert!(text.contains("tombstones\" does not exist"), "{text}");
     assert!(text.contains("SQLSTATE 42P01"), "{text}");
