@@ -15,7 +15,7 @@ pub(crate) fn pg(err: tokio_postgres::Error) -> Error {
     let detail = describe(&err);
     let Some(code) = err.code() else {
         // No SQLSTATE: the connection broke, or a value did not convert.
-        return if err.is_closed() || is_io(&err) {
+        return if !is_tls_refusal(&err) && (err.is_closed() || is_io(&err)) {
             Error::Unavailable {
                 detail,
                 source: Some(Box::new(err)),
@@ -86,6 +86,30 @@ fn is_temporary(code: &SqlState) -> bool {
         || text.starts_with("53")
         || text.starts_with("57P")
         || *code == SqlState::LOCK_NOT_AVAILABLE
+}
+
+/// The TLS handshake refused the server (its certificate does not verify, no common
+/// protocol): trying again changes nothing, unlike a connection that broke.
+#[cfg(feature = "tls")]
+fn is_tls_refusal(err: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        // tokio-rustls carries rustls's verdict inside an `io::Error`, whose own `source`
+        // skips it.
+        let inner = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref());
+        if cause.is::<rustls::Error>() || inner.is_some_and(|e| e.is::<rustls::Error>()) {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+#[cfg(not(feature = "tls"))]
+fn is_tls_refusal(_: &tokio_postgres::Error) -> bool {
+    false
 }
 
 fn is_io(err: &tokio_postgres::Error) -> bool {

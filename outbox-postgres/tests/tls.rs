@@ -95,6 +95,10 @@ async fn the_store_connects_over_tls_and_verifies_the_server() {
         .await
         .expect_err("an unverified server is refused");
     assert!(refused.to_string().contains("certificate"), "{refused}");
+    assert!(
+        !refused.is_temporary(),
+        "a refused certificate is not retried: {refused:?}"
+    );
     drop((wakeups, store));
     common::drop_schemas(vec![schema]);
 }
