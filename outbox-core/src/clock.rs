@@ -140,3 +140,64 @@ impl Clock for TokioClock {
         self.base.saturating_add(duration_ms(self.start.elapsed()))
     }
 }
+
+/// Tokio's clock on a wall base that can also be stepped, forwards or back, as a real wall
+/// clock is when NTP or a person corrects it. Clones share the same steps.
+///
+/// Under `tokio::time::pause` it advances with `tokio::time::advance`, like [`TokioClock`], so a
+/// test can drive the runner's timers and then step the wall clock under it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use outbox_core::{Clock, SteppedClock};
+///
+/// let clock = SteppedClock::starting_at(100_000_000);
+/// tokio::time::advance(Duration::from_secs(1)).await;
+/// clock.step_back(Duration::from_secs(86_400));
+/// assert_eq!(clock.now(), 100_001_000 - 86_400_000);
+/// clock.step_forward(Duration::from_secs(86_400));
+/// assert_eq!(clock.now(), 100_001_000);
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct SteppedClock {
+    tokio: TokioClock,
+    /// Milliseconds added to the tokio-based time; negative after a net step back.
+    offset: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl SteppedClock {
+    /// Starts at `base` on tokio's clock. Needs a tokio runtime (its clock).
+    pub fn starting_at(base: Millis) -> Self {
+        SteppedClock {
+            tokio: TokioClock::starting_at(base),
+            offset: Arc::new(std::sync::atomic::AtomicI64::new(0)),
+        }
+    }
+
+    /// Steps the wall clock back by `by`.
+    pub fn step_back(&self, by: std::time::Duration) {
+        let by = i64::try_from(duration_ms(by)).unwrap_or(i64::MAX);
+        self.offset.fetch_sub(by, Ordering::SeqCst);
+    }
+
+    /// Steps the wall clock forward by `by`.
+    pub fn step_forward(&self, by: std::time::Duration) {
+        let by = i64::try_from(duration_ms(by)).unwrap_or(i64::MAX);
+        self.offset.fetch_add(by, Ordering::SeqCst);
+    }
+}
+
+impl Clock for SteppedClock {
+    fn now(&self) -> Millis {
+        let base = self.tokio.now();
+        let offset = self.offset.load(Ordering::SeqCst);
+        if offset >= 0 {
+            base.saturating_add(offset.unsigned_abs())
+        } else {
+            base.saturating_sub(offset.unsigned_abs())
+        }
+    }
+}

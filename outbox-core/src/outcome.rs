@@ -6,27 +6,44 @@ use crate::record::{Millis, Record};
 
 /// The server's own word on when to try again (`Retry-After`).
 ///
+/// An HTTP-date is a time on the *server's* clock, so it is best read against the response's
+/// own `Date` header ([`RetryAfter::Date`]): a server whose clock is off by an hour then still
+/// gets the delay it meant. Only without a `Date` header is the date read on the local clock
+/// ([`RetryAfter::At`]). Both date forms are spread by up to 5 % of the delay, so a fleet told
+/// the same instant does not come back in the same instant.
+///
 /// ```
 /// use std::time::Duration;
 /// use outbox_core::RetryAfter;
 ///
-/// assert_eq!(RetryAfter::Delay(Duration::from_secs(2)).deadline(1_000), 3_000);
-/// assert_eq!(RetryAfter::At(500).deadline(1_000), 1_000); // a past date means now
+/// let mut rng = fastrand::Rng::with_seed(1);
+/// assert_eq!(RetryAfter::Delay(Duration::from_secs(2)).delay(1_000, &mut rng), Duration::from_secs(2));
+/// assert_eq!(RetryAfter::At(500).delay(1_000, &mut rng), Duration::ZERO); // a past date: now
+/// let d = RetryAfter::Date(Duration::from_secs(100)).delay(0, &mut rng);
+/// assert!(d >= Duration::from_secs(100) && d <= Duration::from_secs(105));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RetryAfter {
     /// Retry after this long (delta-seconds).
     Delay(Duration),
-    /// Retry at this wall-clock time (an HTTP-date).
+    /// An HTTP-date, already turned into a delay against the response's `Date` header.
+    Date(Duration),
+    /// An HTTP-date from a response without a `Date` header: a local wall-clock time.
     At(Millis),
 }
 
 impl RetryAfter {
-    /// The absolute deadline it asks for, never earlier than `now`.
-    pub fn deadline(self, now: Millis) -> Millis {
+    /// The delay it asks for, counted from `now`: never negative, and for the date forms
+    /// spread by up to 5 % with `rng`.
+    pub fn delay(self, now: Millis, rng: &mut fastrand::Rng) -> Duration {
+        let mut spread = |delay: Duration| {
+            let ms = duration_ms(delay);
+            Duration::from_millis(ms.saturating_add(rng.u64(0..=ms / 20)))
+        };
         match self {
-            RetryAfter::Delay(delay) => now.saturating_add(duration_ms(delay)),
-            RetryAfter::At(at) => at.max(now),
+            RetryAfter::Delay(delay) => delay,
+            RetryAfter::Date(delay) => spread(delay),
+            RetryAfter::At(at) => spread(Duration::from_millis(at.saturating_sub(now))),
         }
     }
 }
@@ -38,7 +55,8 @@ pub(crate) fn duration_ms(duration: Duration) -> u64 {
 
 /// The result of one delivery, as the sink reports it.
 ///
-/// Use [`crate::http::classify`] to derive it from an HTTP status and `Retry-After` header.
+/// Use [`crate::http::classify`] (or a [`crate::http::Classifier`]) to derive it from an HTTP
+/// status and its `Retry-After` and `Date` headers.
 ///
 /// ```
 /// use outbox_core::Outcome;
@@ -58,20 +76,23 @@ pub enum Outcome {
         /// What the transport said.
         error: String,
     },
-    /// The server answered "later" (408, 425, 429, 5xx). One attempt is spent; `retry_after`
-    /// wins over the local schedule.
+    /// The server answered without a verdict on the record: "later" (408, 425, 429, 5xx) or
+    /// a status that cannot be read as final (1xx, 3xx, 403, 421, 423, 451, an unknown code).
+    /// One attempt is spent; `retry_after` wins over the local schedule, never below it.
     Transient {
         /// What the server said.
         error: String,
         /// The server's `Retry-After`, when it sent a valid one.
         retry_after: Option<RetryAfter>,
     },
-    /// The server refused this record for good (400, 403, 404, 410, 422, ...).
+    /// The server refused this record for good: by default 400, 404, 405, 410, 411, 413, 414,
+    /// 415 or 422 ([`crate::http::TERMINAL`]).
     Rejected {
         /// The server's reason, kept on the record.
         reason: String,
     },
-    /// The credential was refused (401): not this record's fault. Nothing is spent and the
+    /// The credential was refused (401, 407), or the request could not be built from the
+    /// sink's configuration: not this record's fault. Nothing is spent and the
     /// runner pauses until the application resumes it.
     Halt {
         /// What the server said.

@@ -6,13 +6,13 @@
 //! (an enqueue into the group, a record leaving it) runs under that group's advisory lock,
 //! taken in key order, and refreshes the flags before it commits.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use outbox_core::{
-    Applied, Claim, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, Round,
-    Stats, Tombstone, Transition,
+    Applied, Change, Claim, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
+    Round, Stats, Tombstone, Transition,
 };
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
@@ -228,29 +228,54 @@ impl Core {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
         let ex = Exec::Transaction(&tx);
-        let (lock_groups, lock_rows, apply, refresh, claim_st, clock) = futures::try_join!(
-            ex.prepare(&sql.lock_groups_of),
-            ex.prepare(&sql.lock_rows),
-            ex.prepare(&sql.apply),
-            ex.prepare(&sql.refresh_groups),
-            ex.prepare(&sql.claim),
-            ex.prepare(&sql.server_time),
-        )
-        .map_err(pg)?;
+        let requeues = outcomes
+            .iter()
+            .any(|t| matches!(t.change, Change::Requeue { .. }));
+        let (lock_groups, lock_rows, lock_busy, apply, refresh, claim_st, clock) =
+            futures::try_join!(
+                ex.prepare(&sql.lock_groups_of),
+                ex.prepare(&sql.lock_rows),
+                ex.prepare(&sql.lock_busy),
+                ex.prepare(&sql.apply),
+                ex.prepare(&sql.refresh_groups),
+                ex.prepare(&sql.claim),
+                ex.prepare(&sql.server_time),
+            )
+            .map_err(pg)?;
         // The groups' locks first (a record's group never changes, so it can be read before
-        // them), then the rows; sent together, run in order.
+        // them), then the rows, then (for a requeue) the groups' busy records; sent together,
+        // run in order.
         let lock_params: [Param<'_>; 2] = [&ids, &self.group_seed];
         let row_params: [Param<'_>; 1] = [&ids];
-        let (_, locked) = futures::try_join!(
+        let busy = async {
+            if requeues {
+                ex.query(&lock_busy, &row_params).await
+            } else {
+                Ok(Vec::new())
+            }
+        };
+        let (_, locked, busy) = futures::try_join!(
             ex.query(&lock_groups, &lock_params),
             ex.query(&lock_rows, &row_params),
+            busy,
         )
         .map_err(pg)?;
         let rows = locked
             .iter()
             .map(plan::locked)
             .collect::<Result<HashMap<_, _>>>()?;
-        let plan = Plan::new(rows, outcomes);
+        let mut in_flight: HashMap<String, HashSet<i64>> = HashMap::new();
+        for row in &busy {
+            let state: i16 = row.try_get(2).map_err(pg)?;
+            if state == codec::state(outbox_core::State::InFlight) {
+                let group: String = row.try_get(1).map_err(pg)?;
+                in_flight
+                    .entry(group)
+                    .or_default()
+                    .insert(row.try_get(0).map_err(pg)?);
+            }
+        }
+        let plan = Plan::new(rows, in_flight, outcomes);
         let arrays = plan.arrays();
         let apply_params = arrays.params();
         let (groups, members) = plan.groups();
@@ -265,9 +290,9 @@ impl Core {
         });
         let writes = async {
             if plan.is_empty() {
-                Ok(Vec::new())
+                Ok(0)
             } else {
-                ex.query(&apply, &apply_params).await
+                ex.execute(&apply, &apply_params).await
             }
         };
         let promote = async {
@@ -296,24 +321,11 @@ impl Core {
         };
         let sent = self.clock.host_now();
         // Sent together, run in order: the writes, the head flags they moved, the claim.
-        let (requeued, _, claimed_rows, reading) =
+        let (_, _, claimed_rows, reading) =
             futures::try_join!(writes, promote, take, read_clock).map_err(pg)?;
         if let Some(reading) = reading {
             self.observe(sent, &reading)?;
         }
-        let mut pairs = Vec::with_capacity(requeued.len());
-        for row in &requeued {
-            let old: i64 = row.try_get(0).map_err(pg)?;
-            let new: i64 = row.try_get(1).map_err(pg)?;
-            let id = |v: i64| {
-                u64::try_from(v)
-                    .map(RecordId)
-                    .map_err(|_| corrupt("negative id"))
-            };
-            pairs.push((id(old)?, id(new)?));
-        }
-        // Fresh ids were handed out in the order of the plan's requeues.
-        pairs.sort_by_key(|(_, new)| *new);
         let claimed = match claimed_rows {
             Some(rows) => claimed(&rows)?,
             None => Vec::new(),
@@ -322,7 +334,6 @@ impl Core {
         Ok(Round {
             applied: Applied {
                 skipped: plan.skipped,
-                requeued: pairs,
             },
             claimed,
         })

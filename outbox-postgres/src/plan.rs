@@ -2,7 +2,7 @@
 //! [`Guard::admits`] against the locked rows (and the batch's own earlier changes), then each
 //! record's last change gathered into the arrays the `apply` statement takes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use outbox_core::{Change, Lease, Millis, Progress, Record, RecordId, Result, State, Transition};
 use tokio_postgres::types::ToSql;
@@ -32,7 +32,7 @@ pub(crate) fn locked(row: &Row) -> Result<(i64, Record)> {
     Ok((id, record))
 }
 
-/// The last change a batch makes to one record.
+/// The last change a batch makes to one record (a requeue is an update that keeps the id).
 enum Op {
     Delete,
     Discard {
@@ -41,9 +41,6 @@ enum Op {
         attempts: u32,
     },
     Update(Progress),
-    Requeue {
-        at: Millis,
-    },
 }
 
 /// What an `apply` writes, decided before anything is written.
@@ -61,8 +58,13 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// Checks each transition against `rows` (the locked records, updated as the batch goes)
-    /// and keeps the ones that apply.
-    pub(crate) fn new(mut rows: HashMap<i64, Record>, transitions: Vec<Transition>) -> Plan {
+    /// and keeps the ones that apply. `in_flight` holds the in-flight records of the batch's
+    /// groups (only read when the batch requeues): a requeue waits while its group has one.
+    pub(crate) fn new(
+        mut rows: HashMap<i64, Record>,
+        mut in_flight: HashMap<String, HashSet<i64>>,
+        transitions: Vec<Transition>,
+    ) -> Plan {
         let mut plan = Plan::default();
         for Transition { id, guard, change } in transitions {
             let key = codec::id(id);
@@ -71,6 +73,7 @@ impl Plan {
                 continue;
             };
             let group = record.group.clone();
+            let was_in_flight = record.state == State::InFlight;
             let op = match change {
                 Change::Delivered => Op::Delete,
                 Change::Discard {
@@ -83,20 +86,34 @@ impl Plan {
                     attempts,
                 },
                 Change::Requeue { at } => {
-                    if record.state != State::Rejected {
+                    let busy = group
+                        .as_ref()
+                        .and_then(|g| in_flight.get(g))
+                        .is_some_and(|members| !members.is_empty());
+                    if record.state != State::Rejected || busy {
                         plan.skipped.push(id);
                         continue;
                     }
-                    Op::Requeue { at }
+                    // A fresh budget, due at `at`; id, payload, key, group and creation time
+                    // stay.
+                    let fresh = Record::fresh(id, None, Vec::new(), String::new(), at).progress();
+                    record.set_progress(fresh.clone());
+                    Op::Update(fresh)
                 }
                 Change::Update(progress) => {
                     record.set_progress(progress.clone());
                     Op::Update(progress)
                 }
             };
-            if !matches!(op, Op::Update(_)) {
-                // Gone (or moved to a new id): later transitions of the batch find no record.
+            if matches!(op, Op::Delete | Op::Discard { .. }) {
+                // Gone: later transitions of the batch find no record.
                 rows.remove(&key);
+            }
+            if was_in_flight {
+                // Every change takes a record out of flight.
+                if let Some(members) = group.as_ref().and_then(|g| in_flight.get_mut(g)) {
+                    members.remove(&key);
+                }
             }
             if let Some(previous) = plan.at.insert(key, plan.ops.len()) {
                 plan.ops[previous] = None;
@@ -141,10 +158,6 @@ impl Plan {
                     a.next_at.push(p.next_attempt_at.map(millis));
                     a.errors.push(p.last_error.as_deref().map(text));
                 }
-                Op::Requeue { at } => {
-                    a.requeue.push(id);
-                    a.requeue_at.push(millis(*at));
-                }
             }
         }
         a
@@ -174,13 +187,11 @@ pub(crate) struct Arrays {
     last_at: Vec<Option<i64>>,
     next_at: Vec<Option<i64>>,
     errors: Vec<Option<String>>,
-    requeue: Vec<i64>,
-    requeue_at: Vec<i64>,
 }
 
 impl Arrays {
-    /// In the order of the statement's `$1` to `$15`.
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 15] {
+    /// In the order of the statement's `$1` to `$13`.
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 13] {
         [
             &self.delivered,
             &self.discard,
@@ -195,8 +206,6 @@ impl Arrays {
             &self.last_at,
             &self.next_at,
             &self.errors,
-            &self.requeue,
-            &self.requeue_at,
         ]
     }
 }
@@ -234,9 +243,27 @@ mod tests {
 
     #[test]
     fn guards_follow_the_batch_and_each_record_keeps_its_last_change() {
-        let records = [in_flight(1, 7, Some("g")), in_flight(2, 7, None)];
+        let records = [
+            in_flight(1, 7, Some("g")),
+            in_flight(2, 7, None),
+            in_flight(4, 7, Some("h")),
+        ];
+        let mut rejected = Record::fresh(RecordId(5), Some("h".into()), vec![], "k".into(), 0);
+        rejected.state = State::Rejected;
+        let mut all = rows(&records);
+        all.insert(5, rejected);
+        let busy = HashMap::from([
+            ("g".to_owned(), HashSet::from([1])),
+            ("h".to_owned(), HashSet::from([4])),
+        ]);
+        let requeue = |id| Transition {
+            id: RecordId(id),
+            guard: Guard::Idle,
+            change: Change::Requeue { at: 20 },
+        };
         let plan = Plan::new(
-            rows(&records),
+            all,
+            busy,
             vec![
                 // A stale lease: skipped.
                 Transition {
@@ -244,23 +271,16 @@ mod tests {
                     guard: Guard::Lease(8),
                     change: Change::Delivered,
                 },
-                // Rejected under its lease, then requeued by a person in the same batch.
+                // Rejected under its lease, then requeued by a person in the same batch: its
+                // group has nothing else in flight once it reported.
                 Transition {
                     id: RecordId(1),
                     guard: Guard::Lease(7),
                     change: Change::Update(progress(State::Rejected)),
                 },
-                Transition {
-                    id: RecordId(1),
-                    guard: Guard::Idle,
-                    change: Change::Requeue { at: 20 },
-                },
+                requeue(1),
                 // Requeue of a record that is not rejected: skipped.
-                Transition {
-                    id: RecordId(2),
-                    guard: Guard::Lease(7),
-                    change: Change::Requeue { at: 20 },
-                },
+                requeue(2),
                 Transition {
                     id: RecordId(2),
                     guard: Guard::Lease(7),
@@ -277,20 +297,36 @@ mod tests {
                     guard: Guard::Idle,
                     change: Change::Delivered,
                 },
+                // Its group has record 4 in flight: skipped, until 4 reported.
+                requeue(5),
+                Transition {
+                    id: RecordId(4),
+                    guard: Guard::Lease(7),
+                    change: Change::Delivered,
+                },
+                requeue(5),
             ],
         );
         assert_eq!(
             plan.skipped,
-            vec![RecordId(1), RecordId(2), RecordId(2), RecordId(3)]
+            vec![
+                RecordId(1),
+                RecordId(2),
+                RecordId(2),
+                RecordId(3),
+                RecordId(5)
+            ]
         );
         let a = plan.arrays();
-        assert_eq!(a.requeue, vec![1]);
-        assert_eq!(a.requeue_at, vec![20]);
-        assert!(
-            a.update.is_empty(),
-            "the update was superseded by the requeue"
+        assert_eq!(
+            a.update,
+            vec![1, 5],
+            "the requeues, as updates that keep the id"
         );
-        assert_eq!(a.delivered, vec![2]);
-        assert_eq!(plan.groups(), (vec!["g"], vec![1, 1]));
+        assert_eq!(a.states, vec![state(State::Pending); 2]);
+        assert_eq!(a.next_at, vec![Some(20); 2]);
+        assert_eq!((a.attempts[0], a.errors[0].clone()), (0, None));
+        assert_eq!(a.delivered, vec![2, 4]);
+        assert_eq!(plan.groups(), (vec!["g", "h"], vec![1, 1, 4, 5]));
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! Writes are set-based: a round's outcomes are one statement over the whole batch (arrays in,
 //! `unnest` inside), the groups' head flags one more, the claim one more, all sent together
-//! on one connection.
+//! on one connection. (The head flags cannot join the outcomes' statement: the parts of one
+//! statement do not see each other's changes.)
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
@@ -26,6 +27,7 @@ pub(crate) struct Sql {
     pub(crate) renew: String,
     pub(crate) lock_rows: String,
     pub(crate) apply: String,
+    pub(crate) lock_busy: String,
     pub(crate) refresh_groups: String,
     pub(crate) expired: String,
     pub(crate) stepped_back: String,
@@ -94,8 +96,7 @@ impl Sql {
             ),
             // A batch's writes, one statement: every id appears in at most one of the lists
             // (the plan keeps each record's last change), so the parts touch disjoint rows.
-            // Requeued records get fresh ids from the sequence, handed out in the order of
-            // the list, and the statement returns each (old id, new id).
+            // A requeue is an update here: the record keeps its id.
             apply: format!(
                 "WITH delivered AS (DELETE FROM {r} WHERE id = ANY($1::bigint[]) RETURNING 1), \
                  counted AS (UPDATE {s}.meta SET delivered = delivered + c.n \
@@ -104,38 +105,35 @@ impl Sql {
                    $4::bigint[], $5::bigint[]) AS d(id, reason, at, attempts) \
                    WHERE r.id = d.id RETURNING r.id, r.grp, r.key, d.reason, d.at, d.attempts), \
                  buried AS (INSERT INTO {s}.tombstones ({TOMBSTONE_COLUMNS}) \
-                   SELECT * FROM discarded), \
-                 updated AS (UPDATE {r} AS r SET state = u.state, attempts = u.attempts, \
+                   SELECT * FROM discarded) \
+                 UPDATE {r} AS r SET state = u.state, attempts = u.attempts, \
                    unanswered = u.unanswered, interrupted = u.interrupted, \
                    last_attempt_at = u.last_at, next_attempt_at = u.next_at, \
                    last_error = u.error, lease_token = NULL, lease_until = NULL, \
                    claimable = (r.grp IS NULL AND u.state IN (0, 1) AND u.next_at IS NOT NULL) \
-                   FROM unnest($6::bigint[], $7::smallint[], $8::bigint[], $9::bigint[], \
+                 FROM unnest($6::bigint[], $7::smallint[], $8::bigint[], $9::bigint[], \
                    $10::bigint[], $11::bigint[], $12::bigint[], $13::text[]) \
                    AS u(id, state, attempts, unanswered, interrupted, last_at, next_at, error) \
-                   WHERE r.id = u.id RETURNING 1), \
-                 fresh AS (SELECT row_number() OVER (ORDER BY v) AS n, v FROM \
-                   (SELECT nextval('{s}.record_ids') AS v \
-                    FROM generate_series(1, cardinality($14::bigint[]))) AS f), \
-                 wanted AS (SELECT q.id, f.v AS new_id, q.at FROM unnest($14::bigint[], \
-                   $15::bigint[]) WITH ORDINALITY AS q(id, at, n) JOIN fresh AS f ON f.n = q.n), \
-                 requeued AS (DELETE FROM {r} AS r USING wanted AS w WHERE r.id = w.id \
-                   RETURNING r.id AS old_id, w.new_id, r.grp, r.payload, r.key, r.created_at, w.at), \
-                 readmitted AS (INSERT INTO {r} (id, grp, payload, key, created_at, state, \
-                   next_attempt_at, claimable) \
-                   SELECT new_id, grp, payload, key, created_at, 0, at, grp IS NULL \
-                   FROM requeued) \
-                 SELECT old_id, new_id FROM requeued"
+                 WHERE r.id = u.id"
             ),
-            // Run after a batch's writes: the records $2 of the groups $1, and each group's
-            // head, get the flag the head rule gives them (a pending or retrying group head
-            // with a deadline is claimable, nothing else of the group is).
+            // Before a requeue: the records of the outcomes' groups that are in flight or
+            // claimable, locked, so a claim running meanwhile either finished (its record is
+            // seen in flight) or skips the locked head.
+            lock_busy: format!(
+                "SELECT id, grp, state FROM {r} WHERE grp IN (SELECT grp FROM {r} \
+                 WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL) \
+                 AND (state = 2 OR claimable) ORDER BY id FOR UPDATE"
+            ),
+            // Run after a batch's writes: the records $2 of the groups $1, each group's head
+            // and whichever record of the group was claimable get the flag the head rule
+            // gives them (a pending or retrying group head with a deadline is claimable,
+            // nothing else of the group is; a requeued record can displace the head).
             refresh_groups: format!(
                 "WITH heads AS (SELECT g, (SELECT min(h.id) FROM {r} AS h \
                    WHERE h.grp = g AND h.state <> 4) AS head FROM unnest($1::text[]) AS g), \
                  target AS (SELECT r.id, (r.state IN (0, 1) AND r.next_attempt_at IS NOT NULL \
                    AND r.id = heads.head) AS want FROM {r} AS r JOIN heads ON heads.g = r.grp \
-                   WHERE r.id = ANY($2::bigint[]) OR r.id = heads.head) \
+                   WHERE r.id = ANY($2::bigint[]) OR r.id = heads.head OR r.claimable) \
                  UPDATE {r} AS r SET claimable = t.want FROM target AS t \
                  WHERE r.id = t.id AND r.claimable IS DISTINCT FROM t.want"
             ),

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, Round,
-    Stats, Store, Tombstone, Transition,
+    Applied, Claim, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
+    Round, Stats, Store, Tombstone, Transition,
 };
 
 /// See the module documentation.
