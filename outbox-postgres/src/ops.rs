@@ -265,20 +265,22 @@ impl Core {
             .map(plan::locked)
             .collect::<Result<HashMap<_, _>>>()?;
         let mut in_flight: HashMap<String, HashSet<i64>> = HashMap::new();
+        let mut heads_before = Vec::new();
         for row in &busy {
+            let id: i64 = row.try_get(0).map_err(pg)?;
             let state: i16 = row.try_get(2).map_err(pg)?;
             if state == codec::state(outbox_core::State::InFlight) {
                 let group: String = row.try_get(1).map_err(pg)?;
-                in_flight
-                    .entry(group)
-                    .or_default()
-                    .insert(row.try_get(0).map_err(pg)?);
+                in_flight.entry(group).or_default().insert(id);
+            } else {
+                heads_before.push(id);
             }
         }
         let plan = Plan::new(rows, in_flight, outcomes);
         let arrays = plan.arrays();
         let apply_params = arrays.params();
-        let (groups, members) = plan.groups();
+        let (groups, mut members) = plan.groups();
+        members.extend(heads_before);
         let refresh_params: [Param<'_>; 2] = [&groups, &members];
         let claim_params = claim.map(|c| {
             (

@@ -118,22 +118,26 @@ impl Sql {
             ),
             // Before a requeue: the records of the outcomes' groups that are in flight or
             // claimable, locked, so a claim running meanwhile either finished (its record is
-            // seen in flight) or skips the locked head.
+            // seen in flight) or skips the locked head. The claimable ones are refreshed
+            // after the writes: a requeued record may take their place.
             lock_busy: format!(
                 "SELECT id, grp, state FROM {r} WHERE grp IN (SELECT grp FROM {r} \
                  WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL) \
-                 AND (state = 2 OR claimable) ORDER BY id FOR UPDATE"
+                 AND state <> 4 AND (state = 2 OR claimable) ORDER BY id FOR UPDATE"
             ),
-            // Run after a batch's writes: the records $2 of the groups $1, each group's head
-            // and whichever record of the group was claimable get the flag the head rule
-            // gives them (a pending or retrying group head with a deadline is claimable,
-            // nothing else of the group is; a requeued record can displace the head).
+            // Run after a batch's writes: the records $2 of the groups $1 and each group's
+            // head get the flag the head rule gives them (a pending or retrying group head
+            // with a deadline is claimable, nothing else of the group is). Every row is found
+            // by key (heads through the group index, the rest by id), never by a scan; a head
+            // that a requeue displaced is among $2.
             refresh_groups: format!(
-                "WITH heads AS (SELECT g, (SELECT min(h.id) FROM {r} AS h \
+                "WITH heads AS MATERIALIZED (SELECT g, (SELECT min(h.id) FROM {r} AS h \
                    WHERE h.grp = g AND h.state <> 4) AS head FROM unnest($1::text[]) AS g), \
+                 candidates AS (SELECT head AS id FROM heads WHERE head IS NOT NULL \
+                   UNION SELECT unnest($2::bigint[])), \
                  target AS (SELECT r.id, (r.state IN (0, 1) AND r.next_attempt_at IS NOT NULL \
-                   AND r.id = heads.head) AS want FROM {r} AS r JOIN heads ON heads.g = r.grp \
-                   WHERE r.id = ANY($2::bigint[]) OR r.id = heads.head OR r.claimable) \
+                   AND r.id = heads.head) AS want FROM candidates AS c \
+                   JOIN {r} AS r ON r.id = c.id JOIN heads ON heads.g = r.grp) \
                  UPDATE {r} AS r SET claimable = t.want FROM target AS t \
                  WHERE r.id = t.id AND r.claimable IS DISTINCT FROM t.want"
             ),
