@@ -8,7 +8,8 @@
 //! - [`outcome`] and [`http`]: what a delivery reported, and the HTTP classifier;
 //! - [`policy`]: backoff, jitter, the ceiling and the crash-loop guard, as data;
 //! - [`machine`]: the pure transition function;
-//! - [`store`]: the trait a backend implements;
+//! - [`store`]: the trait a backend implements, and [`layer`]: wrappers that change a few of
+//!   its operations and forward the rest;
 //! - [`clock`]: where `now` comes from;
 //! - [`sink`], [`runner`] and [`handle`]: the user's delivery code, the task that runs the
 //!   queue, and the [`Outbox`] handle around it.
@@ -34,6 +35,7 @@ pub mod error;
 pub mod event;
 pub mod handle;
 pub mod http;
+pub mod layer;
 pub mod link;
 pub mod machine;
 pub mod outcome;
@@ -49,6 +51,7 @@ pub use config::RunnerConfig;
 pub use error::{BoxError, Error, Result};
 pub use event::Event;
 pub use handle::{Notifier, Outbox, OutboxBuilder};
+pub use layer::{Entered, Operation, StoreLayer};
 pub use link::LinkState;
 pub use machine::{Change, Guard, Step, Transition};
 pub use outcome::{ConflictResolution, ConflictResolver, Outcome, ParkOnConflict, RetryAfter};
