@@ -34,8 +34,15 @@ pub(crate) fn token(token: u64) -> i64 {
     i64::from_ne_bytes(token.to_ne_bytes())
 }
 
-fn untoken(stored: i64) -> u64 {
+/// A lease token as read back.
+pub(crate) fn untoken(stored: i64) -> u64 {
     u64::from_ne_bytes(stored.to_ne_bytes())
+}
+
+/// Free text as stored (a failure's message, a discard or halt reason): PostgreSQL text cannot
+/// hold a NUL character, so one is stored as U+FFFD instead of failing the whole write.
+pub(crate) fn text(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
 }
 
 /// A state as stored: its stable code.
@@ -118,6 +125,12 @@ mod tests {
         for t in [0, 1, u64::MAX, 1 << 63, 0x1234_5678_9abc_def0] {
             assert_eq!(untoken(token(t)), t);
         }
+    }
+
+    #[test]
+    fn a_nul_in_free_text_is_replaced_not_refused() {
+        assert_eq!(text("a\0b"), "a\u{FFFD}b");
+        assert_eq!(text("plain"), "plain");
     }
 
     #[test]

@@ -18,6 +18,8 @@ use crate::schema::check_schema_name;
 /// - `connect_timeout`: **10 s** to open a connection or wait for a free one in the pool; past
 ///   it a call fails with [`Error::Unavailable`] (the runner then backs off and tries again)
 ///   instead of hanging. `None` waits as long as the operating system does.
+/// - `tls`: **[`Tls::Off`]**, plain TCP, as for a server on the same host or a private network.
+///   A managed server (or any across an untrusted network) needs [`PgConfig::with_tls`].
 ///
 /// ```
 /// use outbox_postgres::PgConfig;
@@ -44,6 +46,50 @@ pub struct PgConfig {
     pub application_name: String,
     /// Longest wait to connect, or for a free pooled connection; `None` for no limit.
     pub connect_timeout: Option<Duration>,
+    /// Whether connections use TLS, and which certificates they trust.
+    pub tls: Tls,
+}
+
+/// How the store's connections (its pool and its listener) protect their traffic.
+///
+/// TLS is rustls (the crate's `tls` feature, **on by default**; no system OpenSSL is needed).
+/// Built without the feature, only [`Tls::Off`] connects.
+///
+/// ```
+/// use outbox_postgres::{PgConfig, Tls};
+/// let config = PgConfig::new("postgres://app@db.example.com/prod", "outbox")
+///     .with_tls(Tls::required());
+/// assert!(matches!(config.tls, Tls::Required { .. }));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Tls {
+    /// Plain TCP. A server that requires TLS refuses the store.
+    #[default]
+    Off,
+    /// TLS on every connection: a server that does not offer it is refused, and the server's
+    /// certificate must chain to one of the Mozilla roots (bundled, as browsers trust them) or
+    /// to one of `extra_roots`, and name the host the URL connects to.
+    Required {
+        /// More trusted certificates, PEM-encoded: a private CA's, or a self-signed server's.
+        extra_roots: Vec<u8>,
+    },
+}
+
+impl Tls {
+    /// TLS verified against the Mozilla roots only.
+    pub fn required() -> Self {
+        Tls::Required {
+            extra_roots: Vec::new(),
+        }
+    }
+
+    /// TLS verified against the Mozilla roots and the PEM certificates in `pem`.
+    pub fn required_with_roots(pem: impl Into<Vec<u8>>) -> Self {
+        Tls::Required {
+            extra_roots: pem.into(),
+        }
+    }
 }
 
 impl PgConfig {
@@ -56,7 +102,14 @@ impl PgConfig {
             max_payload: DEFAULT_MAX_PAYLOAD,
             application_name: "outbox".into(),
             connect_timeout: Some(Duration::from_secs(10)),
+            tls: Tls::Off,
         }
+    }
+
+    /// Sets how connections use TLS.
+    pub fn with_tls(mut self, tls: Tls) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Sets the pool size.
@@ -99,7 +152,15 @@ impl PgConfig {
                 "connect_timeout must not be zero".into(),
             ));
         }
-        self.pg_config().map(drop)
+        let pg = self.pg_config()?;
+        if self.tls == Tls::Off && pg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(Error::InvalidConfig(
+                "the URL asks for sslmode=require but the store's TLS is off; set \
+                 PgConfig::with_tls"
+                    .into(),
+            ));
+        }
+        crate::tls::check(&self.tls)
     }
 
     /// The connection settings with this config's application name and timeout applied.
@@ -110,6 +171,9 @@ impl PgConfig {
         pg.application_name(&self.application_name);
         if let Some(timeout) = self.connect_timeout {
             pg.connect_timeout(timeout);
+        }
+        if matches!(self.tls, Tls::Required { .. }) {
+            pg.ssl_mode(tokio_postgres::config::SslMode::Require);
         }
         Ok(pg)
     }
@@ -128,6 +192,9 @@ mod tests {
             ok.clone().with_connect_timeout(Some(Duration::ZERO)),
             PgConfig::new("postgres://[::1", "outbox"),
             PgConfig::new("host=x", "1starts_with_digit"),
+            PgConfig::new("host=x sslmode=require", "outbox"),
+            ok.clone()
+                .with_tls(Tls::required_with_roots(b"not a certificate".to_vec())),
         ] {
             assert!(
                 matches!(bad.validate(), Err(Error::InvalidConfig(_))),

@@ -5,18 +5,26 @@ use deadpool_postgres::PoolError;
 use outbox_core::Error;
 use tokio_postgres::error::SqlState;
 
-/// Maps a server or connection error to the variant a caller can act on.
+/// Maps a server or connection error to the variant a caller can act on, with the server's
+/// own message and SQLSTATE in the text (`Display`), and the driver's error as the source.
 ///
 /// Everything that a later call may get past on its own (a dropped connection, a server
 /// restarting, a deadlock or serialization victim, too many connections) is
 /// [`Error::Unavailable`], which the runner retries with backoff.
 pub(crate) fn pg(err: tokio_postgres::Error) -> Error {
+    let detail = describe(&err);
     let Some(code) = err.code() else {
         // No SQLSTATE: the connection broke, or a value did not convert.
-        return if err.is_closed() || is_io(&err) {
-            Error::unavailable(err)
+        return if !is_tls_refusal(&err) && (err.is_closed() || is_io(&err)) {
+            Error::Unavailable {
+                detail,
+                source: Some(Box::new(err)),
+            }
         } else {
-            Error::backend(err)
+            Error::Backend {
+                detail,
+                source: Some(Box::new(err)),
+            }
         };
     };
     if *code == SqlState::DISK_FULL {
@@ -30,9 +38,41 @@ pub(crate) fn pg(err: tokio_postgres::Error) -> Error {
         };
     }
     if is_temporary(code) {
-        return Error::unavailable(err);
+        return Error::Unavailable {
+            detail,
+            source: Some(Box::new(err)),
+        };
     }
-    Error::backend(err)
+    Error::Backend {
+        detail,
+        source: Some(Box::new(err)),
+    }
+}
+
+/// What the server said, as one line: its message, SQLSTATE, and its detail and hint when it
+/// gave them; for an error without a server message (a lost connection), the driver's text
+/// with its causes.
+pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
+    if let Some(db) = err.as_db_error() {
+        let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+        if let Some(detail) = db.detail() {
+            text.push_str("; detail: ");
+            text.push_str(detail);
+        }
+        if let Some(hint) = db.hint() {
+            text.push_str("; hint: ");
+            text.push_str(hint);
+        }
+        return text;
+    }
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// SQLSTATE classes and codes that mean "try the same call again later".
@@ -46,6 +86,30 @@ fn is_temporary(code: &SqlState) -> bool {
         || text.starts_with("53")
         || text.starts_with("57P")
         || *code == SqlState::LOCK_NOT_AVAILABLE
+}
+
+/// The TLS handshake refused the server (its certificate does not verify, no common
+/// protocol): trying again changes nothing, unlike a connection that broke.
+#[cfg(feature = "tls")]
+fn is_tls_refusal(err: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        // tokio-rustls carries rustls's verdict inside an `io::Error`, whose own `source`
+        // skips it.
+        let inner = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref());
+        if cause.is::<rustls::Error>() || inner.is_some_and(|e| e.is::<rustls::Error>()) {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+#[cfg(not(feature = "tls"))]
+fn is_tls_refusal(_: &tokio_postgres::Error) -> bool {
+    false
 }
 
 fn is_io(err: &tokio_postgres::Error) -> bool {

@@ -1,17 +1,21 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
-mod apply;
+pub mod clock;
 mod codec;
 pub mod config;
 mod engine;
 mod error;
 pub mod listen;
+mod ops;
+mod plan;
 pub mod schema;
 mod sql;
 pub mod store;
+mod tls;
 
-pub use config::PgConfig;
-pub use listen::Wakeups;
+pub use clock::ServerClock;
+pub use config::{PgConfig, Tls};
+pub use listen::{RunnerWakeups, Wakeups};
 pub use schema::SCHEMA_VERSION;
 pub use store::PgStore;

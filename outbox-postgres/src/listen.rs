@@ -4,19 +4,49 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::BoxStream;
 use futures::StreamExt;
-use outbox_core::{Error, Result};
+use outbox_core::{Error, Notifier, Result};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, Client};
 
-use crate::config::PgConfig;
+use crate::config::{PgConfig, Tls};
 use crate::error::pg;
+use crate::tls::{self, Messages};
 
 /// The first and the longest wait before the listener reconnects after losing its connection.
 const RECONNECT_FIRST: Duration = Duration::from_millis(100);
 const RECONNECT_CAP: Duration = Duration::from_secs(5);
+
+/// Who a listener wakes.
+#[derive(Debug)]
+enum Target {
+    /// A waiter of [`Wakeups::notified`].
+    Signal(Arc<Notify>),
+    /// A runner, directly.
+    Runner(Notifier),
+}
+
+impl Target {
+    fn wake(&self) {
+        match self {
+            Target::Signal(signal) => signal.notify_one(),
+            Target::Runner(notifier) => notifier.notify(),
+        }
+    }
+}
+
+/// Starts the listening task: the first session is opened here, so a wrong URL fails the
+/// call instead of retrying forever in the background.
+async fn spawn(config: &PgConfig, target: Target) -> Result<JoinHandle<()>> {
+    let pg_config = config.pg_config()?;
+    let tls = config.tls.clone();
+    let channel = config.schema.clone();
+    let first = Session::open(&pg_config, &tls, &channel).await?;
+    Ok(tokio::spawn(keep_listening(
+        pg_config, tls, channel, target, first,
+    )))
+}
 
 /// Enqueues on one outbox, from any process or host, as they commit.
 ///
@@ -25,15 +55,15 @@ const RECONNECT_CAP: Duration = Duration::from_secs(5);
 /// nobody waits are coalesced into one. After every reconnect it wakes the waiter once, since
 /// enqueues made while it was away sent their signal to no one. Dropping it stops the task.
 ///
-/// Hand the wake-ups to the runner with [`Outbox::notify`](outbox_core::Outbox::notify):
+/// To wake a runner, [`PgStore::wake_on_enqueue`](crate::PgStore::wake_on_enqueue) does the
+/// forwarding for you; `Wakeups` is for other waiters:
 ///
 /// ```no_run
-/// # async fn demo(store: outbox_postgres::PgStore, outbox: outbox_core::Outbox) -> outbox_core::Result<()> {
+/// # async fn demo(store: outbox_postgres::PgStore) -> outbox_core::Result<()> {
 /// let wakeups = store.listen().await?;
-/// loop {
-///     wakeups.notified().await;
-///     outbox.notify();
-/// }
+/// wakeups.notified().await;
+/// println!("something was enqueued");
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Debug)]
@@ -44,18 +74,8 @@ pub struct Wakeups {
 
 impl Wakeups {
     pub(crate) async fn start(config: &PgConfig) -> Result<Self> {
-        let pg_config = config.pg_config()?;
-        let channel = config.schema.clone();
         let signal = Arc::new(Notify::new());
-        // The first session is opened here so a wrong URL fails the call instead of retrying
-        // forever in the background.
-        let first = Session::open(&pg_config, &channel).await?;
-        let task = tokio::spawn(keep_listening(
-            pg_config,
-            channel,
-            Arc::clone(&signal),
-            first,
-        ));
+        let task = spawn(config, Target::Signal(Arc::clone(&signal))).await?;
         Ok(Wakeups { signal, task })
     }
 
@@ -72,7 +92,26 @@ impl Drop for Wakeups {
     }
 }
 
-type Messages = BoxStream<'static, std::result::Result<AsyncMessage, tokio_postgres::Error>>;
+/// Wakes a runner on every enqueue to its outbox, from any process or host; see
+/// [`PgStore::wake_on_enqueue`](crate::PgStore::wake_on_enqueue). Dropping it stops the
+/// listening task and closes its connection.
+#[derive(Debug)]
+pub struct RunnerWakeups {
+    task: JoinHandle<()>,
+}
+
+impl RunnerWakeups {
+    pub(crate) async fn start(config: &PgConfig, notifier: Notifier) -> Result<Self> {
+        let task = spawn(config, Target::Runner(notifier)).await?;
+        Ok(RunnerWakeups { task })
+    }
+}
+
+impl Drop for RunnerWakeups {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
 
 /// One listening connection: the client (dropping it would end the session) and the stream
 /// of what the server sends on its own.
@@ -83,10 +122,8 @@ struct Session {
 
 impl Session {
     /// Connects and sends `LISTEN`, driving the connection while the command runs.
-    async fn open(pg_config: &tokio_postgres::Config, channel: &str) -> Result<Self> {
-        let (client, mut connection) = pg_config.connect(NoTls).await.map_err(pg)?;
-        let mut messages: Messages =
-            futures::stream::poll_fn(move |cx| connection.poll_message(cx)).boxed();
+    async fn open(pg_config: &tokio_postgres::Config, tls: &Tls, channel: &str) -> Result<Self> {
+        let (client, mut messages) = tls::connect(pg_config, tls).await?;
         {
             let sql = format!("LISTEN \"{channel}\"");
             let listen = client.batch_execute(&sql);
@@ -115,10 +152,10 @@ impl Session {
     }
 
     /// Forwards notifications until the connection ends.
-    async fn serve(mut self, signal: &Notify) {
+    async fn serve(mut self, target: &Target) {
         while let Some(message) = self.messages.next().await {
             match message {
-                Ok(AsyncMessage::Notification(_)) => signal.notify_one(),
+                Ok(AsyncMessage::Notification(_)) => target.wake(),
                 Ok(_) => {}
                 Err(err) => {
                     tracing::warn!(error = %err, "outbox listener connection lost; reconnecting");
@@ -131,20 +168,21 @@ impl Session {
 
 async fn keep_listening(
     pg_config: tokio_postgres::Config,
+    tls: Tls,
     channel: String,
-    signal: Arc<Notify>,
+    target: Target,
     first: Session,
 ) {
-    first.serve(&signal).await;
+    first.serve(&target).await;
     let mut delay = RECONNECT_FIRST;
     loop {
         tokio::time::sleep(delay).await;
-        match Session::open(&pg_config, &channel).await {
+        match Session::open(&pg_config, &tls, &channel).await {
             Ok(session) => {
                 delay = RECONNECT_FIRST;
                 // Enqueues made while the connection was down signalled no one.
-                signal.notify_one();
-                session.serve(&signal).await;
+                target.wake();
+                session.serve(&target).await;
             }
             Err(err) => {
                 tracing::warn!(error = %err, retry_in = ?delay, "outbox listener could not reconnect");

@@ -12,14 +12,19 @@ use outbox_core::{Error, Result};
 use crate::error::pg;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The steps from version `n` to `n + 1`, in order; `{s}` stands for the quoted schema name.
 ///
 /// Version 1: the records with their `claimable` flag (set only on pending or retrying group
 /// heads with a deadline, so "what is due" is one partial-index range scan), the tombstones,
 /// and the persisted delivered counter.
-const MIGRATIONS: &[&str] = &[r#"
+///
+/// Version 2: the runner's persisted halt (reason and since) in `meta`, and the deadline index
+/// of pending and retrying records that `stepped_back` reads. Written to run again harmlessly
+/// (`IF NOT EXISTS`), so a step half done by hand still converges.
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE {s}.meta (
     id smallint PRIMARY KEY CHECK (id = 1),
     delivered bigint NOT NULL
@@ -54,7 +59,14 @@ CREATE TABLE {s}.tombstones (
     discarded_at bigint NOT NULL,
     attempts bigint NOT NULL
 );
-"#];
+"#,
+    r#"
+ALTER TABLE {s}.meta ADD COLUMN IF NOT EXISTS halt_reason text;
+ALTER TABLE {s}.meta ADD COLUMN IF NOT EXISTS halt_since bigint;
+CREATE INDEX IF NOT EXISTS records_deadline ON {s}.records (next_attempt_at)
+    WHERE state IN (0, 1);
+"#,
+];
 
 /// Checks that `name` is a plain lowercase identifier, so it can be spliced into SQL quoted
 /// and means the same schema to every tool (`psql`, dumps) without quoting surprises.

@@ -1,9 +1,13 @@
-//! The statements of one outbox schema, and where they run.
+//! The statements of one outbox schema, and the one place they run.
 //!
 //! Every statement is written once here with the schema name spliced in (it was checked to be
 //! a plain identifier), then prepared once per pooled connection and cached.
+//!
+//! Writes are set-based: a round's outcomes are one statement over the whole batch (arrays in,
+//! `unnest` inside), the groups' head flags one more, the claim one more, all sent together
+//! on one connection. (The head flags cannot join the outcomes' statement: the parts of one
+//! statement do not see each other's changes.)
 
-use async_trait::async_trait;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
@@ -19,33 +23,34 @@ pub(crate) struct Sql {
     pub(crate) insert: String,
     pub(crate) notify: String,
     pub(crate) claim: String,
+    pub(crate) server_time: String,
     pub(crate) renew: String,
     pub(crate) lock_rows: String,
-    pub(crate) update: String,
-    pub(crate) delete: String,
-    pub(crate) discard: String,
-    pub(crate) refresh_group: String,
-    pub(crate) count_delivered: String,
+    pub(crate) apply: String,
+    pub(crate) lock_busy: String,
+    pub(crate) refresh_groups: String,
     pub(crate) expired: String,
-    pub(crate) scheduled_after: String,
+    pub(crate) stepped_back: String,
     pub(crate) get: String,
     pub(crate) list: String,
     pub(crate) tombstones: String,
     pub(crate) stats: String,
     pub(crate) next_due: String,
+    pub(crate) halt: String,
+    pub(crate) set_halt: String,
     pub(crate) prune_rejected: String,
     pub(crate) prune_tombstones: String,
 }
+
+/// The server's wall clock in Unix milliseconds. `clock_timestamp()`, not `now()`: the time
+/// the statement runs, not the time its transaction began.
+pub(crate) const SERVER_TIME: &str =
+    "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 impl Sql {
     pub(crate) fn new(schema: &str) -> Self {
         let s = format!("\"{schema}\"");
         let r = format!("{s}.records");
-        // A pending or retrying record with a deadline that heads its group (or has none).
-        let claimable_here = format!(
-            "(r.state IN (0, 1) AND r.next_attempt_at IS NOT NULL AND r.id = \
-             coalesce((SELECT min(h.id) FROM {r} h WHERE h.grp = $1 AND h.state <> 4), -1))"
-        );
         Sql {
             // Group locks are keyed by the server's own stable text hash seeded per schema
             // ($2), so every client computes the same key, and taken in key order, so two
@@ -80,43 +85,74 @@ impl Sql {
                  RETURNING {}",
                 prefixed("r", RECORD_COLUMNS)
             ),
+            server_time: SERVER_TIME.into(),
             renew: format!(
                 "UPDATE {r} SET lease_until = $3 WHERE id = ANY($1::bigint[]) AND state = 2 \
                  AND lease_token = $2"
             ),
             lock_rows: format!(
-                "SELECT id, grp, state, lease_token FROM {r} WHERE id = ANY($1::bigint[]) \
-                 ORDER BY id FOR UPDATE"
+                "SELECT id, grp, state, lease_token, lease_until FROM {r} \
+                 WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"
             ),
-            update: format!(
-                "UPDATE {r} SET state = $2, attempts = $3, unanswered = $4, interrupted = $5, \
-                 last_attempt_at = $6, next_attempt_at = $7, last_error = $8, \
-                 lease_token = NULL, lease_until = NULL, \
-                 claimable = (grp IS NULL AND $2::smallint IN (0, 1) AND $7::bigint IS NOT NULL) \
-                 WHERE id = $1"
+            // A batch's writes, one statement: every id appears in at most one of the lists
+            // (the plan keeps each record's last change), so the parts touch disjoint rows.
+            // A requeue is an update here: the record keeps its id.
+            apply: format!(
+                "WITH delivered AS (DELETE FROM {r} WHERE id = ANY($1::bigint[]) RETURNING 1), \
+                 counted AS (UPDATE {s}.meta SET delivered = delivered + c.n \
+                   FROM (SELECT count(*) AS n FROM delivered) AS c WHERE c.n > 0), \
+                 discarded AS (DELETE FROM {r} AS r USING unnest($2::bigint[], $3::text[], \
+                   $4::bigint[], $5::bigint[]) AS d(id, reason, at, attempts) \
+                   WHERE r.id = d.id RETURNING r.id, r.grp, r.key, d.reason, d.at, d.attempts), \
+                 buried AS (INSERT INTO {s}.tombstones ({TOMBSTONE_COLUMNS}) \
+                   SELECT * FROM discarded) \
+                 UPDATE {r} AS r SET state = u.state, attempts = u.attempts, \
+                   unanswered = u.unanswered, interrupted = u.interrupted, \
+                   last_attempt_at = u.last_at, next_attempt_at = u.next_at, \
+                   last_error = u.error, lease_token = NULL, lease_until = NULL, \
+                   claimable = (r.grp IS NULL AND u.state IN (0, 1) AND u.next_at IS NOT NULL) \
+                 FROM unnest($6::bigint[], $7::smallint[], $8::bigint[], $9::bigint[], \
+                   $10::bigint[], $11::bigint[], $12::bigint[], $13::text[]) \
+                   AS u(id, state, attempts, unanswered, interrupted, last_at, next_at, error) \
+                 WHERE r.id = u.id"
             ),
-            delete: format!("DELETE FROM {r} WHERE id = $1"),
-            discard: format!(
-                "WITH gone AS (DELETE FROM {r} WHERE id = $1 RETURNING id, grp, key) \
-                 INSERT INTO {s}.tombstones ({TOMBSTONE_COLUMNS}) \
-                 SELECT id, grp, key, $2, $3, $4 FROM gone"
+            // Before a requeue: the records of the outcomes' groups that are in flight or
+            // claimable, locked, so a claim running meanwhile either finished (its record is
+            // seen in flight) or skips the locked head. The claimable ones are refreshed
+            // after the writes: a requeued record may take their place.
+            lock_busy: format!(
+                "SELECT id, grp, state FROM {r} WHERE grp IN (SELECT grp FROM {r} \
+                 WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL) \
+                 AND state <> 4 AND (state = 2 OR claimable) ORDER BY id FOR UPDATE"
             ),
-            // Run after changes to the records $2 of group $1: they and the group's head get
-            // the flag the head rule gives them.
-            refresh_group: format!(
-                "UPDATE {r} AS r SET claimable = {claimable_here} \
-                 WHERE (r.id = ANY($2::bigint[]) OR r.id = (SELECT min(h.id) FROM {r} h \
-                 WHERE h.grp = $1 AND h.state <> 4)) \
-                 AND r.claimable IS DISTINCT FROM {claimable_here}"
+            // Run after a batch's writes: the records $2 of the groups $1 and each group's
+            // head get the flag the head rule gives them (a pending or retrying group head
+            // with a deadline is claimable, nothing else of the group is). Every row is found
+            // by key (heads through the group index, the rest by id), never by a scan; a head
+            // that a requeue displaced is among $2.
+            refresh_groups: format!(
+                "WITH heads AS MATERIALIZED (SELECT g, (SELECT min(h.id) FROM {r} AS h \
+                   WHERE h.grp = g AND h.state <> 4) AS head FROM unnest($1::text[]) AS g), \
+                 candidates AS (SELECT head AS id FROM heads WHERE head IS NOT NULL \
+                   UNION SELECT unnest($2::bigint[])), \
+                 target AS (SELECT r.id, (r.state IN (0, 1) AND r.next_attempt_at IS NOT NULL \
+                   AND r.id = heads.head) AS want FROM candidates AS c \
+                   JOIN {r} AS r ON r.id = c.id JOIN heads ON heads.g = r.grp) \
+                 UPDATE {r} AS r SET claimable = t.want FROM target AS t \
+                 WHERE r.id = t.id AND r.claimable IS DISTINCT FROM t.want"
             ),
-            count_delivered: format!("UPDATE {s}.meta SET delivered = delivered + $1"),
             expired: format!(
                 "SELECT {RECORD_COLUMNS} FROM {r} WHERE state = 2 AND lease_until <= $1 \
                  ORDER BY lease_until, id LIMIT $2"
             ),
-            scheduled_after: format!(
-                "SELECT {RECORD_COLUMNS} FROM {r} WHERE state IN (0, 1) \
-                 AND next_attempt_at > $1 ORDER BY id LIMIT $2"
+            // Read through the deadline index (records_deadline): only records whose deadline
+            // lies after $1 are looked at, never the due backlog.
+            stepped_back: format!(
+                "WITH later AS MATERIALIZED (SELECT {RECORD_COLUMNS} FROM {r} \
+                 WHERE state IN (0, 1) AND next_attempt_at > $1 \
+                 AND (last_attempt_at IS NULL OR last_attempt_at > $1) \
+                 ORDER BY next_attempt_at) \
+                 SELECT * FROM later ORDER BY id LIMIT $2"
             ),
             get: format!("SELECT {RECORD_COLUMNS} FROM {r} WHERE id = $1"),
             list: format!(
@@ -139,12 +175,15 @@ impl Sql {
                     WHERE grp IS NOT NULL AND state <> 4 GROUP BY grp) AS g \
                    JOIN {r} AS h ON h.id = g.head WHERE h.state = 3), \
                  (SELECT next_attempt_at FROM {r} WHERE claimable \
-                  ORDER BY next_attempt_at LIMIT 1) \
+                  ORDER BY next_attempt_at LIMIT 1), \
+                 (SELECT halt_reason FROM {s}.meta), (SELECT halt_since FROM {s}.meta) \
                  FROM {r}"
             ),
             next_due: format!(
                 "SELECT next_attempt_at FROM {r} WHERE claimable ORDER BY next_attempt_at LIMIT 1"
             ),
+            halt: format!("SELECT halt_reason, halt_since FROM {s}.meta"),
+            set_halt: format!("UPDATE {s}.meta SET halt_reason = $1, halt_since = $2"),
             prune_rejected: format!("DELETE FROM {r} WHERE state = 4 AND last_attempt_at < $1"),
             prune_tombstones: format!("DELETE FROM {s}.tombstones WHERE discarded_at < $1"),
         }
@@ -162,127 +201,75 @@ fn prefixed(alias: &str, columns: &str) -> String {
 /// Parameters as tokio-postgres takes them.
 pub(crate) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
-/// Where statements run: a pooled connection or transaction (statements prepared once per
-/// connection and cached), or the caller's own transaction (prepared on the spot).
-#[async_trait]
-pub(crate) trait Exec: Send + Sync {
+/// Where statements run: a pooled connection, a transaction on one (both cache their prepared
+/// statements per connection), or the caller's own transaction (prepared on the spot, since
+/// its connection is not ours to cache on).
+///
+/// Nothing is sent before a future is first polled, so futures polled in order (`try_join!`)
+/// go out, and run, in that order, pipelined on one connection.
+pub(crate) enum Exec<'a> {
+    /// A pooled connection, outside a transaction.
+    Pooled(&'a deadpool_postgres::Object),
+    /// A transaction on a pooled connection.
+    Transaction(&'a deadpool_postgres::Transaction<'a>),
+    /// The caller's transaction.
+    Caller(&'a tokio_postgres::Transaction<'a>),
+}
+
+impl Exec<'_> {
     /// The prepared statement for `sql`.
-    async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error>;
-
-    /// Runs `sql` and returns its rows.
-    async fn rows(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, tokio_postgres::Error>;
-
-    /// Runs `sql` and returns how many rows it changed.
-    async fn run(&self, sql: &str, params: Params<'_>) -> Result<u64, tokio_postgres::Error>;
-
-    /// Runs a prepared statement. Nothing is sent before the first poll, so futures polled in
-    /// order are executed in that order (pipelined on one connection).
-    async fn execute_prepared(
-        &self,
-        statement: &Statement,
-        params: Params<'_>,
-    ) -> Result<u64, tokio_postgres::Error>;
-
-    /// Runs a prepared statement and returns its rows (see [`Exec::execute_prepared`]).
-    async fn query_prepared(
-        &self,
-        statement: &Statement,
-        params: Params<'_>,
-    ) -> Result<Vec<Row>, tokio_postgres::Error>;
-}
-
-#[async_trait]
-impl Exec for deadpool_postgres::Transaction<'_> {
-    async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        self.prepare_cached(sql).await
+    pub(crate) async fn prepare(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        match self {
+            Exec::Pooled(client) => client.prepare_cached(sql).await,
+            Exec::Transaction(tx) => tx.prepare_cached(sql).await,
+            Exec::Caller(tx) => tx.prepare(sql).await,
+        }
     }
 
-    async fn rows(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
+    /// Runs a prepared statement and returns its rows.
+    pub(crate) async fn query(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        match self {
+            Exec::Pooled(client) => client.query(statement, params).await,
+            Exec::Transaction(tx) => tx.query(statement, params).await,
+            Exec::Caller(tx) => tx.query(statement, params).await,
+        }
+    }
+
+    /// Runs a prepared statement and returns how many rows it changed.
+    pub(crate) async fn execute(
+        &self,
+        statement: &Statement,
+        params: Params<'_>,
+    ) -> Result<u64, tokio_postgres::Error> {
+        match self {
+            Exec::Pooled(client) => client.execute(statement, params).await,
+            Exec::Transaction(tx) => tx.execute(statement, params).await,
+            Exec::Caller(tx) => tx.execute(statement, params).await,
+        }
+    }
+
+    /// Prepares `sql` and returns its rows.
+    pub(crate) async fn rows(
+        &self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.prepare(sql).await?;
         self.query(&statement, params).await
     }
 
-    async fn run(&self, sql: &str, params: Params<'_>) -> Result<u64, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
+    /// Prepares `sql` and returns how many rows it changed.
+    pub(crate) async fn run(
+        &self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.prepare(sql).await?;
         self.execute(&statement, params).await
-    }
-
-    async fn execute_prepared(
-        &self,
-        statement: &Statement,
-        params: Params<'_>,
-    ) -> Result<u64, tokio_postgres::Error> {
-        self.execute(statement, params).await
-    }
-
-    async fn query_prepared(
-        &self,
-        statement: &Statement,
-        params: Params<'_>,
-    ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        self.query(statement, params).await
-    }
-}
-#[async_trait]
-impl Exec for deadpool_postgres::Object {
-    async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        self.prepare_cached(sql).await
-    }
-
-    async fn rows(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.query(&statement, params).await
-    }
-
-    async fn run(&self, sql: &str, params: Params<'_>) -> Result<u64, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.execute(&statement, params).await
-    }
-
-    async fn execute_prepared(
-        &self,
-        statement: &Statement,
-        params: Params<'_>,
-    ) -> Result<u64, tokio_postgres::Error> {
-        self.execute(statement, params).await
-    }
-
-    async fn query_prepared(
-        &self,
-        statement: &Statement,
-        params: Params<'_>,
-    ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        self.query(statement, params).await
-    }
-}
-#[async_trait]
-impl Exec for tokio_postgres::Transaction<'_> {
-    async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        self.prepare(sql).await
-    }
-
-    async fn rows(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, tokio_postgres::Error> {
-        self.query(sql, params).await
-    }
-
-    async fn run(&self, sql: &str, params: Params<'_>) -> Result<u64, tokio_postgres::Error> {
-        self.execute(sql, params).await
-    }
-
-    async fn execute_prepared(
-        &self,
-        statement: &Statement,
-        params: Params<'_>,
-    ) -> Result<u64, tokio_postgres::Error> {
-        self.execute(statement, params).await
-    }
-
-    async fn query_prepared(
-        &self,
-        statement: &Statement,
-        params: Params<'_>,
-    ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        self.query(statement, params).await
     }
 }
 
@@ -304,9 +291,10 @@ mod tests {
         for text in [
             &sql.insert,
             &sql.claim,
-            &sql.update,
+            &sql.apply,
             &sql.stats,
-            &sql.refresh_group,
+            &sql.refresh_groups,
+            &sql.stepped_back,
         ] {
             assert!(text.contains("\"my_outbox\".records"), "{text}");
         }

@@ -193,8 +193,8 @@ async fn a_foreign_schema_is_not_taken_for_an_outbox() {
     assert_eq!(tables, 1, "nothing was added to the foreign schema");
 }
 
-/// PostgreSQL text has no NUL: such a record is refused with the server's reason, and the rest
-/// of its batch is not enqueued either.
+/// A group PostgreSQL could not store (a NUL) is refused by the core's rule, the same typed
+/// error every backend gives, and the rest of its batch is not enqueued either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_with_a_nul_is_refused_with_its_batch() {
     if !server_ready() {
@@ -202,18 +202,23 @@ async fn a_group_with_a_nul_is_refused_with_its_batch() {
     }
     let scratch = Scratch::new();
     let store = scratch.store().await;
-    let result = store
-        .enqueue(
-            vec![
-                NewRecord::new(b"fine".to_vec()),
-                NewRecord::new(b"bad".to_vec()).in_group("a\0b"),
-            ],
-            T0,
-        )
-        .await;
-    match result {
-        Err(err @ Error::Backend { .. }) => assert!(!err.is_temporary()),
-        other => panic!("expected a Backend error, got {other:?}"),
+    for bad in [
+        "a\0b".to_owned(),
+        "x".repeat(outbox_core::MAX_GROUP_LEN + 1),
+    ] {
+        let result = store
+            .enqueue(
+                vec![
+                    NewRecord::new(b"fine".to_vec()),
+                    NewRecord::new(b"bad".to_vec()).in_group(bad),
+                ],
+                T0,
+            )
+            .await;
+        assert!(
+            matches!(result, Err(Error::InvalidGroup { .. })),
+            "{result:?}"
+        );
     }
     assert_eq!(store.stats().await.unwrap().pending, 0);
 }
@@ -308,16 +313,20 @@ async fn an_enqueue_in_one_process_wakes_listeners_in_others() {
         .expect("enqueues are heard after the reconnect");
 }
 
-/// A runner with no polling at all is woken by an enqueue made through another store (another
-/// process, in production): the NOTIFY reaches its listener, which pokes the runner.
+/// A runner with no polling at all is woken by an enqueue made through another store (host A;
+/// another process, in production) through `wake_on_enqueue`, with no forwarding code of the
+/// application: within a round trip of the notification. And again after the server ended
+/// the listening session (`pg_terminate_backend`): the listener reconnects by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runner_without_polling_delivers_what_another_process_enqueues() {
+async fn a_runner_without_polling_is_woken_by_another_hosts_enqueue_and_after_its_listener_died() {
     if !server_ready() {
         return;
     }
     let scratch = Scratch::new();
-    let runner_store = scratch.store().await;
-    let wakeups = runner_store.listen().await.unwrap();
+    let app = format!("outbox-wake-{}", fastrand::u32(..));
+    let host_b = PgStore::connect(config(&scratch.schema).with_application_name(&app))
+        .await
+        .unwrap();
     let (sent, mut received) = tokio::sync::mpsc::unbounded_channel();
     let sink = outbox_core::sink_fn(move |record: outbox_core::Record| {
         let sent = sent.clone();
@@ -326,7 +335,8 @@ async fn a_runner_without_polling_delivers_what_another_process_enqueues() {
             outbox_core::Outcome::Delivered
         }
     });
-    let outbox = outbox_core::Outbox::builder(Arc::new(runner_store), sink)
+    let outbox = outbox_core::Outbox::builder(Arc::new(host_b.clone()), sink)
+        .clock(host_b.clock())
         .config(outbox_core::RunnerConfig {
             safety_poll: None,
             ..outbox_core::RunnerConfig::default()
@@ -334,32 +344,66 @@ async fn a_runner_without_polling_delivers_what_another_process_enqueues() {
         .start()
         .await
         .unwrap();
+    let _wakeups = host_b.wake_on_enqueue(outbox.notifier()).await.unwrap();
     // Settled and idle: nothing will wake it but a trigger.
     outbox.flush(PATIENCE).await.unwrap();
 
-    let other = scratch.store().await;
-    other
-        .enqueue(
-            vec![NewRecord::new(b"from elsewhere".to_vec())],
-            outbox_core::clock::system_now(),
-        )
-        .await
-        .unwrap();
-    let delivered = tokio::time::timeout(PATIENCE, async {
-        loop {
-            tokio::select! {
-                _ = wakeups.notified() => outbox.notify(),
-                payload = received.recv() => return payload,
-            }
+    let host_a = scratch.store().await;
+    let client = admin().await;
+    // The third enqueue can only be heard through the new session: the one wake-up the
+    // listener gives after reconnecting was spent by then (each round is flushed).
+    let payloads = [&b"first"[..], b"after the listener died", b"and again"];
+    for (round, payload) in payloads.into_iter().enumerate() {
+        if round == 1 {
+            let killed: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) \
+                     FROM pg_stat_activity WHERE application_name = $1 \
+                     AND query ILIKE 'LISTEN%') AS t",
+                    &[&app],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(killed, 1, "the listener's session was found and ended");
+            // The reconnect wakes the runner once; let that round finish, then wait for the
+            // new session to listen.
+            tokio::time::timeout(PATIENCE, async {
+                loop {
+                    let listening: i64 = client
+                        .query_one(
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+                             AND query ILIKE 'LISTEN%'",
+                            &[&app],
+                        )
+                        .await
+                        .unwrap()
+                        .get(0);
+                    if listening == 1 {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await
+            .expect("the listener reconnects");
+            outbox.flush(PATIENCE).await.unwrap();
         }
-    })
-    .await
-    .expect("the runner was woken and delivered");
-    assert_eq!(delivered.as_deref(), Some(&b"from elsewhere"[..]));
-    // Let the round finish first: a shutdown that lands while the runner is still inside its
-    // round is only noticed at the runner's next wake-up (reported to outbox-core), and this
-    // runner has no poll to wake it.
-    outbox.flush(PATIENCE).await.unwrap();
+        let started = std::time::Instant::now();
+        host_a
+            .enqueue(vec![NewRecord::new(payload.to_vec())], host_a.clock().now())
+            .await
+            .unwrap();
+        let delivered = tokio::time::timeout(PATIENCE, received.recv())
+            .await
+            .expect("the runner was woken and delivered");
+        assert_eq!(delivered.as_deref(), Some(payload));
+        eprintln!(
+            "round {round}: delivered {:?} after the enqueue",
+            started.elapsed()
+        );
+        outbox.flush(PATIENCE).await.unwrap();
+    }
     outbox.shutdown(PATIENCE).await.unwrap();
 }
 

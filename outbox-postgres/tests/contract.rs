@@ -1,0 +1,399 @@
+//! The Store contract of rounds, requeues and the persisted halt, checked against the memory
+//! reference store step by step, and the schema migration from the previous version.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{admin, server_ready, Scratch};
+use outbox_core::{
+    Change, Claim, Guard, Halt, Lease, ListQuery, NewRecord, Progress, Record, RecordId, State,
+    Store, Transition,
+};
+use outbox_memory::MemoryStore;
+
+const T0: u64 = 1_700_000_000_000;
+
+fn seed() -> u64 {
+    std::env::var("OUTBOX_PG_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..))
+}
+
+fn progress(state: State, now: u64, next: Option<u64>) -> Progress {
+    Progress {
+        state,
+        attempts: 1,
+        unanswered: 0,
+        interrupted: 0,
+        last_attempt_at: Some(now),
+        next_attempt_at: next,
+        last_error: Some(format!("{state:?} at {now}")),
+    }
+}
+
+/// Random rounds (outcomes of held claims, stale reports, requeues, then a claim), enqueues
+/// and halts on PostgreSQL and on the reference store: every result, every record and the
+/// stats must agree after every step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_requeues_and_halts_match_the_reference_model() {
+    if !server_ready() {
+        return;
+    }
+    let seed = seed();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let scratch = Scratch::new();
+    let pg = scratch.store().await;
+    let model = MemoryStore::new();
+    let mut now = T0;
+    let mut held: HashMap<RecordId, u64> = HashMap::new();
+    let mut token = 0u64;
+    let (mut requeued, mut skipped) = (0, 0);
+    for step in 0..150 {
+        let ctx = format!("step {step} (seed {seed})");
+        match rng.u8(..10) {
+            0..=2 => {
+                let batch: Vec<NewRecord> = (0..rng.usize(1..5))
+                    .map(|i| {
+                        let r = NewRecord::new(format!("{step}-{i}").into_bytes());
+                        match rng.u8(..5) {
+                            0 => r,
+                            g => r.in_group(format!("g{g}")),
+                        }
+                    })
+                    .collect();
+                let a = pg.enqueue(batch.clone(), now).await.unwrap();
+                let b = model.enqueue(batch, now).await.unwrap();
+                assert_eq!(a, b, "{ctx}");
+            }
+            3 => {
+                let halt = rng.bool().then(|| Halt {
+                    reason: format!("HTTP 401 at {step}"),
+                    since: now,
+                });
+                pg.set_halt(halt.clone()).await.unwrap();
+                model.set_halt(halt).await.unwrap();
+                assert_eq!(
+                    pg.halt().await.unwrap(),
+                    model.halt().await.unwrap(),
+                    "{ctx}"
+                );
+            }
+            _ => {
+                let mut outcomes = Vec::new();
+                let ids: Vec<RecordId> = held.keys().copied().collect();
+                for id in ids {
+                    if rng.u8(..3) == 0 {
+                        continue;
+                    }
+                    let lease = held.remove(&id).unwrap_or_default();
+                    let change = match rng.u8(..5) {
+                        0 | 1 => Change::Delivered,
+                        2 => Change::Update(progress(State::Rejected, now, None)),
+                        3 => Change::Update(progress(
+                            State::Retrying,
+                            now,
+                            Some(now + rng.u64(0..3_000)),
+                        )),
+                        _ => Change::Discard {
+                            reason: "by hand".into(),
+                            at: now,
+                            attempts: 1,
+                        },
+                    };
+                    // Now and then a report under a lease that is not (or no longer) held.
+                    let guard = Guard::Lease(if rng.u8(..8) == 0 { lease + 1 } else { lease });
+                    outcomes.push(Transition { id, guard, change });
+                }
+                let rejected = model
+                    .list(&ListQuery::new(100).state(State::Rejected))
+                    .await
+                    .unwrap();
+                for record in rejected.iter().filter(|_| rng.bool()) {
+                    outcomes.push(Transition {
+                        id: record.id,
+                        guard: Guard::Idle,
+                        change: Change::Requeue { at: now },
+                    });
+                }
+                // A requeue of a record that is not rejected is skipped.
+                if let Some(id) = held.keys().next() {
+                    outcomes.push(Transition {
+                        id: *id,
+                        guard: Guard::Idle,
+                        change: Change::Requeue { at: now },
+                    });
+                }
+                token += 1;
+                let claim = rng.bool().then(|| Claim {
+                    now,
+                    limit: rng.usize(1..5),
+                    lease: Lease {
+                        token,
+                        until: now + 30_000,
+                    },
+                });
+                let requeues: Vec<RecordId> = outcomes
+                    .iter()
+                    .filter(|t| matches!(t.change, Change::Requeue { .. }))
+                    .map(|t| t.id)
+                    .collect();
+                let a = pg.round(outcomes.clone(), claim).await.unwrap();
+                let b = model.round(outcomes, claim).await.unwrap();
+                assert_eq!(a, b, "{ctx}");
+                requeued += requeues
+                    .iter()
+                    .filter(|id| !a.applied.skipped.contains(id))
+                    .count();
+                skipped += a.applied.skipped.len();
+                for record in &a.claimed {
+                    held.insert(record.id, token);
+                }
+            }
+        }
+        now += rng.u64(0..1_000);
+        let all = ListQuery::new(10_000);
+        let a: Vec<Record> = pg.list(&all).await.unwrap();
+        let b: Vec<Record> = model.list(&all).await.unwrap();
+        assert_eq!(a, b, "{ctx}");
+        assert_eq!(
+            pg.stats().await.unwrap(),
+            model.stats().await.unwrap(),
+            "{ctx}"
+        );
+        assert_eq!(
+            pg.tombstones(None, 10_000).await.unwrap(),
+            model.tombstones(None, 10_000).await.unwrap(),
+            "{ctx}"
+        );
+        assert_eq!(
+            pg.stepped_back(now - 500, 100).await.unwrap(),
+            model.stepped_back(now - 500, 100).await.unwrap(),
+            "{ctx}"
+        );
+    }
+    // The run exercised what it is about.
+    assert!(
+        requeued > 0 && skipped > 0,
+        "seed {seed}: {requeued} requeued, {skipped} skipped"
+    );
+    assert!(pg.stats().await.unwrap().delivered > 0, "seed {seed}");
+}
+
+/// A requeued record keeps its id and its place in its group: it waits while its group has a
+/// record in flight (two would be in flight), then goes before the later records of its group,
+/// which give up their turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeue_keeps_its_id_and_place_and_waits_while_its_group_is_in_flight() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let store = scratch.store().await;
+    let ids = store
+        .enqueue(
+            (0..3)
+                .map(|i| NewRecord::new(vec![i]).in_group("g"))
+                .collect(),
+            T0,
+        )
+        .await
+        .unwrap();
+    let claim = |now, token| Claim {
+        now,
+        limit: 10,
+        lease: Lease {
+            token,
+            until: now + 1_000,
+        },
+    };
+    let ids_of = |records: Vec<Record>| records.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids_of(store.claim(claim(T0, 1)).await.unwrap()),
+        vec![ids[0]]
+    );
+    let rejected = Transition {
+        id: ids[0],
+        guard: Guard::Lease(1),
+        change: Change::Update(progress(State::Rejected, T0, None)),
+    };
+    // Rejected: it leaves its group's order and the next record goes.
+    let round = store
+        .round(vec![rejected], Some(claim(T0, 2)))
+        .await
+        .unwrap();
+    assert_eq!(ids_of(round.claimed), vec![ids[1]]);
+    let requeue = Transition {
+        id: ids[0],
+        guard: Guard::Idle,
+        change: Change::Requeue { at: T0 + 5 },
+    };
+    let round = store.round(vec![requeue.clone()], None).await.unwrap();
+    assert_eq!(
+        round.applied.skipped,
+        vec![ids[0]],
+        "its group has a record in flight"
+    );
+    let delivered = Transition {
+        id: ids[1],
+        guard: Guard::Lease(2),
+        change: Change::Delivered,
+    };
+    let round = store.round(vec![delivered, requeue], None).await.unwrap();
+    assert!(round.applied.skipped.is_empty(), "{round:?}");
+    let record = store
+        .get(ids[0])
+        .await
+        .unwrap()
+        .expect("the requeued record");
+    assert_eq!(
+        (
+            record.state,
+            record.attempts,
+            record.next_attempt_at,
+            record.last_error
+        ),
+        (State::Pending, 0, Some(T0 + 5), None)
+    );
+    assert_eq!((record.payload, record.created_at), (vec![0], T0));
+    // Back at the head, before the last record, which is no longer claimable.
+    assert_eq!(store.next_due().await.unwrap(), Some(T0 + 5));
+    assert_eq!(
+        ids_of(store.claim(claim(T0 + 10, 3)).await.unwrap()),
+        vec![ids[0]]
+    );
+}
+
+/// The halt is in the database: a store opened afterwards (a restarted process) finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_halt_survives_a_restart_until_cleared() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let halt = Halt {
+        reason: "HTTP 401: token expired".into(),
+        since: T0,
+    };
+    scratch
+        .store()
+        .await
+        .set_halt(Some(halt.clone()))
+        .await
+        .unwrap();
+    let reopened = scratch.store().await;
+    assert_eq!(reopened.halt().await.unwrap(), Some(halt.clone()));
+    assert_eq!(reopened.stats().await.unwrap().halt, Some(halt));
+    reopened.set_halt(None).await.unwrap();
+    assert_eq!(scratch.store().await.halt().await.unwrap(), None);
+}
+
+/// A schema left at version 1 (no halt columns, no deadline index) is brought to the current
+/// version with its records kept, and a step found half done by hand still converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_schema_is_migrated_and_the_step_is_idempotent() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    let ids = scratch
+        .store()
+        .await
+        .enqueue(vec![NewRecord::new(b"kept".to_vec())], T0)
+        .await
+        .unwrap();
+    let client = admin().await;
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE \"{s}\".meta DROP COLUMN halt_reason, DROP COLUMN halt_since; \
+             DROP INDEX \"{s}\".records_deadline; \
+             UPDATE \"{s}\".schema_version SET version = 1;"
+        ))
+        .await
+        .unwrap();
+    let version = || async {
+        client
+            .query_one(&format!("SELECT version FROM \"{s}\".schema_version"), &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+    };
+    let store = scratch.store().await;
+    assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
+    assert!(store.get(ids[0]).await.unwrap().is_some());
+    let halt = Halt {
+        reason: "x".into(),
+        since: 1,
+    };
+    store.set_halt(Some(halt.clone())).await.unwrap();
+    // Half done: the columns exist, the version says 1.
+    client
+        .batch_execute(&format!("UPDATE \"{s}\".schema_version SET version = 1"))
+        .await
+        .unwrap();
+    let again = scratch.store().await;
+    assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
+    assert_eq!(again.halt().await.unwrap(), Some(halt));
+    assert!(again.stepped_back(T0 - 1, 10).await.unwrap().len() == 1);
+}
+
+/// `stepped_back` reads the deadline index, never the due backlog: with 20,000 due records
+/// and 3 scheduled later, the plan the server picks (custom and generic) scans
+/// `records_deadline`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stepped_back_reads_the_deadline_index_not_the_backlog() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let store = scratch.store().await;
+    for _ in 0..20 {
+        store
+            .enqueue((0..1_000).map(|_| NewRecord::new(vec![1])).collect(), T0)
+            .await
+            .unwrap();
+    }
+    store
+        .enqueue(
+            (0..3).map(|_| NewRecord::new(vec![2])).collect(),
+            T0 + 60_000,
+        )
+        .await
+        .unwrap();
+    let later = store.stepped_back(T0 + 1, 10).await.unwrap();
+    assert_eq!(later.len(), 3);
+    let client = admin().await;
+    let s = &scratch.schema;
+    client
+        .batch_execute(&format!("ANALYZE \"{s}\".records"))
+        .await
+        .unwrap();
+    // The statement as the store sends it (its text is the crate's; the shape is what counts).
+    let sql = format!(
+        "WITH later AS MATERIALIZED (SELECT id, payload FROM \"{s}\".records \
+         WHERE state IN (0, 1) AND next_attempt_at > $1 \
+         AND (last_attempt_at IS NULL OR last_attempt_at > $1) \
+         ORDER BY next_attempt_at) SELECT * FROM later ORDER BY id LIMIT $2"
+    );
+    client
+        .batch_execute(&format!("PREPARE later(bigint, bigint) AS {sql}"))
+        .await
+        .unwrap();
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        client
+            .batch_execute(&format!("SET plan_cache_mode = {mode}"))
+            .await
+            .unwrap();
+        let plan: String = client
+            .query(&format!("EXPLAIN EXECUTE later({}, 10)", T0 + 1), &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<_, String>(0) + "\n")
+            .collect();
+        assert!(plan.contains("records_deadline"), "{mode}:\n{plan}");
+        assert!(!plan.contains("Seq Scan"), "{mode}:\n{plan}");
+    }
+}
