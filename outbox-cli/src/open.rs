@@ -217,14 +217,44 @@ async fn redb(_: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres(url: &str, schema: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
+async fn postgres(url: &str, schema: &str, access: Access) -> Result<Arc<dyn Store>, Error> {
     use outbox_postgres::{PgConfig, PgStore};
     // A small pool: one command makes a few queries at a time, and the application's own
     // runners should keep the server's connections.
     let config = PgConfig::new(url, schema)
         .with_pool_size(2)
         .with_application_name("outbox-cli");
+    config.validate()?;
+    // Connecting creates a missing schema: a read must not, so look first.
+    if access == Access::Read && !schema_exists(url, schema).await? {
+        return Err(Error::NotFound {
+            path: schema.to_owned(),
+        });
+    }
     Ok(Arc::new(PgStore::connect(config).await?))
+}
+
+#[cfg(feature = "postgres")]
+async fn schema_exists(url: &str, schema: &str) -> Result<bool, Error> {
+    let config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| Error::InvalidConfig(format!("the PostgreSQL URL is invalid: {e}")))?;
+    let connect = config.connect(tokio_postgres::NoTls);
+    let (client, connection) = tokio::time::timeout(std::time::Duration::from_secs(10), connect)
+        .await
+        .map_err(|_| Error::Unavailable {
+            detail: "no answer within 10 s".into(),
+            source: None,
+        })?
+        .map_err(Error::unavailable)?;
+    let driver = tokio::spawn(connection);
+    let found = client
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+        .await
+        .map_err(Error::backend)?;
+    drop(client);
+    let _ = driver.await;
+    Ok(found.is_some())
 }
 
 #[cfg(not(feature = "postgres"))]
