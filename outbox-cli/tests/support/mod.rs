@@ -61,7 +61,7 @@ pub fn digest(path: &Path) -> u64 {
 macro_rules! golden {
     ($name:expr, $value:expr) => {{
         let value = $value;
-        insta::with_settings!({ prepend_module_to_snapshot => false, snapshot_path => "snapshots" }, {
+        insta::with_settings!({ prepend_module_to_snapshot => false, snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots") }, {
             insta::assert_snapshot!($name, value);
         })
     }};
