@@ -79,7 +79,9 @@ pub enum Command {
     )]
     Prune(PruneArgs),
     /// The stats, refreshed in place until Ctrl-C.
-    #[command(after_help = "Example:\n  outbox watch app.db\n  outbox watch app.db --interval 5s")]
+    #[command(
+        after_help = "Example:\n  outbox watch app.db\n  outbox watch app.db --interval 5s --json    one JSON line per refresh"
+    )]
     Watch(WatchArgs),
     /// A web page on 127.0.0.1: counts, a pageable list by state and group, one record's
     /// detail, and retry / requeue / discard buttons.
@@ -224,6 +226,9 @@ pub struct WatchArgs {
     /// Time between refreshes (`500ms`, `1s`, `5s`).
     #[arg(long, default_value = "1s", value_parser = parse_age, value_name = "AGE")]
     pub interval: Duration,
+    /// Print one line of `stats --json` per refresh instead of redrawing the screen.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `serve`.

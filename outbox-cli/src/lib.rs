@@ -75,7 +75,15 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     let mut out = stdout.lock();
     match &cli.command {
         Command::Watch(args) => {
-            watch::run(&*store, &target.target, args.interval, now, &mut out).await
+            watch::run(
+                &*store,
+                &target.target,
+                args.interval,
+                args.json,
+                now,
+                &mut out,
+            )
+            .await
         }
         Command::Serve(args) => serve::run(store, &target.target, args.port, now, &mut out).await,
         command => {

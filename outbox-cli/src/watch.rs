@@ -11,11 +11,13 @@ use crate::{human, view, Now};
 /// Moves the cursor home and clears the screen, so each frame replaces the last.
 const CLEAR: &str = "\x1b[H\x1b[2J";
 
-/// Redraws the stats of `store` every `interval` on `out` until Ctrl-C (or SIGTERM).
+/// Redraws the stats of `store` every `interval` on `out` until Ctrl-C (or SIGTERM); with
+/// `json`, prints one line of the `stats --json` shape per refresh instead.
 pub async fn run(
     store: &dyn Store,
     name: &str,
     interval: Duration,
+    json: bool,
     now: Now,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
@@ -24,12 +26,17 @@ pub async fn run(
     loop {
         let at = now.get();
         let stats = view::stats(store, at).await?;
-        let frame = format!(
-            "{CLEAR}outbox watch {name}: {} (every {}; Ctrl-C to stop)\n\n{}",
-            human::local(at),
-            human::span_precise(interval),
-            human::stats(&stats)
-        );
+        let frame = if json {
+            let line = serde_json::to_string(&stats).map_err(std::io::Error::other)?;
+            format!("{line}\n")
+        } else {
+            format!(
+                "{CLEAR}outbox watch {name}: {} (every {}; Ctrl-C to stop)\n\n{}",
+                human::local(at),
+                human::span_precise(interval),
+                human::stats(&stats)
+            )
+        };
         out.write_all(frame.as_bytes())?;
         out.flush()?;
         tokio::select! {

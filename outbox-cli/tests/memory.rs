@@ -260,3 +260,22 @@ async fn bad_filters_are_refused_by_the_parser() {
     );
     assert_eq!(err.exit_code(), 2);
 }
+
+#[test]
+fn every_subcommand_has_help_with_an_example() {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    for sub in cli.get_subcommands() {
+        let help = sub
+            .get_after_help()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        assert!(
+            help.starts_with("Example:\n  outbox "),
+            "{}: {help:?}",
+            sub.get_name()
+        );
+        assert!(sub.get_about().is_some(), "{}", sub.get_name());
+    }
+    assert_eq!(cli.get_subcommands().count(), 9);
+}

@@ -111,6 +111,29 @@ async fn the_page_retries_a_record_and_refuses_a_post_without_its_token() {
     assert_eq!(status, 403, "a rebound host name is refused");
     assert_eq!(state_of(&path, 9).await, State::NeedsAttention);
 
+    // The list pages and filters like `list --json`.
+    let get = |path: &str| {
+        http(
+            port,
+            &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    let (status, body) = get("/api/records?state=needs-attention&limit=1");
+    assert_eq!(status, 200, "{body}");
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&page["records"][0]["id"], &page["next_after"]),
+        (&json!(1), &json!(1))
+    );
+    let (_, body) = get("/api/records?state=needs-attention&after=1");
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&page["records"][0]["id"], &page["next_after"]),
+        (&json!(9), &json!(null))
+    );
+    let (status, body) = get("/api/records?state=done");
+    assert_eq!(status, 400, "{body}");
+
     if missing("chromium", "apt-get install chromium").is_some() {
         return;
     }
@@ -164,6 +187,20 @@ async fn the_page_retries_a_record_and_refuses_a_post_without_its_token() {
             r#"document.querySelector('tr[data-record="9"]').innerText"#,
         );
         assert!(row.as_str().unwrap().contains("pending"), "the list shows it: {row}");
+
+        // A count filters the list by its state.
+        let ids = browser.eval(
+            &page,
+            r#"new Promise((resolve) => {
+                const rows = document.getElementById('rows');
+                new MutationObserver((_, observer) => {
+                    observer.disconnect();
+                    resolve([...rows.querySelectorAll('tr[data-record]')].map((r) => r.dataset.record));
+                }).observe(rows, { childList: true });
+                document.querySelector('#counts button[data-count="rejected"]').click();
+            })"#,
+        );
+        assert_eq!(ids, json!(["4"]));
     })
     .await
     .unwrap();

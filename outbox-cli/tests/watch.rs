@@ -41,8 +41,10 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
+        // The server usually ended with its last session already.
         let _ = Command::new("tmux")
             .args(["-L", &self.socket, "kill-server"])
+            .stderr(Stdio::null())
             .status();
     }
 }
