@@ -74,7 +74,7 @@ fn new_token() -> Result<String, CliError> {
     Ok(crate::view::hex(&bytes))
 }
 
-/// Serves the page for `store` on 127.0.0.1:`port` until Ctrl-C. Writes the address to `out`
+/// Serves the page for `store` on 127.0.0.1:`port` until Ctrl-C (or SIGTERM). Writes the address to `out`
 /// once listening (with port 0, the port the system chose).
 pub async fn run(
     store: Arc<dyn Store>,
@@ -109,9 +109,7 @@ pub async fn run(
     )?;
     out.flush()?;
     axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(crate::watch::stop_signal())
         .await?;
     Ok(())
 }

@@ -15,6 +15,10 @@ pub const COMMON_ERRORS: usize = 5;
 /// Records read per page when a command walks a whole state.
 const PAGE: usize = 500;
 
+/// `stats` counts errors over at most this many records of each failed state, so a huge
+/// backlog (and `watch`, which asks every second) reads a bounded amount.
+pub const ERROR_SAMPLE: usize = 10_000;
+
 /// The queue at one moment (`stats --json`).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct StatsView {
@@ -34,8 +38,8 @@ pub struct StatsView {
     pub next_due: Option<Millis>,
     /// The runner's persisted halt.
     pub halt: Option<HaltView>,
-    /// The most common `last_error` values of retrying, needs-attention and rejected records,
-    /// most frequent first.
+    /// The most common `last_error` values of retrying, needs-attention and rejected records
+    /// (the first 10,000 of each state), most frequent first.
     pub common_errors: Vec<ErrorCount>,
 }
 
@@ -208,12 +212,19 @@ pub async fn stats(store: &dyn Store, now: Millis) -> Result<StatsView, CliError
         if stats.count(state) == 0 {
             continue;
         }
-        for_each(store, ListQuery::new(PAGE).state(state), |record| {
-            if let Some(error) = &record.last_error {
+        let mut query = ListQuery::new(PAGE).state(state);
+        let mut read = 0;
+        while read < ERROR_SAMPLE {
+            let page = store.list(&query).await?;
+            for error in page.iter().filter_map(|r| r.last_error.as_ref()) {
                 *errors.entry(error.clone()).or_default() += 1;
             }
-        })
-        .await?;
+            read += page.len();
+            match page.last() {
+                Some(last) if page.len() == query.limit => query.after = Some(last.id),
+                _ => break,
+            }
+        }
     }
     let mut common_errors: Vec<ErrorCount> = errors
         .into_iter()

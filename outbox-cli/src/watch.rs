@@ -47,7 +47,7 @@ pub async fn run(
 }
 
 /// Resolves on Ctrl-C, or SIGTERM on Unix.
-async fn stop_signal() {
+pub(crate) async fn stop_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
