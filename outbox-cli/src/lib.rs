@@ -71,21 +71,14 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     let target = cli.command.target();
     let opened = open(target, cli.command.access()).await?;
     let store = opened.store;
+    let name = open::shown(&target.target);
     let stdout = io::stdout();
     let mut out = stdout.lock();
     match &cli.command {
         Command::Watch(args) => {
-            watch::run(
-                &*store,
-                &target.target,
-                args.interval,
-                args.json,
-                now,
-                &mut out,
-            )
-            .await
+            watch::run(&*store, &name, args.interval, args.json, now, &mut out).await
         }
-        Command::Serve(args) => serve::run(store, &target.target, args.port, now, &mut out).await,
+        Command::Serve(args) => serve::run(store, &name, args.port, now, &mut out).await,
         command => {
             let stderr = io::stderr();
             let stdin = io::stdin();

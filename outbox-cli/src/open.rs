@@ -59,6 +59,30 @@ pub fn is_postgres_url(target: &str) -> bool {
     target.starts_with("postgres://") || target.starts_with("postgresql://")
 }
 
+/// The target as shown in messages and on the page: a URL's password replaced by `***`.
+///
+/// ```
+/// use outbox_cli::open::shown;
+/// assert_eq!(shown("postgres://app:s3cret@db/prod"), "postgres://app:***@db/prod");
+/// assert_eq!(shown("app.db"), "app.db");
+/// ```
+pub fn shown(target: &str) -> String {
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return target.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => {
+                format!("{scheme}://{user}:***@{host}{}", &rest[authority_end..])
+            }
+            None => target.to_owned(),
+        },
+        None => target.to_owned(),
+    }
+}
+
 /// Tells what kind of outbox `target` is, reading at most the file's first 16 bytes.
 ///
 /// ```
@@ -153,7 +177,7 @@ fn describe(target: &Target, kind: Kind, access: Access, err: Error) -> CliError
         Kind::Postgres => format!(
             "schema {} at {}",
             target.schema.as_deref().unwrap_or(DEFAULT_SCHEMA),
-            target.target
+            shown(&target.target)
         ),
         _ => target.target.clone(),
     };
