@@ -28,7 +28,7 @@ TARGET is a SQLite or redb file (told apart by its first bytes) or a PostgreSQL 
 /// assert!(matches!(cli.command, Command::List(_)));
 /// ```
 #[derive(Debug, Parser)]
-#[command(name = "outbox", version, about = ABOUT, after_help = EXAMPLES)]
+#[command(name = "outbox", version, about = ABOUT, long_about = None, after_help = EXAMPLES)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
