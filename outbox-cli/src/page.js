@@ -16,13 +16,24 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+function span(s) {
+  return s < 60 ? s + "s" : s < 3600 ? Math.floor(s / 60) + "m" : s < 86400 ? Math.floor(s / 3600) + "h" : Math.floor(s / 86400) + "d";
+}
+
+function ago(ms) {
+  const delta = Math.round((ms - Date.now()) / 1000);
+  return Math.abs(delta) < 1 ? "now" : delta > 0 ? "in " + span(delta) : span(-delta) + " ago";
+}
+
+// A local time, short: the time of day for today, else the date too; then "in 3m" / "3m ago".
 function when(ms) {
   if (ms === null || ms === undefined) return "-";
   const d = new Date(ms);
-  const delta = Math.round((ms - Date.now()) / 1000);
-  const span = (s) => s < 60 ? s + "s" : s < 3600 ? Math.floor(s / 60) + "m" : s < 86400 ? Math.floor(s / 3600) + "h" : Math.floor(s / 86400) + "d";
-  const rel = Math.abs(delta) < 1 ? "now" : delta > 0 ? "in " + span(delta) : span(-delta) + " ago";
-  return d.toLocaleString() + " (" + rel + ")";
+  const two = (n) => String(n).padStart(2, "0");
+  const time = two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+  const today = d.toDateString() === new Date().toDateString();
+  const date = d.getFullYear() + "-" + two(d.getMonth() + 1) + "-" + two(d.getDate());
+  return (today ? time : date + " " + time) + " (" + ago(ms) + ")";
 }
 
 function say(text, bad) {
@@ -81,7 +92,7 @@ async function loadList() {
   view.next = page.next_after;
   const tombstones = view.state === "discarded";
   const head = tombstones ? ["id", "group", "discarded", "attempts", "reason"]
-    : ["id", "group", "state", "a/u/i", "next attempt", "created", "last error", ""];
+    : ["id", "group", "state", "a/u/i", "next attempt", "age", "last error", ""];
   document.getElementById("head").replaceChildren(el("tr", {}, ...head.map((h) => el("th", {}, h))));
   const rows = document.getElementById("rows");
   rows.replaceChildren();
@@ -91,7 +102,8 @@ async function loadList() {
       : [r.id, r.group ?? "-", el("span", { className: "state-" + r.state }, r.state),
          r.attempts + "/" + r.unanswered + "/" + r.interrupted,
          r.lease_until !== null ? "lease ends " + when(r.lease_until) : when(r.next_attempt_at),
-         when(r.created_at), el("span", { title: r.last_error ?? "" }, r.last_error ?? "-"),
+         el("span", { title: new Date(r.created_at).toLocaleString() }, span(Math.max(0, Math.round((Date.now() - r.created_at) / 1000)))),
+         el("span", { title: r.last_error ?? "" }, r.last_error ?? "-"),
          el("span", {}, ...actions(r))];
     const tr = el("tr", { className: "row" }, ...cells.map((c, i) =>
       el("td", { className: !tombstones && i === 6 ? "error" : "" }, c instanceof Node ? c : String(c))));
