@@ -279,6 +279,9 @@ fn every_subcommand_has_help_with_an_example() {
     }
     assert_eq!(cli.get_subcommands().count(), 9);
     let top = Cli::command().render_long_help().to_string();
-    assert!(top.starts_with("Inspect and repair an outbox queue"), "{top}");
+    assert!(
+        top.starts_with("Inspect and repair an outbox queue"),
+        "{top}"
+    );
     assert!(top.contains("Examples:\n  outbox stats app.db"), "{top}");
 }
