@@ -16,6 +16,7 @@ use crate::record::{Millis, RecordId};
 /// assert_eq!(event.record(), Some(RecordId(1)));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event {
     /// A record was durably enqueued.
     Enqueued {
@@ -68,6 +69,23 @@ pub enum Event {
     },
     /// The runner was resumed after a halt.
     Resumed,
+    /// No server answered: the runner probes with one record at a time until one does.
+    LinkDown {
+        /// When the first unanswered delivery reported.
+        since: Millis,
+        /// The transport error.
+        error: String,
+    },
+    /// A server answered again (or the connectivity signal turned online).
+    LinkUp {
+        /// How long the link was down.
+        down_for: std::time::Duration,
+    },
+    /// A rejected record was re-admitted with a fresh budget, in its own place.
+    Requeued {
+        /// The record.
+        id: RecordId,
+    },
     /// The record was removed from delivery; a tombstone stays.
     Discarded {
         /// The record.
@@ -88,8 +106,9 @@ impl Event {
             | Event::Parked { id, .. }
             | Event::Rejected { id, .. }
             | Event::Halted { id, .. }
-            | Event::Discarded { id, .. } => Some(*id),
-            Event::Resumed => None,
+            | Event::Discarded { id, .. }
+            | Event::Requeued { id, .. } => Some(*id),
+            Event::Resumed | Event::LinkDown { .. } | Event::LinkUp { .. } => None,
         }
     }
 }

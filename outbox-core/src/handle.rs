@@ -1,28 +1,25 @@
 //! The handle the application holds: enqueue, observe, manual verbs, flush and shutdown.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use fastrand::Rng;
-use tokio::sync::{broadcast, watch, Notify};
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::clock::{Clock, SystemClock};
+use crate::config::RunnerConfig;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::machine;
 use crate::outcome::{ConflictResolver, ParkOnConflict};
 use crate::policy::RetryPolicy;
 use crate::record::{Millis, NewRecord, Record, RecordId, Tombstone};
-use crate::runner::{Runner, RunnerConfig, Shared};
+use crate::runner::{shell, Shared};
 use crate::sink::Sink;
 use crate::state::State;
 use crate::store::{ListQuery, Stats, Store};
-
-/// Capacity of the event channel; a receiver that falls further behind sees `Lagged`.
-const EVENT_CAPACITY: usize = 1024;
 
 /// Builds and starts an [`Outbox`]. Made by [`Outbox::builder`].
 pub struct OutboxBuilder {
@@ -79,34 +76,25 @@ impl OutboxBuilder {
     }
 
     /// Recovers what a previous process left (expired leases count one interruption each;
-    /// deadlines beyond `now + cap` are clamped) and starts the runner on the current tokio
-    /// runtime.
+    /// deadlines set before the wall clock stepped back are re-based, keeping their waits),
+    /// reads a persisted halt, and starts the runner on the current tokio runtime.
     pub async fn start(self) -> Result<Outbox> {
         self.policy.validate()?;
         self.config.validate()?;
-        let seed = self.config.seed.unwrap_or_else(|| fastrand::u64(..));
-        let (events, _) = broadcast::channel(EVENT_CAPACITY);
-        let (progress, _) = watch::channel(0);
-        let shared = Arc::new(Shared {
-            store: self.store,
-            sink: self.sink,
-            policy: self.policy,
-            config: self.config,
-            clock: self.clock,
-            resolver: self.resolver,
-            events,
-            wake: Notify::new(),
-            halted: AtomicBool::new(false),
-            holding: AtomicUsize::new(0),
-            progress,
-            rng: Mutex::new(Rng::with_seed(seed)),
-        });
+        let shared = Arc::new(Shared::new(
+            self.store,
+            self.sink,
+            self.policy,
+            self.config,
+            self.clock,
+            self.resolver,
+        ));
         shared.recover_expired().await?;
-        shared.recover_far_leases().await?;
-        shared.clamp_deadlines().await?;
+        shared.rebase(None).await?;
+        let halt = shared.store.halt().await?;
+        shared.halted.store(halt.is_some(), Ordering::SeqCst);
         let (stop, stop_rx) = watch::channel(None);
-        let runner = Runner::new(Arc::clone(&shared), stop_rx, self.online);
-        let task = tokio::spawn(runner.run());
+        let task = tokio::spawn(shell::run(Arc::clone(&shared), stop_rx, self.online, halt));
         Ok(Outbox {
             shared,
             stop,
@@ -147,16 +135,6 @@ pub struct Outbox {
     shared: Arc<Shared>,
     stop: watch::Sender<Option<Instant>>,
     task: Option<JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("store", &self.store)
-            .field("config", &self.config)
-            .field("halted", &self.halted)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Outbox {
@@ -224,9 +202,12 @@ impl Outbox {
         }
     }
 
-    /// Counts per state, held-back records, the oldest undelivered record and the next deadline.
+    /// Counts per state, held-back records, the oldest undelivered record, the next deadline,
+    /// the persisted halt and the link as this runner sees it.
     pub async fn stats(&self) -> Result<Stats> {
-        self.shared.store.stats().await
+        let mut stats = self.shared.store.stats().await?;
+        stats.link = Some(self.shared.link());
+        Ok(stats)
     }
 
     /// A page of records (see [`ListQuery`]).
@@ -296,15 +277,64 @@ impl Outbox {
         self.shared.store.prune(older_than).await
     }
 
-    /// Resumes a runner halted by a refused credential.
+    /// Resumes a runner halted by a refused credential or a rejection storm: the persisted
+    /// halt is cleared and a `Resumed` event says so.
     pub fn resume(&self) {
-        if self.shared.halted.swap(false, Ordering::SeqCst) {
-            self.shared.emit(Event::Resumed);
-        }
+        self.shared.resume.store(true, Ordering::SeqCst);
+        self.shared.halted.store(false, Ordering::SeqCst);
         self.notify();
     }
 
-    /// True while a refused credential holds the runner.
+    /// Re-admits one rejected record with a fresh budget, in its own place: it goes before
+    /// the later records of its group that are still queued, as it would have without the
+    /// rejection. A `Requeued` event and a log line say so. Refused with
+    /// [`Error::NotRejected`] for a record that is not rejected (use [`Outbox::retry`] for a
+    /// needs-attention one) and with [`Error::RecordInFlight`] while a record of its group is
+    /// being delivered.
+    pub async fn requeue(&self, id: RecordId) -> Result<()> {
+        let record = self.record(id).await?;
+        let transition =
+            machine::requeue(&record, self.shared.now()).ok_or(Error::NotRejected(id))?;
+        let applied = self.shared.store.apply(vec![transition]).await?;
+        if !applied.skipped.is_empty() {
+            return Err(Error::RecordInFlight(id));
+        }
+        self.shared.emit(Event::Requeued { id });
+        self.notify();
+        Ok(())
+    }
+
+    /// Re-admits every rejected record that `query` matches (its state is taken as rejected),
+    /// each in its own place; returns how many. After a rejection storm halted the runner,
+    /// fix the cause, call this, then [`Outbox::resume`]. Records of a group with a record in
+    /// flight are left rejected (call it again once that delivery reported).
+    pub async fn requeue_rejected(&self, query: ListQuery) -> Result<u64> {
+        let mut query = query.state(State::Rejected);
+        if query.limit == 0 {
+            query.limit = 256;
+        }
+        let mut count = 0u64;
+        loop {
+            let page = self.shared.store.list(&query).await?;
+            let Some(last) = page.last() else { break };
+            query.after = Some(last.id);
+            let now = self.shared.now();
+            let transitions: Vec<_> = page
+                .iter()
+                .filter_map(|r| machine::requeue(r, now))
+                .collect();
+            let ids: Vec<RecordId> = transitions.iter().map(|t| t.id).collect();
+            let applied = self.shared.store.apply(transitions).await?;
+            for id in ids.into_iter().filter(|id| !applied.skipped.contains(id)) {
+                count += 1;
+                self.shared.emit(Event::Requeued { id });
+            }
+        }
+        self.notify();
+        Ok(count)
+    }
+
+    /// True while a halt holds the runner.
     pub fn is_halted(&self) -> bool {
         self.shared.halted.load(Ordering::SeqCst)
     }

@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod config;
 pub mod error;
 pub mod event;
 pub mod handle;
@@ -44,6 +45,7 @@ pub mod state;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SteppedClock, SystemClock, TokioClock};
+pub use config::RunnerConfig;
 pub use error::{BoxError, Error, Result};
 pub use event::Event;
 pub use handle::{Notifier, Outbox, OutboxBuilder};
@@ -52,7 +54,6 @@ pub use machine::{Change, Guard, Step, Transition};
 pub use outcome::{ConflictResolution, ConflictResolver, Outcome, ParkOnConflict, RetryAfter};
 pub use policy::{Backoff, Ceiling, Jitter, RetryPolicy};
 pub use record::{Lease, Millis, NewRecord, Progress, Record, RecordId, Tombstone, MAX_GROUP_LEN};
-pub use runner::RunnerConfig;
 pub use sink::{sink_fn, Sink, SinkFn};
 pub use state::State;
 pub use store::{Applied, Claim, Halt, ListQuery, Round, Stats, Store, DEFAULT_MAX_PAYLOAD};

@@ -35,3 +35,179 @@ impl LinkState {
         matches!(self, LinkState::Up)
     }
 }
+
+/// The largest number of records the link remembers as waiting out a no-answer backoff, to
+/// release them when a server answers again. Past it the oldest are forgotten: they keep their
+/// deadline, which is still bounded by the backoff's cap.
+const MAX_WAITING: usize = 4_096;
+
+/// The link's state machine: pure, driven by the scheduler with wall-clock readings.
+#[derive(Debug, Default)]
+pub(crate) struct Link {
+    state: LinkState,
+    /// No-answers counted against the link since it went down, at most one per round.
+    failures: u32,
+    /// When the link may be probed again: the deadline drawn for the record whose no-answer
+    /// was counted last (the same draw, never a second one).
+    probe_at: Option<crate::record::Millis>,
+    /// Whether this round already counted a no-answer.
+    counted_this_round: bool,
+    /// Records whose current deadline comes from a no-answer, oldest first.
+    waiting: std::collections::VecDeque<crate::record::RecordId>,
+}
+
+/// What changed when the link heard from a server again.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Restored {
+    /// When it had gone down.
+    pub(crate) since: Millis,
+    /// Records to make due at once: the link was at fault, not them.
+    pub(crate) release: Vec<crate::record::RecordId>,
+}
+
+impl Link {
+    pub(crate) fn state(&self) -> &LinkState {
+        &self.state
+    }
+
+    pub(crate) fn is_down(&self) -> bool {
+        !self.state.is_up()
+    }
+
+    /// The no-answer streak a failed record's wait is drawn on: its own next count, or the
+    /// link's while the link has been failing longer than the record.
+    pub(crate) fn streak(&self, record_unanswered: u32) -> u32 {
+        record_unanswered
+            .saturating_add(1)
+            .max(self.failures.saturating_add(1))
+    }
+
+    /// A new round starts: its no-answers count once against the link.
+    pub(crate) fn new_round(&mut self) {
+        self.counted_this_round = false;
+    }
+
+    /// When a down link may be probed (`None` while up).
+    pub(crate) fn probe_at(&self) -> Option<Millis> {
+        self.probe_at.filter(|_| self.is_down())
+    }
+
+    /// Shifts the probe time after the wall clock stepped back by `by`.
+    pub(crate) fn step_back(&mut self, by: Millis) {
+        if let Some(at) = &mut self.probe_at {
+            *at = at.saturating_sub(by);
+        }
+    }
+
+    /// A delivery got no answer; `deadline` is the wait drawn for its record. Returns true
+    /// when the link just went down.
+    pub(crate) fn unanswered(
+        &mut self,
+        now: Millis,
+        id: crate::record::RecordId,
+        error: &str,
+        deadline: Millis,
+    ) -> bool {
+        self.remember(id);
+        let went_down = self.state.is_up();
+        if went_down {
+            self.state = LinkState::Down {
+                since: now,
+                last_error: error.to_owned(),
+            };
+        } else if let LinkState::Down { last_error, .. } = &mut self.state {
+            error.clone_into(last_error);
+        }
+        if !self.counted_this_round {
+            self.counted_this_round = true;
+            self.failures = self.failures.saturating_add(1);
+            self.probe_at = Some(deadline);
+        }
+        went_down
+    }
+
+    /// A server answered about `id` (or the connectivity signal turned online, `id` `None`):
+    /// the link is up. Returns what to release when it was down.
+    pub(crate) fn answered(&mut self, id: Option<crate::record::RecordId>) -> Option<Restored> {
+        if let Some(id) = id {
+            self.waiting.retain(|w| *w != id);
+        }
+        let LinkState::Down { since, .. } = self.state else {
+            return None;
+        };
+        self.state = LinkState::Up;
+        self.failures = 0;
+        self.probe_at = None;
+        Some(Restored {
+            since,
+            release: self.waiting.drain(..).collect(),
+        })
+    }
+
+    fn remember(&mut self, id: crate::record::RecordId) {
+        if !self.waiting.contains(&id) {
+            if self.waiting.len() == MAX_WAITING {
+                self.waiting.pop_front();
+            }
+            self.waiting.push_back(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::RecordId;
+
+    #[test]
+    fn a_round_counts_once_and_the_probe_is_the_records_own_deadline() {
+        let mut link = Link::default();
+        link.new_round();
+        assert!(link.unanswered(10, RecordId(1), "refused", 1_010));
+        assert!(!link.unanswered(11, RecordId(2), "reset", 5_000));
+        assert_eq!(link.probe_at(), Some(1_010));
+        assert_eq!(link.streak(0), 2);
+        link.new_round();
+        link.unanswered(1_010, RecordId(1), "refused", 3_000);
+        assert_eq!((link.streak(0), link.probe_at()), (3, Some(3_000)));
+        assert_eq!(
+            link.state(),
+            &LinkState::Down {
+                since: 10,
+                last_error: "refused".into()
+            }
+        );
+    }
+
+    #[test]
+    fn an_answer_brings_the_link_up_and_releases_the_waiting_records_once() {
+        let mut link = Link::default();
+        link.new_round();
+        link.unanswered(10, RecordId(1), "refused", 1_000);
+        link.unanswered(10, RecordId(2), "refused", 2_000);
+        let restored = link.answered(Some(RecordId(2))).unwrap();
+        assert_eq!(
+            restored,
+            Restored {
+                since: 10,
+                release: vec![RecordId(1)]
+            }
+        );
+        assert!(!link.is_down());
+        assert_eq!(link.probe_at(), None);
+        assert_eq!(link.streak(0), 1);
+        assert_eq!(link.answered(None), None);
+    }
+
+    #[test]
+    fn the_waiting_list_is_bounded() {
+        let mut link = Link::default();
+        for id in 0..(MAX_WAITING as u64 + 10) {
+            link.new_round();
+            link.unanswered(0, RecordId(id), "x", 1);
+        }
+        let restored = link.answered(None).unwrap();
+        assert_eq!(restored.release.len(), MAX_WAITING);
+        assert_eq!(restored.release[0], RecordId(10));
+    }
+}

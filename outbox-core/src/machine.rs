@@ -64,11 +64,12 @@ pub enum Change {
         /// Answered failures the record had spent, counting the one that reached the ceiling.
         attempts: u32,
     },
-    /// Re-admit a rejected record: it moves to a new id after every id so far (so after
-    /// whatever its group still has queued), pending and due at `at`, with a fresh budget
-    /// (attempts, unanswered and interruptions at zero, no last attempt, no last error). Its
-    /// payload, key, group and creation time are kept. Stores apply it only to a rejected
-    /// record and report the new id in [`Applied::requeued`](crate::Applied::requeued).
+    /// Re-admit a rejected record in its own place: pending and due at `at`, with a fresh
+    /// budget (attempts, unanswered and interruptions at zero, no last attempt, no last
+    /// error), keeping its id, so it goes before the later records of its group that are still
+    /// queued, as it would have without the rejection. Stores apply it only to a rejected
+    /// record whose group has no record in flight (which would put two of the group in
+    /// flight); otherwise it is skipped.
     Requeue {
         /// When the record is due again.
         at: Millis,
@@ -171,25 +172,14 @@ pub fn on_outcome(
             },
             Event::Delivered { id },
         ),
-        Outcome::NoAnswer { error } => {
-            let unanswered = record.unanswered.saturating_add(1);
-            let delay = policy.delay(unanswered, previous_delay(record), rng);
-            let at = now.saturating_add(duration_ms(delay));
-            Step::new(
-                update(Progress {
-                    state: State::Retrying,
-                    unanswered,
-                    next_attempt_at: Some(at),
-                    last_error: Some(error.clone()),
-                    ..reported
-                }),
-                Event::Retrying {
-                    id,
-                    at,
-                    spent: false,
-                },
-            )
-        }
+        Outcome::NoAnswer { error } => on_no_answer(
+            record,
+            error,
+            record.unanswered.saturating_add(1),
+            policy,
+            now,
+            rng,
+        ),
         Outcome::Transient { error, retry_after } => {
             let attempts = record.attempts.saturating_add(1);
             if attempts >= policy.max_attempts {
@@ -264,6 +254,82 @@ pub fn on_outcome(
             )
         }
     }
+}
+
+/// A delivery that got no answer: nothing is spent, `unanswered` grows by one, and the record
+/// waits one full draw of the policy on `streak`, the no-answers in a row it is counted in
+/// (its own, or the link's when the link has been failing longer). The runner probes the link
+/// at that same deadline: one draw per wait.
+///
+/// ```
+/// use outbox_core::{machine, Change, Record, RecordId, RetryPolicy, State};
+/// let record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+/// let mut rng = fastrand::Rng::with_seed(1);
+/// let step = machine::on_no_answer(&record, "refused", 5, &RetryPolicy::default(), 0, &mut rng);
+/// let Change::Update(p) = step.transition.change else { unreachable!() };
+/// assert_eq!((p.unanswered, p.attempts), (1, 0));
+/// assert!(p.next_attempt_at.unwrap() <= 16_000); // one draw within the 5th window
+/// ```
+pub fn on_no_answer(
+    record: &Record,
+    error: &str,
+    streak: u32,
+    policy: &RetryPolicy,
+    now: Millis,
+    rng: &mut Rng,
+) -> Step {
+    let id = record.id;
+    let unanswered = record.unanswered.saturating_add(1);
+    let delay = policy.delay(streak.max(unanswered), previous_delay(record), rng);
+    let at = now.saturating_add(duration_ms(delay));
+    Step::new(
+        Transition {
+            id,
+            guard: lease_guard(record),
+            change: Change::Update(Progress {
+                state: State::Retrying,
+                unanswered,
+                interrupted: 0,
+                last_attempt_at: Some(now),
+                next_attempt_at: Some(at),
+                last_error: Some(error.to_owned()),
+                ..record.progress()
+            }),
+        },
+        Event::Retrying {
+            id,
+            at,
+            spent: false,
+        },
+    )
+}
+
+/// The link came back: a record waiting out a no-answer backoff is due at `now` and its
+/// no-answer count starts over. `None` for any other record (an answered failure keeps its
+/// deadline; a record in flight or parked is left alone).
+///
+/// ```
+/// use outbox_core::{machine, Change, Record, RecordId, State};
+/// let mut record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+/// record.state = State::Retrying;
+/// record.unanswered = 9;
+/// record.next_attempt_at = Some(900_000);
+/// let Change::Update(p) = machine::relink(&record, 5).unwrap().change else { unreachable!() };
+/// assert_eq!((p.next_attempt_at, p.unanswered), (Some(5), 0));
+/// ```
+pub fn relink(record: &Record, now: Millis) -> Option<Transition> {
+    let waiting = record.state == State::Retrying
+        && record.unanswered > 0
+        && record.next_attempt_at.is_some_and(|at| at > now);
+    waiting.then(|| Transition {
+        id: record.id,
+        guard: Guard::Idle,
+        change: Change::Update(Progress {
+            unanswered: 0,
+            next_attempt_at: Some(now),
+            ..record.progress()
+        }),
+    })
 }
 
 fn ceiling(
@@ -416,6 +482,39 @@ pub fn rebase(record: &Record, now: Millis) -> Option<Transition> {
             next_attempt_at: Some(next_attempt_at),
             ..record.progress()
         }),
+    })
+}
+
+/// Re-basing while running, when the runner measured the step: a record scheduled before the
+/// wall clock stepped back by `step` keeps both its wait and the time it had already waited
+/// (its times move back by `step`). A record that does not fit (scheduled from further ahead
+/// than the step explains, e.g. by another host) is re-based from `now` as [`rebase`] does.
+///
+/// ```
+/// use outbox_core::{machine, Change, Record, RecordId, State};
+/// let mut record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+/// record.state = State::Retrying;
+/// record.last_attempt_at = Some(86_400_000);
+/// record.next_attempt_at = Some(86_401_000);
+/// // The clock stepped back a day, 300 ms after the attempt.
+/// let t = machine::rebase_by(&record, 300, 86_400_000).unwrap();
+/// let Change::Update(p) = t.change else { unreachable!() };
+/// assert_eq!((p.last_attempt_at, p.next_attempt_at), (Some(0), Some(1_000)));
+/// ```
+pub fn rebase_by(record: &Record, now: Millis, step: Millis) -> Option<Transition> {
+    let fallback = rebase(record, now)?;
+    let shifted = record.last_attempt_at.map(|t| t.saturating_sub(step));
+    if shifted.is_some_and(|t| t > now) {
+        return Some(fallback);
+    }
+    let next = record.next_attempt_at?.saturating_sub(step);
+    Some(Transition {
+        change: Change::Update(Progress {
+            last_attempt_at: shifted,
+            next_attempt_at: Some(next),
+            ..record.progress()
+        }),
+        ..fallback
     })
 }
 

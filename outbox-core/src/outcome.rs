@@ -55,7 +55,8 @@ pub(crate) fn duration_ms(duration: Duration) -> u64 {
 
 /// The result of one delivery, as the sink reports it.
 ///
-/// Use [`crate::http::classify`] to derive it from an HTTP status and `Retry-After` header.
+/// Use [`crate::http::classify`] (or a [`crate::http::Classifier`]) to derive it from an HTTP
+/// status and its `Retry-After` and `Date` headers.
 ///
 /// ```
 /// use outbox_core::Outcome;
@@ -75,20 +76,23 @@ pub enum Outcome {
         /// What the transport said.
         error: String,
     },
-    /// The server answered "later" (408, 425, 429, 5xx). One attempt is spent; `retry_after`
-    /// wins over the local schedule.
+    /// The server answered without a verdict on the record: "later" (408, 425, 429, 5xx) or
+    /// a status that cannot be read as final (1xx, 3xx, 403, 421, 423, 451, an unknown code).
+    /// One attempt is spent; `retry_after` wins over the local schedule, never below it.
     Transient {
         /// What the server said.
         error: String,
         /// The server's `Retry-After`, when it sent a valid one.
         retry_after: Option<RetryAfter>,
     },
-    /// The server refused this record for good (400, 403, 404, 410, 422, ...).
+    /// The server refused this record for good: by default 400, 404, 405, 410, 411, 413, 414,
+    /// 415 or 422 ([`crate::http::TERMINAL`]).
     Rejected {
         /// The server's reason, kept on the record.
         reason: String,
     },
-    /// The credential was refused (401): not this record's fault. Nothing is spent and the
+    /// The credential was refused (401, 407), or the request could not be built from the
+    /// sink's configuration: not this record's fault. Nothing is spent and the
     /// runner pauses until the application resumes it.
     Halt {
         /// What the server said.

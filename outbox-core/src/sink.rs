@@ -1,6 +1,7 @@
 //! The `Sink`: the user's code that delivers one record to the server.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -33,6 +34,68 @@ use crate::record::Record;
 pub trait Sink: Send + Sync + 'static {
     /// Delivers `record` once.
     async fn deliver(&self, record: &Record) -> Outcome;
+}
+
+/// A shared sink is a sink: the outbox can own one `Arc` while the application keeps another,
+/// to reach the sink's own state (a credential to rotate, counters to read).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> outbox_core::Result<()> {
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use outbox_core::{async_trait, NewRecord, Outbox, Outcome, Record, Sink};
+/// use outbox_memory::MemoryStore;
+///
+/// #[derive(Default)]
+/// struct Counting(AtomicUsize);
+///
+/// #[async_trait]
+/// impl Sink for Counting {
+///     async fn deliver(&self, _record: &Record) -> Outcome {
+///         self.0.fetch_add(1, Ordering::SeqCst);
+///         Outcome::Delivered
+///     }
+/// }
+///
+/// let sink = Arc::new(Counting::default());
+/// let outbox = Outbox::builder(Arc::new(MemoryStore::new()), Arc::clone(&sink)).start().await?;
+/// outbox.enqueue(NewRecord::new(b"{}".to_vec())).await?;
+/// outbox.flush(Duration::from_secs(5)).await?;
+/// assert_eq!(sink.0.load(Ordering::SeqCst), 1);
+/// # outbox.shutdown(Duration::from_secs(5)).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[async_trait]
+impl<S: Sink + ?Sized> Sink for Arc<S> {
+    async fn deliver(&self, record: &Record) -> Outcome {
+        (**self).deliver(record).await
+    }
+}
+
+/// A boxed sink is a sink, so a sink chosen at run time (`Box<dyn Sink>`) can be passed on.
+///
+/// ```
+/// use outbox_core::{sink_fn, Outcome, Record, Sink};
+///
+/// fn pick(dry_run: bool) -> Box<dyn Sink> {
+///     if dry_run {
+///         Box::new(sink_fn(|_: Record| async { Outcome::Delivered }))
+///     } else {
+///         Box::new(sink_fn(|_: Record| async { Outcome::no_answer("no network in this example") }))
+///     }
+/// }
+///
+/// fn uses(_sink: impl Sink) {}
+/// uses(pick(true));
+/// ```
+#[async_trait]
+impl<S: Sink + ?Sized> Sink for Box<S> {
+    async fn deliver(&self, record: &Record) -> Outcome {
+        (**self).deliver(record).await
+    }
 }
 
 /// A sink made from an async closure; see [`sink_fn`].

@@ -200,8 +200,6 @@ pub struct Applied {
     /// Transitions whose guard did not hold (or whose record is gone); nothing was written for
     /// them.
     pub skipped: Vec<RecordId>,
-    /// Requeued records as `(old id, new id)`, in the order of the transitions.
-    pub requeued: Vec<(RecordId, RecordId)>,
 }
 
 /// What [`Store::round`] did: the outcomes applied, then the records claimed.
@@ -239,7 +237,8 @@ pub struct Round {
 ///   transaction and one durable commit: a crash leaves both or neither. A drain makes one
 ///   commit per round.
 /// - **Requeue**: [`Change::Requeue`](crate::Change::Requeue) applies only to a rejected
-///   record; the record moves to a fresh id above every id so far.
+///   record whose group has no record in flight; the record keeps its id and takes its place
+///   in its group again.
 /// - **Validation**: every record of an enqueue passes
 ///   [`NewRecord::validate`](crate::NewRecord::validate) with the store's payload limit before
 ///   anything is written: a payload too large ([`Error::PayloadTooLarge`]) or a bad group key

@@ -102,11 +102,20 @@ fn retry_after_overrides_the_schedule() {
     assert_eq!(p.attempts, 1);
     assert_eq!(p.next_attempt_at, Some(NOW + 42_000), "not the local 1 s");
 
+    // A date in the past, or 0, never undercuts the local schedule (1 s here, no jitter): a
+    // server repeating it cannot make a tight loop.
     let past = Outcome::transient("HTTP 503", Some(RetryAfter::At(NOW - 5_000)));
-    assert_eq!(progress(&run(&claimed(0), past)).next_attempt_at, Some(NOW));
+    assert_eq!(
+        progress(&run(&claimed(0), past)).next_attempt_at,
+        Some(NOW + 1_000)
+    );
+    let zero = Outcome::transient("HTTP 503", Some(RetryAfter::Delay(Duration::ZERO)));
+    assert_eq!(
+        progress(&run(&claimed(0), zero)).next_attempt_at,
+        Some(NOW + 1_000)
+    );
 
-    // Beyond the cap (60 s) as asked, up to the horizon (max_retry_after, 1 hour), so the
-    // restart clamp never rewrites it.
+    // Beyond the cap (60 s) as asked, up to max_retry_after (1 hour).
     let long = Outcome::transient(
         "HTTP 503",
         Some(RetryAfter::Delay(Duration::from_secs(3_000))),

@@ -23,11 +23,11 @@ use outbox_core::{
     Backoff, Event, ListQuery, NewRecord, Outbox, Record, RetryPolicy, RunnerConfig, State, Stats,
     Store,
 };
-use outbox_http::HttpSink;
+use outbox_http::{HttpSink, Token};
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use tokio::sync::watch;
 
-pub use server::{Script, Server};
+pub use server::{Script, Server, FIRST_TOKEN};
 
 /// Boxed errors: the demo reports them and exits non-zero.
 pub type DemoError = Box<dyn std::error::Error + Send + Sync>;
@@ -253,7 +253,11 @@ async fn start_outbox(
     timings: Timings,
     online: Option<watch::Receiver<bool>>,
 ) -> Result<Arc<Outbox>, DemoError> {
-    let sink = HttpSink::post(&format!("{base}/writes"))?.timeout(timings.request_timeout());
+    // The sink reads the token for every request; the app replaces it after a 401.
+    let token = Token::bearer(FIRST_TOKEN);
+    let sink = HttpSink::post(&format!("{base}/writes"))?
+        .timeout(timings.request_timeout())
+        .credentials(token.clone());
     let mut builder = Outbox::builder(store, sink)
         .policy(timings.policy())
         .config(timings.runner());
@@ -269,8 +273,15 @@ async fn start_outbox(
         loop {
             match events.recv().await {
                 Ok(Event::Halted { .. }) => {
-                    // What an app does on a 401: get a new credential, then resume.
-                    if client.post(&login).send().await.is_ok() {
+                    // What an app does on a 401: log in again, store the new token, resume.
+                    let fresh = match client.post(&login).send().await {
+                        Ok(response) if response.status().is_success() => {
+                            response.text().await.ok()
+                        }
+                        _ => None,
+                    };
+                    if let Some(fresh) = fresh {
+                        token.set_bearer(fresh.trim());
                         handle.resume();
                     }
                 }
@@ -562,12 +573,13 @@ async fn report(
         queued.extend(page);
     }
     let in_queue: HashSet<&str> = queued.iter().map(|r| r.key.as_str()).collect();
-    let (lost, duplicates, spent, requests) = server.with_counts(|c| {
+    let (lost, duplicates, spent, requests, refused, logins) = server.with_counts(|c| {
         let lost = keys
             .iter()
             .filter(|k| !c.accepted.contains(k.as_str()) && !in_queue.contains(k.as_str()))
             .count() as u64;
-        (lost, c.duplicates, c.later + c.rejected, c.requests)
+        let spent = c.later + c.rejected;
+        (lost, c.duplicates, spent, c.requests, c.refused, c.logins)
     });
     screen.say("");
     screen.say("state            records");
@@ -577,7 +589,8 @@ async fn report(
     screen.say(&format!("{:<16} {:>7}", "discarded", stats.discarded));
     screen.say(&format!("{:<16} {:>7}", "delivered", stats.delivered));
     screen.say(&format!(
-        "attempts spent on answered failures: {spent} · server requests: {requests}"
+        "attempts spent on answered failures: {spent} · server requests: {requests} · \
+         credential refused {refused} time(s), new token fetched {logins} time(s)"
     ));
     for record in queued.iter().filter(|r| r.state != State::Pending) {
         screen.say(&format!(

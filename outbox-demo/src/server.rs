@@ -21,7 +21,8 @@ pub struct Script {
     pub unavailable: u64,
     /// The next this-many get 429 with `Retry-After: 1`.
     pub throttled: u64,
-    /// At this request the credential "expires": 401 until the client logs in again.
+    /// At this request the server rotates its token: the client's old one gets 401 until it
+    /// logs in again and sends the new one.
     pub expire_at: u64,
     /// Requests in this range are recorded and then not answered before the client gives up,
     /// so the client sends them again: the duplicates the server suppresses.
@@ -41,14 +42,21 @@ pub struct Counts {
     pub duplicates: u64,
     /// 503 and 429 answers.
     pub later: u64,
-    /// 422 answers.
+    /// 422 answers: a status of the classifier's terminal set, a verdict on that write.
     pub rejected: u64,
     /// 401 answers.
     pub refused: u64,
-    /// Whether the credential has expired and not been renewed.
-    expired: bool,
-    /// Whether the credential already expired once.
-    expired_once: bool,
+    /// Logins answered.
+    pub logins: u64,
+    /// The token generation the server accepts now.
+    generation: u32,
+}
+
+/// The first token the server accepts: the demo's app logged in before the run.
+pub const FIRST_TOKEN: &str = "demo-token-0";
+
+fn token(generation: u32) -> String {
+    format!("demo-token-{generation}")
 }
 
 /// A handle on the running server.
@@ -67,7 +75,7 @@ impl Server {
         }
     }
 
-    /// Starts serving on `addr` (writes at `/writes`, a new credential at `/login`).
+    /// Starts serving on `addr` (writes at `/writes`, the current token at `/login`).
     pub async fn start(&self, addr: SocketAddr) -> std::io::Result<()> {
         let listener = TcpListener::bind(addr).await?;
         let app = Router::new()
@@ -85,18 +93,17 @@ impl Server {
         f(&self.counts.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Renews the credential (what a real app does when its token was refused).
-    pub fn login(&self) {
-        self.counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .expired = false;
+    /// The token the server accepts now (what a real app gets by logging in again after
+    /// its token was refused).
+    pub fn login(&self) -> String {
+        let mut c = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        c.logins += 1;
+        token(c.generation)
     }
 }
 
-async fn login(State(server): State<Server>) -> StatusCode {
-    server.login();
-    StatusCode::NO_CONTENT
+async fn login(State(server): State<Server>) -> String {
+    server.login()
 }
 
 /// What to answer one request.
@@ -108,21 +115,24 @@ enum Answer {
 }
 
 async fn write(State(server): State<Server>, headers: HeaderMap, body: Bytes) -> Response {
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let key = header("idempotency-key");
+    let authorization = header("authorization");
     let script = &server.script;
     let answer = {
         let mut c = server.counts.lock().unwrap_or_else(|e| e.into_inner());
         c.requests += 1;
         let n = c.requests;
-        if n == script.expire_at && !c.expired_once {
-            c.expired = true;
-            c.expired_once = true;
+        if n == script.expire_at && c.generation == 0 {
+            c.generation = 1;
         }
-        if c.expired {
+        if authorization.strip_prefix("Bearer ") != Some(token(c.generation).as_str()) {
             c.refused += 1;
             Answer::Status(StatusCode::UNAUTHORIZED, "credential expired")
         } else if n <= script.unavailable {

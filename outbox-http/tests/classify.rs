@@ -1,5 +1,6 @@
-//! The HTTP sink against a real local server: every status class, Retry-After, the
-//! idempotency key, a refused connection and a timeout.
+//! The HTTP sink against a real local server: every status class, Retry-After with and without
+//! the server's Date, the idempotency key, credentials read per request, requests that cannot
+//! be built, a refused connection and a timeout.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,15 +10,29 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
+use outbox_core::http::{Classifier, Forbidden};
 use outbox_core::{Outcome, Record, RecordId, RetryAfter, Sink};
-use outbox_http::HttpSink;
+use outbox_http::{HttpSink, Target, Token};
+use reqwest::{Method, Url};
 
 #[derive(Clone, Default)]
 struct Seen(Arc<Mutex<Vec<Request>>>);
 
-/// The idempotency key and body of one request.
-type Request = (String, Vec<u8>);
+impl Seen {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
 
+/// The idempotency key, the `Authorization` header and the body of one request.
+#[derive(Clone, Debug)]
+struct Request {
+    key: String,
+    authorization: Option<String>,
+    body: Vec<u8>,
+}
+
+/// Answers with the status in the path; `?retry_after=...&date=...` become headers.
 async fn answer(
     State(seen): State<Seen>,
     Path(code): Path<u16>,
@@ -25,18 +40,28 @@ async fn answer(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> impl IntoResponse {
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    seen.0.lock().unwrap().push((key, body.to_vec()));
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    seen.0.lock().unwrap().push(Request {
+        key: text("idempotency-key").unwrap_or_default(),
+        authorization: text("authorization"),
+        body: body.to_vec(),
+    });
     let mut out = HeaderMap::new();
-    if let Some(value) = query
-        .as_deref()
-        .and_then(|q| q.strip_prefix("retry_after="))
-    {
-        out.insert("retry-after", value.replace("%20", " ").parse().unwrap());
+    for pair in query.as_deref().unwrap_or_default().split('&') {
+        let Some((name, value)) = pair.split_once('=') else {
+            continue;
+        };
+        let name = name.replace('_', "-");
+        let value = value.replace("%20", " ");
+        out.insert(
+            axum::http::HeaderName::try_from(name).unwrap(),
+            value.parse().unwrap(),
+        );
     }
     (StatusCode::from_u16(code).unwrap(), out, "server says why")
 }
@@ -70,7 +95,12 @@ async fn deliver(url: &str) -> Outcome {
 async fn each_status_class_maps_to_its_outcome() {
     let (base, seen) = serve().await;
     assert_eq!(deliver(&format!("{base}/s/201")).await, Outcome::Delivered);
-    for code in [500, 502, 503, 408, 425, 429] {
+    // "Later", and every status that is no verdict on the record: a 403 from a gateway, a
+    // redirect that was not followed, a misdirected request, a legal block.
+    let transient = [
+        500, 502, 503, 408, 425, 429, 403, 300, 302, 421, 423, 451, 499,
+    ];
+    for code in transient {
         let outcome = deliver(&format!("{base}/s/{code}")).await;
         assert_eq!(
             outcome,
@@ -78,51 +108,159 @@ async fn each_status_class_maps_to_its_outcome() {
             "{code}"
         );
     }
-    for code in [400, 403, 404, 410, 422] {
+    let terminal = [400, 404, 405, 410, 411, 413, 414, 415, 422];
+    for code in terminal {
         assert_eq!(
             deliver(&format!("{base}/s/{code}")).await,
             Outcome::rejected(format!("HTTP {code}: server says why"))
         );
     }
-    assert!(matches!(
-        deliver(&format!("{base}/s/401")).await,
-        Outcome::Halt { .. }
-    ));
+    for code in [401, 407] {
+        assert_eq!(
+            deliver(&format!("{base}/s/{code}")).await,
+            Outcome::halt(format!("HTTP {code}: server says why"))
+        );
+    }
     assert!(matches!(
         deliver(&format!("{base}/s/409")).await,
         Outcome::Conflict { .. }
     ));
     // Every request carried the record's key and its payload.
+    assert_eq!(seen.len(), 1 + transient.len() + terminal.len() + 3);
     let seen = seen.0.lock().unwrap();
-    assert_eq!(seen.len(), 14);
-    assert!(seen.iter().all(|(k, b)| k == "key-123" && b == b"payload"));
+    assert!(seen
+        .iter()
+        .all(|r| r.key == "key-123" && r.body == b"payload" && r.authorization.is_none()));
+}
+
+#[tokio::test]
+async fn what_403_means_is_the_users_choice() {
+    let (base, _) = serve().await;
+    let url = format!("{base}/s/403");
+    let sink = |forbidden| {
+        let sink = HttpSink::post(&url).unwrap().on_forbidden(forbidden);
+        async move { sink.deliver(&record()).await }
+    };
+    assert!(matches!(
+        sink(Forbidden::Retry).await,
+        Outcome::Transient { .. }
+    ));
+    assert_eq!(
+        sink(Forbidden::Halt).await,
+        Outcome::halt("HTTP 403: server says why")
+    );
+    assert_eq!(
+        sink(Forbidden::Reject).await,
+        Outcome::rejected("HTTP 403: server says why")
+    );
+    // A whole table of one's own.
+    let sink = HttpSink::post(&format!("{base}/s/451"))
+        .unwrap()
+        .classifier(Classifier::new().reject(451));
+    assert!(matches!(
+        sink.deliver(&record()).await,
+        Outcome::Rejected { .. }
+    ));
 }
 
 #[tokio::test]
 async fn retry_after_reaches_the_outcome() {
     let (base, _) = serve().await;
-    let outcome = deliver(&format!("{base}/s/429?retry_after=120")).await;
-    let Outcome::Transient { retry_after, .. } = outcome else {
-        panic!("{outcome:?}")
+    let retry_after = |outcome: Outcome| match outcome {
+        Outcome::Transient { retry_after, .. } => retry_after,
+        other => panic!("{other:?}"),
     };
+    let outcome = deliver(&format!("{base}/s/429?retry_after=120")).await;
     assert_eq!(
-        retry_after,
+        retry_after(outcome),
         Some(RetryAfter::Delay(Duration::from_secs(120)))
     );
+    // An HTTP-date is read against the response's own Date: 90 s on the server's clock,
+    // whatever that clock says.
     let date = "Wed,%2021%20Oct%202015%2007:28:00%20GMT";
-    let outcome = deliver(&format!("{base}/s/503?retry_after={date}")).await;
-    let Outcome::Transient { retry_after, .. } = outcome else {
-        panic!("{outcome:?}")
-    };
-    assert_eq!(retry_after, Some(RetryAfter::At(1_445_412_480_000)));
+    let server_date = "Wed,%2021%20Oct%202015%2007:26:30%20GMT";
+    let outcome = deliver(&format!(
+        "{base}/s/503?retry_after={date}&date={server_date}"
+    ))
+    .await;
+    assert_eq!(
+        retry_after(outcome),
+        Some(RetryAfter::Date(Duration::from_secs(90)))
+    );
     let outcome = deliver(&format!("{base}/s/503?retry_after=soon")).await;
-    assert!(matches!(
-        outcome,
-        Outcome::Transient {
-            retry_after: None,
-            ..
-        }
-    ));
+    assert_eq!(retry_after(outcome), None);
+}
+
+#[tokio::test]
+async fn the_credential_is_read_for_every_request() {
+    let (base, seen) = serve().await;
+    let token = Token::bearer("one");
+    let sink = HttpSink::post(&format!("{base}/s/204"))
+        .unwrap()
+        .header("authorization", "Bearer fixed")
+        .unwrap()
+        .credentials(token.clone());
+    assert_eq!(sink.deliver(&record()).await, Outcome::Delivered);
+    token.set_bearer("two");
+    assert_eq!(sink.deliver(&record()).await, Outcome::Delivered);
+    token.clear();
+    assert_eq!(sink.deliver(&record()).await, Outcome::Delivered);
+    let sent: Vec<_> = seen
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.authorization.clone())
+        .collect();
+    // The source replaces the fixed header; when it has nothing, the fixed one is sent.
+    assert_eq!(
+        sent,
+        [
+            Some("Bearer one".into()),
+            Some("Bearer two".into()),
+            Some("Bearer fixed".into())
+        ]
+    );
+    // Its Debug output keeps the secret.
+    assert!(!format!("{token:?} {sink:?}").contains("two"));
+}
+
+#[tokio::test]
+async fn a_request_that_cannot_be_built_halts_and_reaches_no_server() {
+    let (base, seen) = serve().await;
+    let halted = |outcome: Outcome| match outcome {
+        Outcome::Halt { reason } => reason,
+        other => panic!("{other:?}"),
+    };
+
+    let bad_key = Record::fresh(RecordId(2), None, b"x".to_vec(), "line\nbreak".into(), 0);
+    let sink = HttpSink::post(&format!("{base}/s/204")).unwrap();
+    let reason = halted(sink.deliver(&bad_key).await);
+    assert!(reason.contains("idempotency key"), "{reason}");
+    assert!(reason.contains("not this record"), "{reason}");
+
+    let sink = sink.credentials(|| Some("Bearer \u{7f}".to_owned()));
+    let reason = halted(sink.deliver(&record()).await);
+    assert!(reason.contains("Authorization"), "{reason}");
+
+    // URLs a route can produce that no HTTP client can send: another scheme (pointing at the
+    // live server), and one without a host.
+    let ftp = Url::parse(&base.replace("http:", "ftp:")).unwrap();
+    for url in [ftp, Url::parse("file:///tmp/notes").unwrap()] {
+        let sink = HttpSink::route(move |_| Target {
+            method: Method::POST,
+            url: url.clone(),
+        });
+        let reason = halted(sink.deliver(&record()).await);
+        assert!(reason.contains("could not be built"), "{reason}");
+    }
+    // Without the `tls` feature reqwest cannot speak https: configuration again.
+    if cfg!(not(feature = "tls")) {
+        let sink = HttpSink::post(&base.replace("http:", "https:")).unwrap();
+        let reason = halted(sink.deliver(&record()).await);
+        assert!(reason.contains("https needs TLS support"), "{reason}");
+    }
+    assert_eq!(seen.len(), 0, "no request reached the server");
 }
 
 #[tokio::test]
@@ -149,10 +287,15 @@ async fn a_timeout_before_any_response_is_no_answer() {
 
 #[test]
 fn bad_configuration_is_a_typed_error() {
-    assert!(matches!(
-        HttpSink::post("not a url"),
-        Err(outbox_core::Error::InvalidConfig(_))
-    ));
+    for url in ["not a url", "ftp://127.0.0.1/", "file:///tmp/x"] {
+        assert!(
+            matches!(
+                HttpSink::post(url),
+                Err(outbox_core::Error::InvalidConfig(_))
+            ),
+            "{url}"
+        );
+    }
     let sink = HttpSink::post("http://127.0.0.1:1/").unwrap();
     assert!(sink.header("bad header", "x").is_err());
 }

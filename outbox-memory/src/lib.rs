@@ -188,11 +188,8 @@ impl Inner {
         let mut applied = Applied::default();
         for transition in transitions {
             let id = transition.id;
-            let requeue = matches!(transition.change, Change::Requeue { .. });
             if !self.apply_one(transition) {
                 applied.skipped.push(id);
-            } else if requeue {
-                applied.requeued.push((id, RecordId(self.last_id)));
             }
         }
         applied
@@ -229,26 +226,40 @@ impl Inner {
                 }
             }
             Change::Requeue { at } => {
-                if self
-                    .records
-                    .get(&id)
-                    .is_none_or(|r| r.state != State::Rejected)
-                {
-                    return false;
-                }
-                let Some(old) = self.remove(id) else {
+                let Some(record) = self.records.get(&id) else {
                     return false;
                 };
-                self.last_id += 1;
-                let mut record = Record::fresh(
-                    RecordId(self.last_id),
-                    old.group,
-                    old.payload,
-                    old.key,
-                    old.created_at,
-                );
-                record.next_attempt_at = Some(at);
-                self.insert(record);
+                let busy = record.group.as_ref().is_some_and(|g| {
+                    self.groups.get(g).is_some_and(|members| {
+                        members.iter().any(|m| {
+                            self.records
+                                .get(m)
+                                .is_some_and(|r| r.state == State::InFlight)
+                        })
+                    })
+                });
+                if record.state != State::Rejected || busy {
+                    return false;
+                }
+                let group = record.group.clone();
+                let fresh = Record::fresh(id, None, vec![], String::new(), at).progress();
+                self.unindex(id);
+                if let Some(record) = self.records.get_mut(&id) {
+                    record.set_progress(fresh);
+                }
+                // Back in its group's order: it may be the head again, and the head it
+                // displaces leaves the due index.
+                if let Some(group) = group {
+                    let members = self.groups.entry(group).or_default();
+                    members.insert(id);
+                    let members: Vec<RecordId> = members.iter().copied().collect();
+                    for member in members {
+                        self.unindex(member);
+                        self.index(member);
+                    }
+                } else {
+                    self.index(id);
+                }
             }
             Change::Update(progress) => {
                 self.unindex(id);

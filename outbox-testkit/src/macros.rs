@@ -68,6 +68,9 @@ macro_rules! conformance {
             runner_offline_waits
             runner_no_answer_probes
             runner_events_follow_commits
+            runner_step_back_while_waiting
+            runner_step_back_across_restart
+            runner_halt_survives_restart
         }
 
         /// Not a scenario: the entry of the crash scenarios' child processes. It returns at

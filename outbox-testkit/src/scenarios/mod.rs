@@ -25,6 +25,7 @@ use outbox_core::{
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure};
 
+mod clock;
 mod events;
 mod leases;
 mod lifecycle;
@@ -36,6 +37,9 @@ mod restart;
 mod runner;
 mod stats;
 
+pub use clock::{
+    runner_halt_survives_restart, runner_step_back_across_restart, runner_step_back_while_waiting,
+};
 pub use events::runner_events_follow_commits;
 pub use leases::{guards_skip_stale, lease_expiry_recovers, renew_extends_lease};
 pub use lifecycle::{
@@ -93,6 +97,9 @@ pub const SCENARIOS: &[&str] = &[
     "runner_offline_waits",
     "runner_no_answer_probes",
     "runner_events_follow_commits",
+    "runner_step_back_while_waiting",
+    "runner_step_back_across_restart",
+    "runner_halt_survives_restart",
     "crash_sigkill",
     "crash_loop_parks_record",
     "shared_runners",

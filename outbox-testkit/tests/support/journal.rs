@@ -209,6 +209,39 @@ async fn replay(store: &MemoryStore, line: &str) -> Option<()> {
         "P" => {
             store.prune(fields.get(1)?.parse().ok()?).await.ok()?;
         }
+        "W" => {
+            let claim = if *fields.get(1)? == "-" {
+                None
+            } else {
+                let n: Vec<u64> = fields[1..5]
+                    .iter()
+                    .map(|f| f.parse().ok())
+                    .collect::<Option<_>>()?;
+                Some(Claim {
+                    now: n[0],
+                    limit: usize::try_from(n[1]).ok()?,
+                    lease: Lease {
+                        token: n[2],
+                        until: n[3],
+                    },
+                })
+            };
+            let transitions = fields[5..]
+                .iter()
+                .map(|f| decode_transition(f))
+                .collect::<Option<_>>()?;
+            store.round(transitions, claim).await.ok()?;
+        }
+        "H" => {
+            let halt = match *fields.get(1)? {
+                "-" => None,
+                since => Some(outbox_core::Halt {
+                    since: since.parse().ok()?,
+                    reason: String::from_utf8(unhex(fields.get(2)?)?).ok()?,
+                }),
+            };
+            store.set_halt(halt).await.ok()?;
+        }
         _ => return None,
     }
     Some(())
@@ -294,7 +327,18 @@ impl Store for Journal {
         outcomes: Vec<Transition>,
         claim: Option<Claim>,
     ) -> Result<outbox_core::Round> {
-        self.inner.round(outcomes, claim).await
+        let mut line = match claim {
+            Some(c) => format!(
+                "W {} {} {} {}",
+                c.now, c.limit, c.lease.token, c.lease.until
+            ),
+            None => "W - - - -".to_owned(),
+        };
+        for t in &outcomes {
+            line.push(' ');
+            line.push_str(&encode_transition(t));
+        }
+        self.write(line, self.inner.round(outcomes, claim)).await
     }
 
     async fn halt(&self) -> Result<Option<outbox_core::Halt>> {
@@ -302,7 +346,11 @@ impl Store for Journal {
     }
 
     async fn set_halt(&self, halt: Option<outbox_core::Halt>) -> Result<()> {
-        self.inner.set_halt(halt).await
+        let line = match &halt {
+            Some(h) => format!("H {} {}", h.since, hex(h.reason.as_bytes())),
+            None => "H -".to_owned(),
+        };
+        self.write(line, self.inner.set_halt(halt)).await
     }
 
     async fn get(&self, id: RecordId) -> Result<Option<Record>> {

@@ -1,0 +1,155 @@
+//! How the runner works through the queue: batch, concurrency, lease, polls and the breakers.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The longest lease, delivery timeout or poll the runner accepts.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How the runner works through the queue.
+///
+/// ## Defaults
+/// - `batch`: **32** records claimed per round: big enough to amortise a store transaction,
+///   small enough that memory stays bounded whatever the backlog.
+/// - `concurrency`: **4** deliveries in flight: a few requests in parallel without flooding a
+///   server that has just come back.
+/// - `lease`: **30 s**, renewed every third of it while a delivery runs, so only a dead
+///   process lets a lease expire.
+/// - `safety_poll`: **60 s**: the runner needs no polling to be correct; this slow poll
+///   recovers leases that other processes left to expire on a shared store, and notices a
+///   wall clock that stepped while the runner slept.
+/// - `delivery_timeout`: **60 s**: a sink that never reports must not hold its record (and
+///   the queue behind it) forever; set the sink's own request timeout below it.
+/// - `link_down_warn_every`: **15 min**: a link that stays down is logged again at this pace,
+///   never once per attempt.
+/// - `rejection_storm`: **5**: that many records of different groups rejected in a row with
+///   the same reason halt the runner as a suspected misconfiguration (0 turns it off).
+/// - `seed`: **random**; set it to make jitter reproducible.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_core::RunnerConfig;
+///
+/// let config = RunnerConfig::default().with_batch(100).with_concurrency(8);
+/// config.validate().unwrap();
+/// assert_eq!(config.lease, Duration::from_secs(30));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerConfig {
+    /// Records claimed per round; at least 1.
+    pub batch: usize,
+    /// Deliveries in flight at once; at least 1.
+    pub concurrency: usize,
+    /// How long a claim holds a record before it may be recovered; at least 3 ms.
+    pub lease: Duration,
+    /// A slow poll for expired leases of other processes; `None` for none.
+    pub safety_poll: Option<Duration>,
+    /// Longest wait for the sink to report one delivery; past it the delivery counts as
+    /// unanswered (nothing spent) and the record is scheduled again.
+    pub delivery_timeout: Duration,
+    /// How often a link that stays down is logged again.
+    pub link_down_warn_every: Duration,
+    /// Rejections in a row (different groups, same reason) that halt the runner; 0 for never.
+    pub rejection_storm: u32,
+    /// Seed of the jitter RNG; `None` for a random seed.
+    pub seed: Option<u64>,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            batch: 32,
+            concurrency: 4,
+            lease: Duration::from_secs(30),
+            safety_poll: Some(Duration::from_secs(60)),
+            delivery_timeout: Duration::from_secs(60),
+            link_down_warn_every: Duration::from_secs(15 * 60),
+            rejection_storm: 5,
+            seed: None,
+        }
+    }
+}
+
+impl RunnerConfig {
+    /// Replaces `batch`.
+    pub fn with_batch(mut self, batch: usize) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// Replaces `concurrency`.
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// Replaces `lease`.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Replaces `safety_poll` (`None` for no poll).
+    pub fn with_safety_poll(mut self, safety_poll: Option<Duration>) -> Self {
+        self.safety_poll = safety_poll;
+        self
+    }
+
+    /// Replaces `delivery_timeout`.
+    pub fn with_delivery_timeout(mut self, delivery_timeout: Duration) -> Self {
+        self.delivery_timeout = delivery_timeout;
+        self
+    }
+
+    /// Replaces `link_down_warn_every`.
+    pub fn with_link_down_warn_every(mut self, every: Duration) -> Self {
+        self.link_down_warn_every = every;
+        self
+    }
+
+    /// Replaces `rejection_storm` (0 turns the breaker off).
+    pub fn with_rejection_storm(mut self, rejections: u32) -> Self {
+        self.rejection_storm = rejections;
+        self
+    }
+
+    /// Makes the jitter reproducible.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Checks every value is in range.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch == 0 || self.concurrency == 0 {
+            return Err(Error::InvalidConfig(
+                "batch and concurrency must be at least 1".into(),
+            ));
+        }
+        if self.lease < Duration::from_millis(3) || self.lease > MAX_WAIT {
+            return Err(Error::InvalidConfig(
+                "lease must be between 3 ms and 7 days".into(),
+            ));
+        }
+        if self.delivery_timeout.is_zero() || self.delivery_timeout > MAX_WAIT {
+            return Err(Error::InvalidConfig(
+                "delivery_timeout must be between 1 ms and 7 days".into(),
+            ));
+        }
+        if self.link_down_warn_every.is_zero() || self.link_down_warn_every > MAX_WAIT {
+            return Err(Error::InvalidConfig(
+                "link_down_warn_every must be between 1 ms and 7 days".into(),
+            ));
+        }
+        if self
+            .safety_poll
+            .is_some_and(|d| d.is_zero() || d > MAX_WAIT)
+        {
+            return Err(Error::InvalidConfig(
+                "safety_poll must be between 1 ms and 7 days".into(),
+            ));
+        }
+        Ok(())
+    }
+}

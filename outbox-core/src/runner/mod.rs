@@ -1,0 +1,216 @@
+//! The runner: the one task per outbox that claims due records, delivers them, records what
+//! happened and sleeps until the next reason to wake.
+//!
+//! It is split the way a sans-IO protocol stack is: [`scheduler`] holds every decision as a
+//! plain value (what to claim, what to write, when to wake, what the link and a halt mean, how
+//! a clock step is handled), and `shell` is the thin async task that performs its actions on
+//! the store and the sink and feeds back what happened. The runner wakes on an enqueue (or
+//! [`Outbox::notify`](crate::Outbox::notify)), on a timer for the earliest deadline, on a
+//! connectivity transition, on `resume` and on shutdown; triggers that arrive during a drain
+//! coalesce into one more round.
+
+pub mod scheduler;
+pub(crate) mod shell;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{broadcast, watch, Notify};
+
+use crate::clock::Clock;
+use crate::config::RunnerConfig;
+use crate::error::Result;
+use crate::event::Event;
+use crate::link::LinkState;
+use crate::machine::{self, Step};
+use crate::outcome::ConflictResolver;
+use crate::policy::RetryPolicy;
+use crate::record::Millis;
+use crate::sink::Sink;
+use crate::store::Store;
+
+/// Capacity of the event channel; a receiver that falls further behind sees `Lagged`.
+const EVENT_CAPACITY: usize = 1024;
+
+/// What the runner task and the handle share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) sink: Arc<dyn Sink>,
+    pub(crate) policy: RetryPolicy,
+    pub(crate) config: RunnerConfig,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) resolver: Arc<dyn ConflictResolver>,
+    pub(crate) events: broadcast::Sender<Event>,
+    /// Coalescing wake-up: enqueue, notify, resume, manual verbs.
+    pub(crate) wake: Notify,
+    /// Set by `resume()`, taken by the runner at its next wake.
+    pub(crate) resume: AtomicBool,
+    /// The runner's halt as last published (the store holds the persisted one).
+    pub(crate) halted: AtomicBool,
+    /// Records the runner holds, as the scheduler derives it.
+    pub(crate) holding: AtomicUsize,
+    /// The link as the runner last saw it.
+    pub(crate) link: Mutex<LinkState>,
+    /// Bumped whenever the runner may have become settled, for `flush`.
+    pub(crate) progress: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .field("halted", &self.halted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Everything the runner and the handle share, nothing held yet.
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        sink: Arc<dyn Sink>,
+        policy: RetryPolicy,
+        config: RunnerConfig,
+        clock: Arc<dyn Clock>,
+        resolver: Arc<dyn ConflictResolver>,
+    ) -> Self {
+        Shared {
+            store,
+            sink,
+            policy,
+            config,
+            clock,
+            resolver,
+            events: broadcast::channel(EVENT_CAPACITY).0,
+            wake: Notify::new(),
+            resume: AtomicBool::new(false),
+            halted: AtomicBool::new(false),
+            holding: AtomicUsize::new(0),
+            link: Mutex::new(LinkState::Up),
+            progress: watch::channel(0).0,
+        }
+    }
+
+    pub(crate) fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    pub(crate) fn emit(&self, event: Event) {
+        log_event(&event);
+        // No receiver is fine: events are for observers, the store is the truth.
+        let _ = self.events.send(event);
+    }
+
+    pub(crate) fn link(&self) -> LinkState {
+        self.link.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Applies steps atomically and emits the events of those whose guard held.
+    pub(crate) async fn commit(&self, steps: Vec<Step>) -> Result<Vec<Step>> {
+        if steps.is_empty() {
+            return Ok(steps);
+        }
+        let transitions = steps.iter().map(|s| s.transition.clone()).collect();
+        let applied = self.store.apply(transitions).await?;
+        let done: Vec<Step> = steps
+            .into_iter()
+            .filter(|s| !applied.skipped.contains(&s.transition.id))
+            .collect();
+        for step in &done {
+            self.emit(step.event.clone());
+        }
+        Ok(done)
+    }
+
+    /// Recovers records whose lease expired with no report (their process died): each counts
+    /// one interruption, and the crash-loop guard parks repeat offenders.
+    pub(crate) async fn recover_expired(&self) -> Result<usize> {
+        let mut recovered = 0;
+        loop {
+            let now = self.now();
+            let expired = self.store.expired(now, 256).await?;
+            if expired.is_empty() {
+                return Ok(recovered);
+            }
+            let steps = expired
+                .iter()
+                .map(|r| machine::on_interrupted(r, &self.policy, now))
+                .collect();
+            let done = self.commit(steps).await?;
+            if done.is_empty() {
+                // Every lease was taken over meanwhile: nothing more to do now.
+                return Ok(recovered);
+            }
+            recovered += done.len();
+        }
+    }
+
+    /// Re-bases the deadlines set before the wall clock stepped back: by the measured `step`
+    /// while running, from now at start-up (see [`machine::rebase`]).
+    pub(crate) async fn rebase(&self, step: Option<Millis>) -> Result<usize> {
+        let mut rebased = 0;
+        loop {
+            let now = self.now();
+            let stepped = self.store.stepped_back(now, 256).await?;
+            let transitions: Vec<_> = stepped
+                .iter()
+                .filter_map(|r| match step {
+                    Some(step) => machine::rebase_by(r, now, step),
+                    None => machine::rebase(r, now),
+                })
+                .collect();
+            if transitions.is_empty() {
+                return Ok(rebased);
+            }
+            let count = transitions.len();
+            let applied = self.store.apply(transitions).await?;
+            if applied.skipped.len() == count {
+                return Ok(rebased);
+            }
+            rebased += count - applied.skipped.len();
+        }
+    }
+}
+
+/// The log line of each event that a person should hear of.
+fn log_event(event: &Event) {
+    match event {
+        Event::Parked { id, reason } => {
+            tracing::warn!(record = id.0, %reason, "record parked: needs attention");
+        }
+        Event::Rejected { id, reason } => {
+            tracing::warn!(record = id.0, %reason, "record rejected by the server");
+        }
+        Event::Discarded { id, reason } => {
+            tracing::warn!(record = id.0, %reason, "record discarded");
+        }
+        Event::Halted { id, reason } => {
+            tracing::error!(record = id.0, %reason, "runner halted until resumed");
+        }
+        Event::Requeued { id } => {
+            tracing::info!(record = id.0, "rejected record requeued");
+        }
+        Event::LinkDown { error, .. } => {
+            tracing::warn!(%error, "no answer from the server: link down, probing on backoff");
+        }
+        Event::LinkUp { down_for } => {
+            tracing::info!(?down_for, "the server answers again: link up");
+        }
+        _ => {}
+    }
+}
+
+pub(crate) fn publish(shared: &Shared, holding: usize, halted: bool, link: &LinkState) {
+    shared.holding.store(holding, Ordering::SeqCst);
+    shared.halted.store(halted, Ordering::SeqCst);
+    {
+        let mut current = shared.link.lock().unwrap_or_else(|e| e.into_inner());
+        if *current != *link {
+            current.clone_from(link);
+        }
+    }
+    if holding == 0 {
+        shared.progress.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
