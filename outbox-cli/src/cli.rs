@@ -62,8 +62,8 @@ pub enum Command {
         after_help = "Example:\n  outbox retry app.db 42\n  outbox retry app.db --state needs-attention --yes"
     )]
     Retry(VerbArgs),
-    /// Re-admits rejected records with a fresh budget, under a new id after what their group
-    /// still has queued.
+    /// Re-admits rejected records with a fresh budget, each in its own place in its group
+    /// (refused while a record of the group is in flight).
     #[command(
         after_help = "Example:\n  outbox requeue app.db 42\n  outbox requeue app.db --state rejected --group doc-42"
     )]

@@ -248,7 +248,7 @@ async fn verb(
             })
             .collect();
         return Err(CliError::Partial(format!(
-            "{} of {total} {} left as they were: {}",
+            "{} of {total} {} left unchanged: {}",
             total - changed,
             plural(total),
             skipped.join(", ")

@@ -310,13 +310,7 @@ async fn act(
             StatusCode::CONFLICT,
             format!("left #{} as it is: {why}", id.0),
         ),
-        Ok(done) => {
-            let id = match &done {
-                Done::Requeued { new, .. } => new.0,
-                _ => id.0,
-            };
-            Json(serde_json::json!({ "message": done.line(), "id": id })).into_response()
-        }
+        Ok(done) => Json(serde_json::json!({ "message": done.line(), "id": id.0 })).into_response(),
         Err(err) => failure(err),
     }
 }

@@ -14,7 +14,8 @@ const BATCH: usize = 256;
 pub enum Verb {
     /// A fresh budget, due now ([`machine::retry_now`]).
     Retry,
-    /// A rejected record re-admitted under a new id ([`machine::requeue`]).
+    /// A rejected record re-admitted in its own place, with a fresh budget
+    /// ([`machine::requeue`]).
     Requeue,
     /// Out of delivery, with a tombstone keeping the reason ([`machine::discard`]).
     Discard {
@@ -80,13 +81,8 @@ impl Verb {
 pub enum Done {
     /// Retried: due now with a fresh budget.
     Retried(RecordId),
-    /// Requeued under a new id.
-    Requeued {
-        /// The id it had.
-        old: RecordId,
-        /// The id it has now.
-        new: RecordId,
-    },
+    /// Requeued: pending in its own place, due now with a fresh budget.
+    Requeued(RecordId),
     /// Discarded; the tombstone stays until pruned.
     Discarded(RecordId),
     /// Left unchanged: the record changed between the read and the write.
@@ -103,9 +99,9 @@ impl Done {
     pub fn line(&self) -> String {
         match self {
             Done::Retried(id) => format!("retried #{}: due now with a fresh budget", id.0),
-            Done::Requeued { old, new } => format!(
-                "requeued #{} as #{}: pending, due now with a fresh budget",
-                old.0, new.0
+            Done::Requeued(id) => format!(
+                "requeued #{}: pending in its place, due now with a fresh budget",
+                id.0
             ),
             Done::Discarded(id) => {
                 format!("discarded #{}; its tombstone stays until pruned", id.0)
@@ -138,6 +134,13 @@ pub async fn apply(
                     Some(r) if r.state == State::InFlight => {
                         "it went in flight meanwhile (a runner claimed it)".to_owned()
                     }
+                    // The store refuses a requeue while the group has a record in flight: two
+                    // of a group must never be delivered at once.
+                    Some(r) if *verb == Verb::Requeue && r.state == State::Rejected => {
+                        "a record of its group is in flight; requeue it once that delivery has \
+                         reported"
+                            .to_owned()
+                    }
                     Some(r) => format!("it changed meanwhile (it is {} now)", r.state),
                     None => "it is gone (delivered or discarded meanwhile)".to_owned(),
                 };
@@ -147,17 +150,7 @@ pub async fn apply(
             done.push(match verb {
                 Verb::Retry => Done::Retried(id),
                 Verb::Discard { .. } => Done::Discarded(id),
-                Verb::Requeue => {
-                    match applied.requeued.iter().find(|(old, _)| *old == id) {
-                        Some(&(old, new)) => Done::Requeued { old, new },
-                        // A store that neither skipped nor moved it broke the contract; say
-                        // so rather than claim a requeue.
-                        None => Done::Skipped {
-                            id,
-                            why: "the store reported no new id for it".to_owned(),
-                        },
-                    }
-                }
+                Verb::Requeue => Done::Requeued(id),
             });
         }
     }

@@ -9,7 +9,7 @@ use clap::Parser;
 use outbox_cli::cli::Cli;
 use outbox_cli::commands::{execute, Io};
 use outbox_cli::CliError;
-use outbox_core::{RecordId, State, Store};
+use outbox_core::{machine, Claim, Lease, NewRecord, Outcome, RecordId, RetryPolicy, State, Store};
 use outbox_memory::MemoryStore;
 use support::{seed, NOW};
 
@@ -147,18 +147,64 @@ async fn verbs_refuse_records_they_do_not_apply_to_in_one_line() {
 }
 
 #[tokio::test]
-async fn requeue_moves_a_rejected_record_to_a_new_id() {
+async fn requeue_readmits_a_rejected_record_in_its_place_unless_its_group_is_in_flight() {
     let store = seeded().await;
+    // A later write of doc-2 is being delivered: requeueing #4 now would put two of the group
+    // in flight, so the store skips it and the command says why.
+    let later = NewRecord::new(b"{}".to_vec()).in_group("doc-2");
+    assert_eq!(
+        store.enqueue(vec![later], NOW).await.unwrap(),
+        [RecordId(10)]
+    );
+    let lease = Lease {
+        token: 3,
+        until: NOW + 30_000,
+    };
+    let claimed = store
+        .claim(Claim {
+            now: NOW,
+            limit: 10,
+            lease,
+        })
+        .await
+        .unwrap();
+    assert!(claimed.iter().any(|r| r.id == RecordId(10)));
+    let (out, _, result) = run(&store, &["requeue", "mem", "4"], "").await;
+    assert_eq!(
+        out,
+        "left #4 as it is: a record of its group is in flight; requeue it once that delivery has reported\n"
+    );
+    assert_eq!(
+        result.unwrap_err().line(),
+        "1 of 1 record left unchanged: #4"
+    );
+    assert_eq!(
+        store.get(RecordId(4)).await.unwrap().unwrap().state,
+        State::Rejected
+    );
+
+    let delivered = machine::on_outcome(
+        &store.get(RecordId(10)).await.unwrap().unwrap(),
+        &Outcome::Delivered,
+        &RetryPolicy::default(),
+        NOW,
+        &mut outbox_core::fastrand::Rng::with_seed(1),
+    );
+    store.apply(vec![delivered.transition]).await.unwrap();
     let out = ok(&store, &["requeue", "mem", "4"]).await;
     assert_eq!(
         out,
-        "requeued #4 as #10: pending, due now with a fresh budget\n"
+        "requeued #4: pending in its place, due now with a fresh budget\n"
     );
-    assert!(store.get(RecordId(4)).await.unwrap().is_none());
-    let moved = store.get(RecordId(10)).await.unwrap().unwrap();
+    let four = store.get(RecordId(4)).await.unwrap().unwrap();
     assert_eq!(
-        (moved.state, moved.attempts, moved.group.as_deref()),
-        (State::Pending, 0, Some("doc-2"))
+        (
+            four.state,
+            four.attempts,
+            four.last_error,
+            four.next_attempt_at
+        ),
+        (State::Pending, 0, None, Some(NOW))
     );
 }
 
