@@ -21,18 +21,30 @@
 //! | payload | byte string |
 //!
 //! Record layout 1 (schema version 1) is the same without `unanswered` and `interrupted`.
+//!
+//! Halt layout 1 (the `runner` table's `halt` entry, from schema version 3): layout `u8` = 1,
+//! `since` as `u64`, the reason as a string.
 
-use outbox_core::{Error, Lease, Record, RecordId, State, Tombstone};
+use outbox_core::{Error, Halt, Lease, Record, RecordId, State, Tombstone};
 
 /// The record layout this build writes.
 pub(crate) const RECORD_LAYOUT: u8 = 2;
 /// The tombstone layout this build writes.
 pub(crate) const TOMBSTONE_LAYOUT: u8 = 1;
+/// The halt layout this build writes.
+pub(crate) const HALT_LAYOUT: u8 = 1;
 
 /// Encodes a record in the current layout.
 pub(crate) fn encode_record(record: &Record) -> Vec<u8> {
+    encode_with(record, &record.key, &record.payload)
+}
+
+/// Encodes `record` with `key` and `payload` in place of its own (which are not read), so an
+/// enqueue encodes a caller's record straight from its borrowed bytes instead of copying them
+/// into a [`Record`] first.
+pub(crate) fn encode_with(record: &Record, key: &str, payload: &[u8]) -> Vec<u8> {
     let mut out = Writer(Vec::with_capacity(
-        64 + record.payload.len() + record.key.len(),
+        64 + payload.len() + key.len() + record.group.as_ref().map_or(0, String::len),
     ));
     out.u8(RECORD_LAYOUT);
     out.u64(record.created_at);
@@ -52,9 +64,31 @@ pub(crate) fn encode_record(record: &Record) -> Vec<u8> {
         None => out.u8(0),
     }
     out.opt_str(record.group.as_deref());
-    out.bytes(record.key.as_bytes());
-    out.bytes(&record.payload);
+    out.bytes(key.as_bytes());
+    out.bytes(payload);
     out.0
+}
+
+/// Encodes a persisted halt: layout byte, `since` as `u64`, the reason as a string.
+pub(crate) fn encode_halt(halt: &Halt) -> Vec<u8> {
+    let mut out = Writer(Vec::with_capacity(16 + halt.reason.len()));
+    out.u8(HALT_LAYOUT);
+    out.u64(halt.since);
+    out.bytes(halt.reason.as_bytes());
+    out.0
+}
+
+/// Decodes a persisted halt; damaged bytes give [`Error::Corrupted`].
+pub(crate) fn decode_halt(bytes: &[u8]) -> Result<Halt, Error> {
+    let mut r = Reader::new(bytes, 0, "halt");
+    let layout = r.u8()?;
+    if layout != HALT_LAYOUT {
+        return Err(r.damaged(&format!("unknown halt layout {layout}")));
+    }
+    let since = r.u64()?;
+    let reason = r.str()?;
+    r.finish()?;
+    Ok(Halt { reason, since })
 }
 
 /// Encodes a record in layout 1, as schema version 1 wrote it (`unanswered` and `interrupted`
@@ -346,6 +380,22 @@ mod tests {
             decode_record(9, &trailing),
             Err(Error::Corrupted { .. })
         ));
+    }
+
+    #[test]
+    fn halt_round_trips_and_damage_is_typed() {
+        let halt = Halt {
+            reason: "HTTP 401".into(),
+            since: 7_000,
+        };
+        let bytes = encode_halt(&halt);
+        assert_eq!(decode_halt(&bytes).ok(), Some(halt));
+        for cut in 0..bytes.len() {
+            assert!(matches!(
+                decode_halt(&bytes[..cut]),
+                Err(Error::Corrupted { .. })
+            ));
+        }
     }
 
     #[test]

@@ -3,8 +3,8 @@
 use outbox_core::DEFAULT_MAX_PAYLOAD;
 
 /// What a returned write promises. Applies to every write the store commits itself (enqueue,
-/// claim, apply, renew, prune); [`RedbStore::enqueue_in`](crate::RedbStore::enqueue_in) commits
-/// with whatever durability the caller set on its own transaction.
+/// claim, apply, round, renew, halt, prune); [`RedbStore::enqueue_in`](crate::RedbStore::enqueue_in)
+/// commits with whatever durability the caller set on its own transaction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
     /// The default. A write returns only after redb's commit has synced it to the disk
@@ -33,25 +33,39 @@ impl Durability {
 ///
 /// - `durability`: [`Durability::Immediate`]: an acknowledged write is on the disk.
 /// - `max_payload`: [`DEFAULT_MAX_PAYLOAD`] (1 MiB), the limit every backend applies by default.
-/// - `two_phase_commit`: `true`. redb then syncs the new commit slot before it flips the
-///   header's primary bit, so a commit is either wholly there or wholly absent after a power
-///   cut even if the disk reorders writes; without it, redb relies on checksums to detect a
-///   torn commit. The cost is a second sync per commit, which group commit shares among every
-///   enqueue waiting at that moment.
-/// - `quick_repair`: `true`. redb saves its allocator state with each commit, so opening the
-///   file after a crash is almost instant instead of a walk over the whole file. An outbox is
-///   reopened after every crash of its process, so recovery time matters more than the small
-///   cost per commit. It also lets a read-only handle open a file whose writer crashed.
+/// - `two_phase_commit`: `false`, redb's own default commit: one sync per commit, and after a
+///   power cut redb tells a torn commit from a whole one by the checksums of the commit slot
+///   and the pages it points to, falling back to the previous commit. The power-loss tests
+///   check that no acknowledged write is lost this way. Turn it on
+///   ([`RedbConfig::with_two_phase_commit`]) to have redb sync the new commit slot before it
+///   flips the header's primary bit, so a commit is wholly there or wholly absent without
+///   trusting a checksum to spot a torn one (the checksum is not cryptographic: redb documents
+///   a theoretical torn commit crafted by someone who controls both the data written and the
+///   order the disk flushes it); the cost is a second sync per commit.
+/// - `quick_repair`: `false`, redb's default: the open after a crash walks the file to check
+///   its checksums and rebuild the allocator state. An outbox file stays small while its
+///   records are delivered, so the walk is short. Turn it on
+///   ([`RedbConfig::with_quick_repair`]) for a file that holds a large backlog: redb then saves
+///   its allocator state with each commit, so that open is almost instant and a read-only
+///   handle can open a file whose writer crashed, but redb also commits in two phases, so it
+///   costs the second sync per commit as well.
 /// - `cache_size`: 16 MiB of redb page cache: the working set of an outbox is its due index and
 ///   the records at the head of the queue, not the whole file (redb's own default is 1 GiB).
 /// - `max_batch`: 1024 requests per group commit, which bounds the size of one transaction.
+///
+/// Claims are committed as durably as every other write. A claim carries no acknowledged
+/// write, but it is what counts a delivery that killed the process: a claim lost in a crash
+/// would leave the record as never attempted, and a record whose delivery crashes the process
+/// every time would loop forever instead of being parked after `max_interruptions` restarts.
 ///
 /// ```
 /// use outbox_redb::{Durability, RedbConfig};
 ///
 /// let config = RedbConfig { max_payload: 64 * 1024, ..RedbConfig::default() };
 /// assert_eq!(config.durability, Durability::Immediate);
-/// assert!(config.two_phase_commit && config.quick_repair);
+/// assert!(!config.two_phase_commit && !config.quick_repair);
+/// let careful = RedbConfig::default().with_two_phase_commit(true);
+/// assert!(careful.two_phase_commit);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedbConfig {
@@ -59,9 +73,10 @@ pub struct RedbConfig {
     pub durability: Durability,
     /// The largest payload `enqueue` accepts, in bytes.
     pub max_payload: usize,
-    /// redb's two-phase commit (see the defaults above).
+    /// redb's two-phase commit: a second sync per commit (see the defaults above).
     pub two_phase_commit: bool,
-    /// redb's quick repair (see the defaults above).
+    /// redb's quick repair: a short open after a crash, for two syncs per commit (see the
+    /// defaults above).
     pub quick_repair: bool,
     /// redb's page cache, in bytes.
     pub cache_size: usize,
@@ -74,8 +89,8 @@ impl Default for RedbConfig {
         RedbConfig {
             durability: Durability::Immediate,
             max_payload: DEFAULT_MAX_PAYLOAD,
-            two_phase_commit: true,
-            quick_repair: true,
+            two_phase_commit: false,
+            quick_repair: false,
             cache_size: 16 * 1024 * 1024,
             max_batch: 1024,
         }
@@ -83,6 +98,20 @@ impl Default for RedbConfig {
 }
 
 impl RedbConfig {
+    /// Sets [`RedbConfig::two_phase_commit`]: `true` pays a second sync per commit so that a
+    /// commit's integrity after a power cut does not rest on checksums (see the defaults).
+    pub const fn with_two_phase_commit(mut self, on: bool) -> Self {
+        self.two_phase_commit = on;
+        self
+    }
+
+    /// Sets [`RedbConfig::quick_repair`]: `true` makes the open after a crash almost instant
+    /// for a second sync per commit (see the defaults).
+    pub const fn with_quick_repair(mut self, on: bool) -> Self {
+        self.quick_repair = on;
+        self
+    }
+
     pub(crate) fn builder(&self) -> redb::Builder {
         let mut builder = redb::Builder::new();
         builder.set_cache_size(self.cache_size);

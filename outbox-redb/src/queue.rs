@@ -1,12 +1,13 @@
 //! The queue operations on redb tables, mirroring `outbox-memory` step by step.
 //!
 //! Write operations run on a [`Tables`] opened in one `WriteTransaction`, and keep the `due`,
-//! `groups` and `leases` indexes in step with the records inside that same transaction. Read
-//! operations run on a [`ReadTables`] opened in one `ReadTransaction` (a consistent snapshot).
+//! `queued`, `groups` and `leases` indexes in step with the records inside that same
+//! transaction. Read operations run on a [`ReadTables`] opened in one `ReadTransaction` (a
+//! consistent snapshot).
 
 use outbox_core::{
-    Applied, Change, Claim, Error, Guard, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, State, Stats, Tombstone, Transition,
+    Applied, Change, Claim, Error, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record,
+    RecordId, Result, State, Stats, Tombstone, Transition,
 };
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction,
@@ -14,7 +15,10 @@ use redb::{
 
 use crate::codec;
 use crate::error::from_redb;
-use crate::schema::{DUE, GROUPS, LEASES, META, META_DELIVERED, META_LAST_ID, RECORDS, TOMBSTONES};
+use crate::schema::{
+    DUE, GROUPS, LEASES, META, META_DELIVERED, META_LAST_ID, QUEUED, RECORDS, RUNNER, RUNNER_HALT,
+    TOMBSTONES,
+};
 
 /// `Result<T, redb error>` → `Result<T, outbox error>`.
 trait Engine<T> {
@@ -34,14 +38,35 @@ fn load(records: &impl ReadableTable<u64, &'static [u8]>, id: u64) -> Result<Opt
     }
 }
 
+fn load_halt(runner: &impl ReadableTable<&'static str, &'static [u8]>) -> Result<Option<Halt>> {
+    match runner.get(RUNNER_HALT).engine()? {
+        Some(bytes) => codec::decode_halt(bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// What one transition did.
+enum Done {
+    /// Its guard did not hold, or its record is gone: nothing was written.
+    Skipped,
+    /// Applied.
+    Applied,
+    /// A delivery, applied: the counter is the caller's to raise.
+    Delivered,
+}
+
 /// Every table of the outbox, opened for writing in one transaction.
 pub(crate) struct Tables<'t> {
     records: Table<'t, u64, &'static [u8]>,
     due: Table<'t, (u64, u64), ()>,
+    queued: Table<'t, (u64, u64), ()>,
     groups: Table<'t, (&'static str, u64), ()>,
     leases: Table<'t, (u64, u64), ()>,
     tombstones: Table<'t, u64, &'static [u8]>,
     meta: Table<'t, &'static str, u64>,
+    runner: Table<'t, &'static str, &'static [u8]>,
+    /// Set by the first write: a transaction that wrote nothing need not be committed.
+    changed: bool,
 }
 
 impl<'t> Tables<'t> {
@@ -50,11 +75,21 @@ impl<'t> Tables<'t> {
         Ok(Tables {
             records: txn.open_table(RECORDS).engine()?,
             due: txn.open_table(DUE).engine()?,
+            queued: txn.open_table(QUEUED).engine()?,
             groups: txn.open_table(GROUPS).engine()?,
             leases: txn.open_table(LEASES).engine()?,
             tombstones: txn.open_table(TOMBSTONES).engine()?,
             meta: txn.open_table(META).engine()?,
+            runner: txn.open_table(RUNNER).engine()?,
+            changed: false,
         })
+    }
+
+    /// Whether anything was written through these tables. Every write of a record, a
+    /// tombstone, a counter or the halt goes through a method that sets it; index entries
+    /// only ever change along with one of those.
+    pub(crate) fn changed(&self) -> bool {
+        self.changed
     }
 
     pub(crate) fn meta(&self, name: &str) -> Result<Option<u64>> {
@@ -62,6 +97,7 @@ impl<'t> Tables<'t> {
     }
 
     pub(crate) fn set_meta(&mut self, name: &str, value: u64) -> Result<()> {
+        self.changed = true;
         self.meta.insert(name, value).engine()?;
         Ok(())
     }
@@ -71,10 +107,12 @@ impl<'t> Tables<'t> {
     }
 
     pub(crate) fn put(&mut self, record: &Record) -> Result<()> {
-        let bytes = codec::encode_record(record);
-        self.records
-            .insert(record.id.0, bytes.as_slice())
-            .engine()?;
+        self.put_bytes(record.id, &codec::encode_record(record))
+    }
+
+    fn put_bytes(&mut self, id: RecordId, bytes: &[u8]) -> Result<()> {
+        self.changed = true;
+        self.records.insert(id.0, bytes).engine()?;
         Ok(())
     }
 
@@ -110,8 +148,11 @@ impl<'t> Tables<'t> {
 
     /// Drops the record's index entries, as its current fields put them there.
     fn unindex(&mut self, record: &Record) -> Result<()> {
-        if let Some(at) = record.next_attempt_at {
-            self.due.remove((at, record.id.0)).engine()?;
+        if let (true, Some(at)) = (record.state.is_due_kind(), record.next_attempt_at) {
+            // A head's deadline is in `due`, anyone else's in `queued`.
+            if self.due.remove((at, record.id.0)).engine()?.is_none() {
+                self.queued.remove((at, record.id.0)).engine()?;
+            }
         }
         if let Some(lease) = record.lease {
             self.leases.remove((lease.until, record.id.0)).engine()?;
@@ -121,15 +162,44 @@ impl<'t> Tables<'t> {
 
     /// Adds the record's index entries from its current fields.
     pub(crate) fn index(&mut self, record: &Record) -> Result<()> {
-        if record.state.is_due_kind() && self.is_head(record)? {
-            if let Some(at) = record.next_attempt_at {
+        if let (true, Some(at)) = (record.state.is_due_kind(), record.next_attempt_at) {
+            if self.is_head(record)? {
                 self.due.insert((at, record.id.0), ()).engine()?;
+            } else {
+                self.queued.insert((at, record.id.0), ()).engine()?;
             }
         }
         if let (State::InFlight, Some(lease)) = (record.state, record.lease) {
             self.leases
                 .insert((lease.until, record.id.0), ())
                 .engine()?;
+        }
+        Ok(())
+    }
+
+    /// True when a member of `group` is in flight.
+    fn group_in_flight(&self, group: &str) -> Result<bool> {
+        for entry in self.groups.range((group, 0)..=(group, u64::MAX)).engine()? {
+            let id = RecordId(entry.engine()?.0.value().1);
+            if self.get(id)?.is_some_and(|r| r.state == State::InFlight) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Re-indexes every member of `group` except `skip` (due for its head, queued for the
+    /// rest), after its head changed.
+    fn reindex_group(&mut self, group: &str, skip: Option<RecordId>) -> Result<()> {
+        let mut members = Vec::new();
+        for entry in self.groups.range((group, 0)..=(group, u64::MAX)).engine()? {
+            members.push(RecordId(entry.engine()?.0.value().1));
+        }
+        for id in members.into_iter().filter(|id| Some(*id) != skip) {
+            if let Some(member) = self.get(id)? {
+                self.unindex(&member)?;
+                self.index(&member)?;
+            }
         }
         Ok(())
     }
@@ -147,44 +217,30 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    fn remove(&mut self, id: RecordId) -> Result<Option<Record>> {
-        let Some(record) = self.get(id)? else {
-            return Ok(None);
-        };
-        self.unindex(&record)?;
-        self.records.remove(id.0).engine()?;
-        self.leave_group(id, record.group.as_deref())?;
-        Ok(Some(record))
+    /// Removes `record` (as loaded from the table) with its index entries.
+    fn remove(&mut self, record: &Record) -> Result<()> {
+        self.changed = true;
+        self.unindex(record)?;
+        self.records.remove(record.id.0).engine()?;
+        self.leave_group(record.id, record.group.as_deref())
     }
 
-    fn guard_holds(record: &Record, guard: Guard) -> bool {
-        match guard {
-            Guard::Lease(token) => {
-                record.state == State::InFlight && record.lease.is_some_and(|l| l.token == token)
-            }
-            Guard::Idle => record.state != State::InFlight,
-        }
-    }
-
-    /// Enqueues a batch as pending records due at `now`.
-    pub(crate) fn enqueue(
-        &mut self,
-        records: Vec<NewRecord>,
-        now: Millis,
-    ) -> Result<Vec<RecordId>> {
+    /// Enqueues a batch as pending records due at `now`. The caller has validated it
+    /// ([`NewRecord::validate_all`]); payloads are encoded from the borrowed batch, not copied
+    /// into records first.
+    pub(crate) fn enqueue(&mut self, records: &[NewRecord], now: Millis) -> Result<Vec<RecordId>> {
         let mut last_id = self.meta(META_LAST_ID)?.unwrap_or(0);
         let mut ids = Vec::with_capacity(records.len());
         for new in records {
-            last_id = last_id.checked_add(1).ok_or_else(|| Error::StorageFull {
-                source: Some("record ids are exhausted".into()),
-            })?;
+            last_id = last_id.checked_add(1).ok_or_else(ids_exhausted)?;
             let id = RecordId(last_id);
             if let Some(group) = &new.group {
                 self.join_group(group, id)?;
             }
-            let record = Record::fresh(id, new.group, new.payload, new.key, now);
-            self.put(&record)?;
-            self.index(&record)?;
+            // The record without its key and payload: what the indexes need.
+            let shell = Record::fresh(id, new.group.clone(), Vec::new(), String::new(), now);
+            self.put_bytes(id, &codec::encode_with(&shell, &new.key, &new.payload))?;
+            self.index(&shell)?;
             ids.push(id);
         }
         self.set_meta(META_LAST_ID, last_id)?;
@@ -225,7 +281,7 @@ impl<'t> Tables<'t> {
             let Some(mut record) = self.get(id)? else {
                 continue;
             };
-            if Self::guard_holds(&record, Guard::Lease(lease.token)) {
+            if Guard::Lease(lease.token).admits(&record) {
                 self.unindex(&record)?;
                 record.lease = Some(lease);
                 self.put(&record)?;
@@ -237,61 +293,106 @@ impl<'t> Tables<'t> {
     }
 
     /// Applies transitions where their guards hold.
-    pub(crate) fn apply(&mut self, transitions: Vec<Transition>) -> Result<Applied> {
+    pub(crate) fn apply(&mut self, transitions: &[Transition]) -> Result<Applied> {
         let mut applied = Applied::default();
+        let mut delivered = 0u64;
         for transition in transitions {
-            let id = transition.id;
-            if !self.apply_one(transition)? {
-                applied.skipped.push(id);
+            match self.apply_one(transition)? {
+                Done::Skipped => applied.skipped.push(transition.id),
+                Done::Applied => {}
+                Done::Delivered => delivered += 1,
             }
+        }
+        // The counter is written once per batch, not once per delivered record.
+        if delivered > 0 {
+            let total = self.meta(META_DELIVERED)?.unwrap_or(0);
+            self.set_meta(META_DELIVERED, total.saturating_add(delivered))?;
         }
         Ok(applied)
     }
 
-    fn apply_one(&mut self, transition: Transition) -> Result<bool> {
+    fn apply_one(&mut self, transition: &Transition) -> Result<Done> {
         let Transition { id, guard, change } = transition;
-        let Some(mut record) = self.get(id)? else {
-            return Ok(false);
+        let Some(mut record) = self.get(*id)? else {
+            return Ok(Done::Skipped);
         };
-        if !Self::guard_holds(&record, guard) {
-            return Ok(false);
+        if !guard.admits(&record) {
+            return Ok(Done::Skipped);
         }
         match change {
             Change::Delivered => {
-                self.remove(id)?;
-                let delivered = self.meta(META_DELIVERED)?.unwrap_or(0);
-                self.set_meta(META_DELIVERED, delivered.saturating_add(1))?;
+                self.remove(&record)?;
+                return Ok(Done::Delivered);
             }
             Change::Discard {
                 reason,
                 at,
                 attempts,
             } => {
-                if let Some(record) = self.remove(id)? {
-                    let tombstone = Tombstone {
-                        id,
-                        group: record.group,
-                        key: record.key,
-                        reason,
-                        discarded_at: at,
-                        attempts,
-                    };
-                    let bytes = codec::encode_tombstone(&tombstone);
-                    self.tombstones.insert(id.0, bytes.as_slice()).engine()?;
+                self.remove(&record)?;
+                let tombstone = Tombstone {
+                    id: *id,
+                    group: record.group,
+                    key: record.key,
+                    reason: reason.clone(),
+                    discarded_at: *at,
+                    attempts: *attempts,
+                };
+                let bytes = codec::encode_tombstone(&tombstone);
+                self.tombstones.insert(id.0, bytes.as_slice()).engine()?;
+            }
+            Change::Requeue { at } => {
+                if record.state != State::Rejected {
+                    return Ok(Done::Skipped);
+                }
+                // Back in its own place: refused while its group has a record in flight,
+                // which would put two of the group in flight.
+                if let Some(group) = record.group.as_deref() {
+                    if self.group_in_flight(group)? {
+                        return Ok(Done::Skipped);
+                    }
+                    self.join_group(group, *id)?;
+                }
+                self.changed = true;
+                self.unindex(&record)?;
+                let fresh = Record::fresh(*id, None, Vec::new(), String::new(), *at).progress();
+                record.set_progress(fresh);
+                self.put(&record)?;
+                self.index(&record)?;
+                // The head it displaces waits behind it again.
+                if let Some(group) = record.group.as_deref() {
+                    self.reindex_group(group, Some(*id))?;
                 }
             }
             Change::Update(progress) => {
                 self.unindex(&record)?;
-                record.set_progress(progress);
+                record.set_progress(progress.clone());
                 self.put(&record)?;
                 self.index(&record)?;
                 // A rejected record no longer holds its group's order.
                 if !record.state.holds_group() {
-                    self.leave_group(id, record.group.as_deref())?;
+                    self.leave_group(*id, record.group.as_deref())?;
                 }
             }
         }
-        Ok(true)
+        Ok(Done::Applied)
+    }
+
+    /// Persists the runner's halt, or clears it.
+    pub(crate) fn set_halt(&mut self, halt: Option<&Halt>) -> Result<()> {
+        match halt {
+            Some(halt) => {
+                self.changed = true;
+                let bytes = codec::encode_halt(halt);
+                self.runner.insert(RUNNER_HALT, bytes.as_slice()).engine()?;
+            }
+            None => {
+                if self.runner.remove(RUNNER_HALT).engine()?.is_some() {
+                    self.changed = true;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Removes rejected records and tombstones older than `older_than`.
@@ -303,12 +404,12 @@ impl<'t> Tables<'t> {
             if record.state == State::Rejected
                 && record.last_attempt_at.is_some_and(|t| t < older_than)
             {
-                rejected.push(record.id);
+                rejected.push(record);
             }
         }
         let mut pruned = rejected.len() as u64;
-        for id in rejected {
-            self.remove(id)?;
+        for record in &rejected {
+            self.remove(record)?;
         }
         let mut old = Vec::new();
         for entry in self.tombstones.iter().engine()? {
@@ -320,6 +421,7 @@ impl<'t> Tables<'t> {
         }
         pruned += old.len() as u64;
         for id in old {
+            self.changed = true;
             self.tombstones.remove(id).engine()?;
         }
         Ok(pruned)
@@ -351,14 +453,22 @@ impl<'t> Tables<'t> {
     }
 }
 
+fn ids_exhausted() -> Error {
+    Error::StorageFull {
+        source: Some("record ids are exhausted".into()),
+    }
+}
+
 /// Every table of the outbox, opened for reading in one snapshot.
 pub(crate) struct ReadTables {
     records: ReadOnlyTable<u64, &'static [u8]>,
     due: ReadOnlyTable<(u64, u64), ()>,
+    queued: ReadOnlyTable<(u64, u64), ()>,
     groups: ReadOnlyTable<(&'static str, u64), ()>,
     leases: ReadOnlyTable<(u64, u64), ()>,
     tombstones: ReadOnlyTable<u64, &'static [u8]>,
     meta: ReadOnlyTable<&'static str, u64>,
+    runner: ReadOnlyTable<&'static str, &'static [u8]>,
 }
 
 impl ReadTables {
@@ -366,10 +476,12 @@ impl ReadTables {
         Ok(ReadTables {
             records: txn.open_table(RECORDS).engine()?,
             due: txn.open_table(DUE).engine()?,
+            queued: txn.open_table(QUEUED).engine()?,
             groups: txn.open_table(GROUPS).engine()?,
             leases: txn.open_table(LEASES).engine()?,
             tombstones: txn.open_table(TOMBSTONES).engine()?,
             meta: txn.open_table(META).engine()?,
+            runner: txn.open_table(RUNNER).engine()?,
         })
     }
 
@@ -394,15 +506,29 @@ impl ReadTables {
         Ok(out)
     }
 
-    pub(crate) fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
+    /// Pending or retrying records whose deadline lies after `now` and whose last attempt
+    /// lies after `now` or never happened, lowest id first. Only the `due` and `queued`
+    /// entries after `now` are read, never the due backlog.
+    pub(crate) fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
         let mut out = Vec::new();
+        let Some(after) = now.checked_add(1) else {
+            return Ok(out);
+        };
         if limit == 0 {
             return Ok(out);
         }
-        for entry in self.records.iter().engine()? {
-            let (id, bytes) = entry.engine()?;
-            let record = codec::decode_record(id.value(), bytes.value())?;
-            if record.state.is_due_kind() && record.next_attempt_at.is_some_and(|t| t > at) {
+        let mut ids = Vec::new();
+        for index in [&self.due, &self.queued] {
+            for entry in index.range((after, 0)..).engine()? {
+                ids.push(entry.engine()?.0.value().1);
+            }
+        }
+        ids.sort_unstable();
+        for id in ids {
+            let Some(record) = self.get(RecordId(id))? else {
+                continue;
+            };
+            if record.last_attempt_at.is_none_or(|t| t > now) {
                 out.push(record);
                 if out.len() == limit {
                     break;
@@ -410,6 +536,10 @@ impl ReadTables {
             }
         }
         Ok(out)
+    }
+
+    pub(crate) fn halt(&self) -> Result<Option<Halt>> {
+        load_halt(&self.runner)
     }
 
     pub(crate) fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
@@ -473,25 +603,12 @@ impl ReadTables {
                 .engine()?
                 .map_or(0, |v| v.value()),
             next_due: self.next_due()?,
+            halt: self.halt()?,
             ..Stats::default()
         };
         for entry in self.records.iter().engine()? {
             let (id, bytes) = entry.engine()?;
-            let record = codec::decode_record(id.value(), bytes.value())?;
-            match record.state {
-                State::Pending => stats.pending += 1,
-                State::Retrying => stats.retrying += 1,
-                State::InFlight => stats.in_flight += 1,
-                State::NeedsAttention => stats.needs_attention += 1,
-                State::Rejected => stats.rejected += 1,
-            }
-            if record.state.holds_group() {
-                stats.oldest_created_at = Some(
-                    stats
-                        .oldest_created_at
-                        .map_or(record.created_at, |t| t.min(record.created_at)),
-                );
-            }
+            stats.add(&codec::decode_record(id.value(), bytes.value())?);
         }
         // Members of a group are stored in (group, id) order, so a group's head comes first.
         let mut current: Option<(String, bool)> = None;

@@ -4,13 +4,16 @@
 //! |---|---|---|
 //! | `records` | id → encoded record | every queued record, in a versioned binary layout |
 //! | `due` | (next_attempt_at, id) → () | pending or retrying records that head their group: the claim order |
+//! | `queued` | (next_attempt_at, id) → () | pending or retrying records behind their group's head: with `due`, every deadline (clock-step re-basing) |
 //! | `groups` | (group, id) → () | members of each group that hold its order (every state but rejected) |
 //! | `leases` | (lease until, id) → () | in-flight records: lease recovery |
 //! | `tombstones` | id → encoded tombstone | discarded records until pruned |
 //! | `meta` | name → u64 | `schema_version`, `last_id`, `delivered` |
+//! | `runner` | name → encoded value | `halt`: the runner's persisted halt, absent when running |
 //!
-//! Version history: 1 had no `leases` table and stored records in layout 1; 2 (current) adds
-//! the `leases` index and the `unanswered` and `interrupted` counters.
+//! Version history: 1 had no `leases` table and stored records in layout 1; 2 adds the `leases`
+//! index and the `unanswered` and `interrupted` counters; 3 (current) adds the `queued` index
+//! and the `runner` table.
 
 use outbox_core::{Error, Result};
 use redb::{ReadableDatabase, TableDefinition, TableError, WriteTransaction};
@@ -19,18 +22,21 @@ use crate::error::from_redb;
 use crate::queue::Tables;
 
 /// The schema version this build writes, and the newest it opens.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 pub(crate) const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
 pub(crate) const DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("due");
+pub(crate) const QUEUED: TableDefinition<(u64, u64), ()> = TableDefinition::new("queued");
 pub(crate) const GROUPS: TableDefinition<(&str, u64), ()> = TableDefinition::new("groups");
 pub(crate) const LEASES: TableDefinition<(u64, u64), ()> = TableDefinition::new("leases");
 pub(crate) const TOMBSTONES: TableDefinition<u64, &[u8]> = TableDefinition::new("tombstones");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(crate) const RUNNER: TableDefinition<&str, &[u8]> = TableDefinition::new("runner");
 
 pub(crate) const META_VERSION: &str = "schema_version";
 pub(crate) const META_LAST_ID: &str = "last_id";
 pub(crate) const META_DELIVERED: &str = "delivered";
+pub(crate) const RUNNER_HALT: &str = "halt";
 
 /// What a file holds, as seen before anything is written to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,13 +93,15 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 /// Brings a file of an earlier version to the current one inside one write transaction, so a
 /// crash mid-way leaves the earlier version intact and the next open starts over. Converging
 /// means: rewrite every record in the current layout and rebuild every index from the records,
-/// which is right whatever indexes the earlier version had.
+/// which is right whatever indexes the earlier version had. Tables an earlier version lacked
+/// (`leases`, `queued`, `runner`) are created empty by opening them; a halt is never invented.
 pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     if from >= SCHEMA_VERSION {
         return Ok(());
     }
     // Indexes are rebuilt from scratch; dropping them first also removes any stale entry.
     txn.delete_table(DUE).map_err(from_redb)?;
+    txn.delete_table(QUEUED).map_err(from_redb)?;
     txn.delete_table(GROUPS).map_err(from_redb)?;
     txn.delete_table(LEASES).map_err(from_redb)?;
     let mut tables = Tables::open(txn)?;

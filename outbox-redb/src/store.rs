@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Error, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, Stats,
-    Store, Tombstone, Transition,
+    Applied, Claim, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
+    Round, Stats, Store, Tombstone, Transition,
 };
 use redb::backends::FileBackend;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, StorageBackend, WriteTransaction};
@@ -18,7 +18,7 @@ use crate::config::RedbConfig;
 use crate::error::{from_io, from_join, from_redb};
 use crate::queue::{ReadTables, Tables};
 use crate::schema;
-use crate::writer::{Op, Reply, Writer};
+use crate::writer::Writer;
 
 /// The first bytes of every redb file.
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
@@ -105,7 +105,17 @@ impl RedbStore {
             check_header(&path)?;
             match config.builder().open_read_only(&path) {
                 Ok(db) => {
-                    schema::check(schema::inspect(&db)?)?;
+                    let version = schema::check(schema::inspect(&db)?)?;
+                    if version < schema::SCHEMA_VERSION {
+                        return Err(Error::Backend {
+                            detail: format!(
+                                "the file is at schema version {version} and needs a \
+                                 migration, which a read-only handle cannot make; open it \
+                                 for writing once"
+                            ),
+                            source: None,
+                        });
+                    }
                     Ok(RedbStore {
                         db: Db::Read(Arc::new(db)),
                         writer: None,
@@ -183,8 +193,8 @@ impl RedbStore {
     /// durability the caller set on it. Wake the runner afterwards (`Outbox::notify()`), since
     /// it cannot see a commit it did not make.
     ///
-    /// Refuses a payload over the configured maximum with [`Error::PayloadTooLarge`], having
-    /// written nothing of the batch.
+    /// Refuses a payload over the configured maximum with [`Error::PayloadTooLarge`] and a
+    /// bad group key with [`Error::InvalidGroup`], having written nothing of the batch.
     ///
     /// Like the rest of your transaction, this is blocking redb work: call it where you run
     /// that transaction (a blocking thread or `spawn_blocking`), not on an async worker.
@@ -219,8 +229,8 @@ impl RedbStore {
         if self.writer.is_none() {
             return Err(Error::ReadOnly { source: None });
         }
-        self.check_payloads(&records)?;
-        Tables::open(txn)?.enqueue(records, now)
+        NewRecord::validate_all(&records, self.config.max_payload)?;
+        Tables::open(txn)?.enqueue(&records, now)
     }
 
     /// The redb database, for the caller's own transactions ([`RedbStore::enqueue_in`]);
@@ -266,22 +276,27 @@ impl RedbStore {
         &self.config
     }
 
-    fn check_payloads(&self, records: &[NewRecord]) -> Result<()> {
-        let max = self.config.max_payload;
-        match records.iter().find(|r| r.payload.len() > max) {
-            Some(big) => Err(Error::PayloadTooLarge {
-                size: big.payload.len(),
-                max,
-            }),
-            None => Ok(()),
+    /// Runs `work` in the writer's next group commit.
+    async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnMut(&mut Tables<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        match &self.writer {
+            Some(writer) => writer.write(work).await,
+            None => Err(Error::ReadOnly { source: None }),
         }
     }
 
-    async fn write(&self, op: Op) -> Result<Reply> {
-        match &self.writer {
-            Some(writer) => writer.submit(op).await,
-            None => Err(Error::ReadOnly { source: None }),
+    /// Whether a claim would find anything, read from a snapshot: an idle runner's claims
+    /// then neither queue behind the writer's commits nor open a write transaction. The
+    /// writer looks again inside its transaction, which alone decides what is claimed.
+    async fn worth_claiming(&self, claim: &Claim) -> Result<bool> {
+        if self.writer.is_none() {
+            return Err(Error::ReadOnly { source: None });
         }
+        let now = claim.now;
+        Ok(claim.limit > 0 && self.read(move |t| t.any_due(now)).await?)
     }
 
     async fn read<T, F>(&self, f: F) -> Result<T>
@@ -302,62 +317,57 @@ impl RedbStore {
     }
 }
 
-fn unexpected(reply: Reply) -> Error {
-    Error::Backend {
-        detail: format!("the redb writer answered with the wrong kind of reply: {reply:?}"),
-        source: None,
-    }
-}
-
 #[async_trait]
 impl Store for RedbStore {
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
-        self.check_payloads(&records)?;
+        NewRecord::validate_all(&records, self.config.max_payload)?;
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        match self.write(Op::Enqueue(records, now)).await? {
-            Reply::Ids(ids) => Ok(ids),
-            other => Err(unexpected(other)),
-        }
+        self.write(move |t| t.enqueue(&records, now)).await
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
-        if self.writer.is_none() {
-            return Err(Error::ReadOnly { source: None });
-        }
-        // An idle runner's claims find nothing: look in a snapshot first, so they neither
-        // queue behind the writer's commits nor open a write transaction. The writer looks
-        // again inside its transaction, which alone decides what is claimed.
-        if claim.limit == 0 || !self.read(move |t| t.any_due(claim.now)).await? {
+        if !self.worth_claiming(&claim).await? {
             return Ok(Vec::new());
         }
-        match self.write(Op::Claim(claim)).await? {
-            Reply::Records(records) => Ok(records),
-            other => Err(unexpected(other)),
-        }
+        self.write(move |t| t.claim(claim)).await
     }
 
     async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
-        match self.write(Op::Renew(ids.to_vec(), lease)).await? {
-            Reply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        let ids = ids.to_vec();
+        self.write(move |t| t.renew(&ids, lease).map(drop)).await
     }
 
     async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
-        match self.write(Op::Apply(transitions)).await? {
-            Reply::Applied(applied) => Ok(applied),
-            other => Err(unexpected(other)),
+        self.write(move |t| t.apply(&transitions)).await
+    }
+
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        let claim = match claim {
+            Some(claim) if outcomes.is_empty() && !self.worth_claiming(&claim).await? => None,
+            claim => claim,
+        };
+        if outcomes.is_empty() && claim.is_none() {
+            return Ok(Round::default());
         }
+        self.write(move |t| {
+            let applied = t.apply(&outcomes)?;
+            let claimed = match claim {
+                Some(claim) => t.claim(claim)?,
+                None => Vec::new(),
+            };
+            Ok(Round { applied, claimed })
+        })
+        .await
     }
 
     async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
         self.read(move |t| t.expired(now, limit)).await
     }
 
-    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.read(move |t| t.scheduled_after(at, limit)).await
+    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.read(move |t| t.stepped_back(now, limit)).await
     }
 
     async fn get(&self, id: RecordId) -> Result<Option<Record>> {
@@ -381,11 +391,16 @@ impl Store for RedbStore {
         self.read(|t| t.next_due()).await
     }
 
+    async fn halt(&self) -> Result<Option<Halt>> {
+        self.read(|t| t.halt()).await
+    }
+
+    async fn set_halt(&self, halt: Option<Halt>) -> Result<()> {
+        self.write(move |t| t.set_halt(halt.as_ref())).await
+    }
+
     async fn prune(&self, older_than: Millis) -> Result<u64> {
-        match self.write(Op::Prune(older_than)).await? {
-            Reply::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(move |t| t.prune(older_than)).await
     }
 }
 

@@ -1,26 +1,26 @@
 //! Group commit: one dedicated thread owns every write transaction the store commits.
 //!
-//! Requests (enqueue, claim, renew, apply, prune) arrive over a channel. The thread takes every
-//! request queued at that moment (up to [`RedbConfig::max_batch`]), runs them in arrival order in
-//! one write transaction, commits once, and only then answers each request. Many concurrent
-//! enqueues therefore share one sync to the disk, and no blocking redb call ever runs on an
-//! async executor's worker thread.
+//! A write is a typed closure over the [`Tables`] of one transaction (enqueue, a round, renew,
+//! prune, the halt). The thread takes every write queued at that moment (up to
+//! [`RedbConfig::max_batch`]), runs them in arrival order in one write transaction, commits
+//! once, and only then answers each caller with its own typed result. Many concurrent enqueues
+//! therefore share one sync to the disk, and no blocking redb call ever runs on an async
+//! executor's worker thread.
 //!
-//! Each request stays atomic on its own: if one request of a batch fails, the transaction is
-//! aborted and every request of the batch is run again in a transaction of its own, so a failed
-//! request writes nothing and does not take the others down with it.
+//! Each write stays atomic on its own: if one write of a batch fails, the transaction is
+//! aborted and every write of the batch runs again in a transaction of its own, so a failed
+//! write leaves nothing and does not take the others down with it. A write may therefore run
+//! more than once; it borrows what it writes from its closure instead of consuming it.
 //!
 //! A batch that changed nothing (a claim with nothing due, an apply whose guards all failed, a
 //! renew of leases no longer held, a prune with nothing old) is aborted rather than committed:
-//! a durable redb commit costs two syncs even when it carries no change.
+//! a durable commit costs a sync even when it carries no change.
 
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use outbox_core::{
-    Applied, Claim, Error, Lease, Millis, NewRecord, Record, RecordId, Result, Transition,
-};
+use outbox_core::{Error, Result};
 use redb::Database;
 use tokio::sync::oneshot;
 
@@ -28,75 +28,79 @@ use crate::config::RedbConfig;
 use crate::error::from_redb;
 use crate::queue::Tables;
 
-/// A write request.
-#[derive(Debug)]
-pub(crate) enum Op {
-    Enqueue(Vec<NewRecord>, Millis),
-    Claim(Claim),
-    Renew(Vec<RecordId>, Lease),
-    Apply(Vec<Transition>),
-    Prune(Millis),
+/// A write waiting for the writer thread, with the caller's answer channel.
+trait Job: Send {
+    /// Runs the write in `tables`, keeping its result (replacing that of an earlier run);
+    /// false when it failed.
+    fn run(&mut self, tables: &mut Tables<'_>) -> bool;
+    /// Answers the caller: its own error if its last run failed, else `commit`'s error if the
+    /// transaction did not commit, else its result.
+    fn settle(self: Box<Self>, commit: Result<()>);
 }
 
-/// The answer to a write request.
-#[derive(Debug)]
-pub(crate) enum Reply {
-    Ids(Vec<RecordId>),
-    Records(Vec<Record>),
-    Done,
-    Applied(Applied),
-    Count(u64),
+struct Task<F, T> {
+    work: F,
+    result: Option<Result<T>>,
+    reply: oneshot::Sender<Result<T>>,
 }
 
-impl Op {
-    /// Runs the request in `tables`; also says whether it wrote anything. Takes `&self` so a
-    /// failed batch can run it again alone.
-    fn run(&self, tables: &mut Tables<'_>) -> Result<(Reply, bool)> {
-        Ok(match self {
-            Op::Enqueue(records, now) => {
-                let ids = tables.enqueue(records.clone(), *now)?;
-                // Even an empty batch has rewritten the last id: treat it as a change.
-                (Reply::Ids(ids), true)
-            }
-            Op::Claim(claim) => {
-                let claimed = tables.claim(*claim)?;
-                let changed = !claimed.is_empty();
-                (Reply::Records(claimed), changed)
-            }
-            Op::Renew(ids, lease) => {
-                let renewed = tables.renew(ids, *lease)?;
-                (Reply::Done, renewed > 0)
-            }
-            Op::Apply(transitions) => {
-                let applied = tables.apply(transitions.clone())?;
-                let changed = applied.skipped.len() < transitions.len();
-                (Reply::Applied(applied), changed)
-            }
-            Op::Prune(older_than) => {
-                let pruned = tables.prune(*older_than)?;
-                (Reply::Count(pruned), pruned > 0)
-            }
-        })
+impl<F, T> Job for Task<F, T>
+where
+    F: FnMut(&mut Tables<'_>) -> Result<T> + Send,
+    T: Send,
+{
+    fn run(&mut self, tables: &mut Tables<'_>) -> bool {
+        let result = (self.work)(tables);
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn settle(self: Box<Self>, commit: Result<()>) {
+        let answer = match (self.result, commit) {
+            (Some(Err(own)), _) => Err(own),
+            (_, Err(err)) => Err(err),
+            (Some(Ok(value)), Ok(())) => Ok(value),
+            (None, Ok(())) => Err(Error::Backend {
+                detail: "a committed write never ran".into(),
+                source: None,
+            }),
+        };
+        // The caller may have stopped waiting; nothing is owed to it then.
+        let _ = self.reply.send(answer);
     }
 }
 
-struct Job {
-    op: Op,
-    reply: oneshot::Sender<Result<Reply>>,
+/// Why a transaction did not commit.
+enum Failed {
+    /// A write failed; its own error is its answer.
+    Write,
+    /// The engine failed to begin, prepare or commit the transaction.
+    Engine(Error),
+}
+
+impl Failed {
+    /// What a write that ran in the failed transaction answers, through [`Job::settle`].
+    fn into_commit(self) -> Result<()> {
+        match self {
+            Failed::Write => Ok(()),
+            Failed::Engine(err) => Err(err),
+        }
+    }
 }
 
 /// The handle on the writer thread. Dropping it lets the thread finish what is queued, then
 /// waits for it, so the file is closed when the store is gone.
 #[derive(Debug)]
 pub(crate) struct Writer {
-    sender: Option<mpsc::Sender<Job>>,
+    sender: Option<mpsc::Sender<Box<dyn Job>>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Writer {
     /// Starts the writer thread over `db`.
     pub(crate) fn start(db: Arc<Database>, config: RedbConfig) -> Result<Writer> {
-        let (sender, receiver) = mpsc::channel::<Job>();
+        let (sender, receiver) = mpsc::channel::<Box<dyn Job>>();
         let thread = std::thread::Builder::new()
             .name("outbox-redb-writer".into())
             .spawn(move || run(&db, &config, &receiver))
@@ -107,11 +111,20 @@ impl Writer {
         })
     }
 
-    /// Queues a request and waits for its answer, which comes after its commit.
-    pub(crate) async fn submit(&self, op: Op) -> Result<Reply> {
+    /// Runs `work` in the next group commit and returns its result once committed.
+    pub(crate) async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnMut(&mut Tables<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let sender = self.sender.as_ref().ok_or(Error::Stopped)?;
-        sender.send(Job { op, reply }).map_err(|_| Error::Stopped)?;
+        let job = Box::new(Task {
+            work,
+            result: None,
+            reply,
+        });
+        sender.send(job).map_err(|_| Error::Stopped)?;
         answer.await.map_err(|_| Error::Backend {
             detail: "the redb writer thread stopped before answering".into(),
             source: None,
@@ -129,7 +142,7 @@ impl Drop for Writer {
     }
 }
 
-fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Job>) {
+fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Box<dyn Job>>) {
     let max_batch = config.max_batch.max(1);
     while let Ok(first) = receiver.recv() {
         let mut jobs = vec![first];
@@ -137,7 +150,7 @@ fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Job>) {
         while jobs.len() < max_batch {
             match receiver.try_recv() {
                 Ok(job) => jobs.push(job),
-                // A burst's first request arrives alone: let the callers that woke with it
+                // A burst's first write arrives alone: let the callers that woke with it
                 // queue theirs before committing it.
                 Err(mpsc::TryRecvError::Empty) if !yielded => {
                     yielded = true;
@@ -146,64 +159,45 @@ fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let ops: Vec<&Op> = jobs.iter().map(|job| &job.op).collect();
-        match commit(db, config, &ops) {
-            Ok(replies) => {
-                for (job, reply) in jobs.into_iter().zip(replies) {
-                    let _ = job.reply.send(Ok(reply));
-                }
-            }
-            Err(err) if jobs.len() == 1 => {
+        match commit(db, config, &mut jobs) {
+            Ok(()) => jobs.into_iter().for_each(|job| job.settle(Ok(()))),
+            Err(failed) if jobs.len() == 1 => {
                 if let Some(job) = jobs.pop() {
-                    let _ = job.reply.send(Err(err));
+                    job.settle(failed.into_commit());
                 }
             }
             Err(_) => {
                 for job in jobs {
-                    let answer = commit(db, config, &[&job.op]).and_then(|mut replies| {
-                        replies.pop().ok_or_else(|| Error::Backend {
-                            detail: "a committed request had no answer".into(),
-                            source: None,
-                        })
-                    });
-                    let _ = job.reply.send(answer);
+                    let mut alone = [job];
+                    let commit = commit(db, config, &mut alone).or_else(Failed::into_commit);
+                    let [job] = alone;
+                    job.settle(commit);
                 }
             }
         }
     }
 }
 
-/// Runs `ops` in one write transaction and commits it; nothing is written if any fails, and
+/// Runs `jobs` in one write transaction and commits it; nothing is written if any fails, and
 /// the transaction is aborted, not committed (no sync), when none of them changed anything.
-fn commit(db: &Database, config: &RedbConfig, ops: &[&Op]) -> Result<Vec<Reply>> {
-    let mut txn = db.begin_write().map_err(from_redb)?;
-    config.prepare(&mut txn)?;
-    let mut changed = false;
-    let replies = {
-        let mut tables = Tables::open(&txn)?;
-        let mut replies = Vec::with_capacity(ops.len());
-        for op in ops {
-            match op.run(&mut tables) {
-                Ok((reply, wrote)) => {
-                    changed |= wrote;
-                    replies.push(reply);
-                }
-                Err(err) => {
-                    drop(tables);
-                    // The error of the request is the one to report; an abort error adds
-                    // nothing a caller can act on.
-                    let _ = txn.abort();
-                    return Err(err);
-                }
-            }
+fn commit(db: &Database, config: &RedbConfig, jobs: &mut [Box<dyn Job>]) -> Result<(), Failed> {
+    let mut txn = db.begin_write().map_err(|e| Failed::Engine(from_redb(e)))?;
+    config.prepare(&mut txn).map_err(Failed::Engine)?;
+    let changed = {
+        let mut tables = Tables::open(&txn).map_err(Failed::Engine)?;
+        if !jobs.iter_mut().all(|job| job.run(&mut tables)) {
+            drop(tables);
+            // The write's own error is the one to report; an abort error adds nothing a
+            // caller can act on.
+            let _ = txn.abort();
+            return Err(Failed::Write);
         }
-        replies
+        tables.changed()
     };
     if changed {
-        txn.commit().map_err(from_redb)?;
+        txn.commit().map_err(|e| Failed::Engine(from_redb(e)))
     } else {
         // Every answer was read from the state the transaction saw, which it leaves as it was.
-        txn.abort().map_err(from_redb)?;
+        txn.abort().map_err(|e| Failed::Engine(from_redb(e)))
     }
-    Ok(replies)
 }

@@ -390,6 +390,10 @@ async fn a_version_1_file_converges_to_the_current_schema() {
         "the dead process's lease expires at once"
     );
     assert_eq!(store.expired(0, 10).await.unwrap(), [first]);
+    // The waiting member of group g is indexed too: a clock step back finds it.
+    let stepped = store.stepped_back(150, 10).await.unwrap();
+    assert_eq!(stepped.iter().map(|r| r.id.0).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(store.halt().await.unwrap(), None, "no halt is invented");
     let stats = store.stats().await.unwrap();
     assert_eq!(
         (
@@ -427,4 +431,70 @@ async fn a_version_1_file_converges_to_the_current_schema() {
     let store = open(&path).await.unwrap();
     assert_eq!(store.stats().await.unwrap().in_flight, 2);
     assert_eq!(store.config().max_payload, DEFAULT_MAX_PAYLOAD);
+}
+
+/// Turns a current file into the schema-version-2 layout: no `queued` index (a waiting member
+/// of a group had no index entry) and no `runner` table.
+fn downgrade_to_version_2(path: &Path) {
+    let queued: TableDefinition<(u64, u64), ()> = TableDefinition::new("queued");
+    let runner: TableDefinition<&str, &[u8]> = TableDefinition::new("runner");
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    assert!(txn.delete_table(queued).unwrap());
+    assert!(txn.delete_table(runner).unwrap());
+    txn.open_table(META)
+        .unwrap()
+        .insert("schema_version", 2)
+        .unwrap();
+    txn.commit().unwrap();
+}
+
+#[tokio::test]
+async fn a_version_2_file_converges_once_and_a_reader_leaves_it_alone() {
+    let (dir, path, store) = fresh().await;
+    let g = |p: &[u8]| NewRecord::new(p.to_vec()).in_group("g");
+    store.enqueue(vec![g(b"1"), g(b"2")], 500).await.unwrap();
+    drop(store);
+    downgrade_to_version_2(&path);
+    let before = bytes(&path);
+
+    // A reader cannot migrate: refused, with the file unchanged.
+    let err = RedbStore::open_read_only(&path, RedbConfig::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("migration"), "{err}");
+    assert_eq!(bytes(&path), before);
+
+    let store = open(&path).await.unwrap();
+    assert_eq!(store.halt().await.unwrap(), None);
+    let stepped = store.stepped_back(100, 10).await.unwrap();
+    assert_eq!(
+        stepped.iter().map(|r| r.id.0).collect::<Vec<_>>(),
+        [1, 2],
+        "the waiting member got its index entry"
+    );
+    let halt = outbox_core::Halt {
+        reason: "HTTP 401".into(),
+        since: 9,
+    };
+    store.set_halt(Some(halt.clone())).await.unwrap();
+    drop(store);
+
+    // Converged: opening again migrates nothing and keeps the halt.
+    let store = open(&path).await.unwrap();
+    assert_eq!(store.halt().await.unwrap(), Some(halt));
+    assert_eq!(store.stepped_back(100, 10).await.unwrap().len(), 2);
+    drop(store);
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let version = txn
+        .open_table(META)
+        .unwrap()
+        .get("schema_version")
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(version, u64::from(SCHEMA_VERSION));
+    drop(dir);
 }

@@ -1,17 +1,17 @@
 //! Power loss through redb's pluggable storage: cut the power while enqueues and attempts are
 //! being committed, drop or garble every unsynced write, restart, and find every acknowledged
-//! write.
+//! write, with redb's one-sync commit (the default) and with its two-phase commit. The same
+//! run on a store that acknowledges before syncing finds the loss, so the test can fail.
 
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::disk::Disk;
 use common::{failed, lease};
 use outbox_core::{Change, Claim, Guard, NewRecord, RecordId, State, Store, Transition};
-use outbox_redb::{RedbConfig, RedbStore};
+use outbox_redb::{Durability, RedbConfig, RedbStore};
 
 /// What the store acknowledged before the cut.
 #[derive(Default)]
@@ -23,23 +23,10 @@ struct Acked {
 
 struct Run {
     store: RedbStore,
-    disk: Disk,
     acked: Mutex<Acked>,
-    acks: AtomicUsize,
-    cut_after: usize,
-    seed: u64,
 }
 
 impl Run {
-    /// Counts an acknowledgement; the one that reaches `cut_after` cuts the power while the
-    /// other tasks' writes are on their way.
-    fn ack(&self) {
-        if self.acks.fetch_add(1, Ordering::SeqCst) + 1 == self.cut_after {
-            self.disk
-                .cut_power(&mut fastrand::Rng::with_seed(self.seed));
-        }
-    }
-
     fn acked(&self) -> std::sync::MutexGuard<'_, Acked> {
         self.acked.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -49,10 +36,7 @@ async fn producer(run: Arc<Run>, who: u8) {
     for i in 0..200u32 {
         let record = NewRecord::new(vec![who; 64 + (i as usize % 300)]);
         match run.store.enqueue(vec![record], 1_000).await {
-            Ok(ids) => {
-                run.acked().enqueued.extend(ids);
-                run.ack();
-            }
+            Ok(ids) => run.acked().enqueued.extend(ids),
             Err(_) => return,
         }
     }
@@ -84,26 +68,32 @@ async fn attempter(run: Arc<Run>) {
                 for r in claimed.iter().filter(|r| !applied.skipped.contains(&r.id)) {
                     acked.attempts.insert(r.id, r.attempts + 1);
                 }
-                drop(acked);
-                run.ack();
             }
             Err(_) => return,
         }
     }
 }
 
-async fn cut_and_restart(seed: u64, config: &RedbConfig) {
+/// What one cut found.
+struct Cut {
+    /// Acknowledged writes missing after the restart.
+    lost: Vec<String>,
+    /// Unsynced changes the cut met.
+    torn: usize,
+}
+
+/// Runs producers and an attempter until the power is cut at a seeded random write, sync or
+/// resize of the disk (so mostly in the middle of a commit), restarts on what the disk kept,
+/// and lists what was acknowledged and is not there.
+async fn cut_and_restart(seed: u64, config: &RedbConfig) -> Cut {
     let disk = Disk::default();
     let store = RedbStore::create_with_backend(disk.clone(), config.clone())
         .await
         .unwrap();
+    disk.cut_at_op(fastrand::Rng::with_seed(seed).u64(20..1_500), seed);
     let run = Arc::new(Run {
         store,
-        disk: disk.clone(),
         acked: Mutex::default(),
-        acks: AtomicUsize::new(0),
-        cut_after: fastrand::Rng::with_seed(seed).usize(10..120),
-        seed,
     });
     let mut tasks = tokio::task::JoinSet::new();
     for who in 0..3 {
@@ -113,9 +103,10 @@ async fn cut_and_restart(seed: u64, config: &RedbConfig) {
     while let Some(done) = tasks.join_next().await {
         done.unwrap();
     }
-    let image = disk
-        .image_after_cut()
-        .unwrap_or_else(|| panic!("seed {seed}: the power was never cut"));
+    // A store that never reached the disk before the countdown ran out loses its power now.
+    disk.cut_power(&mut fastrand::Rng::with_seed(seed));
+    let image = disk.image_after_cut().expect("the power is cut");
+    let torn = disk.torn();
     let run = Arc::into_inner(run).expect("every task is done");
     let acked = run.acked.into_inner().unwrap_or_else(|e| e.into_inner());
     drop(run.store);
@@ -123,17 +114,19 @@ async fn cut_and_restart(seed: u64, config: &RedbConfig) {
     let store = RedbStore::open_with_backend(Disk::from_image(image), config.clone())
         .await
         .unwrap_or_else(|e| panic!("seed {seed}: reopen after the cut failed: {e}"));
+    let mut lost = Vec::new();
     for id in &acked.enqueued {
-        let record = store.get(*id).await.unwrap();
-        assert!(record.is_some(), "seed {seed}: acknowledged {id} was lost");
+        if store.get(*id).await.unwrap().is_none() {
+            lost.push(format!("seed {seed}: acknowledged {id} was lost"));
+        }
     }
     for (id, attempts) in &acked.attempts {
-        let record = store.get(*id).await.unwrap().unwrap();
-        assert!(
-            record.attempts >= *attempts,
-            "seed {seed}: {id} shows {} attempts, {attempts} were acknowledged",
-            record.attempts
-        );
+        let shown = store.get(*id).await.unwrap().map_or(0, |r| r.attempts);
+        if shown < *attempts {
+            lost.push(format!(
+                "seed {seed}: {id} shows {shown} attempts, {attempts} were acknowledged"
+            ));
+        }
     }
     // Whatever was in flight at the cut is recoverable at once, and ids go on increasing.
     let stats = store.stats().await.unwrap();
@@ -145,29 +138,60 @@ async fn cut_and_restart(seed: u64, config: &RedbConfig) {
         .enqueue(vec![NewRecord::new(b"after".to_vec())], 0)
         .await
         .unwrap();
-    assert!(next[0] > max_acked, "seed {seed}: id {} reused", next[0]);
+    if next[0] <= max_acked {
+        lost.push(format!("seed {seed}: id {} reused", next[0]));
+    }
+    Cut { lost, torn }
 }
 
+/// Cuts the power once per seed with `config`; asserts nothing acknowledged was lost and that
+/// most cuts met a commit on its way to the disk (a cut between commits would test nothing).
+async fn survives(seeds: std::ops::Range<u64>, config: &RedbConfig) {
+    let mut torn = 0;
+    for seed in seeds.clone() {
+        let cut = cut_and_restart(seed, config).await;
+        assert!(cut.lost.is_empty(), "{config:?}: {:#?}", cut.lost);
+        torn += usize::from(cut.torn > 0);
+    }
+    assert!(
+        torn * 2 >= seeds.count(),
+        "only {torn} cuts met unsynced writes"
+    );
+}
+
+/// The default: redb's one-sync commit, whose torn commits redb detects by their checksums;
+/// the open after the cut walks the file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_a_power_cut() {
-    for seed in 0..24 {
-        cut_and_restart(seed, &RedbConfig::default()).await;
-    }
+    survives(0..24, &RedbConfig::default()).await;
 }
 
-/// The cheaper settings a user may choose keep the same promise: redb's one-phase commit
-/// detects a torn commit by its checksums, and without quick repair the open after the cut
-/// walks the file.
+/// Two-phase commit, the option that does not rest on checksums, keeps the same promise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_writes_survive_a_power_cut_with_one_phase_commit() {
+async fn acknowledged_writes_survive_a_power_cut_with_two_phase_commit() {
+    survives(100..124, &RedbConfig::default().with_two_phase_commit(true)).await;
+}
+
+/// With quick repair the open after the cut reads the saved allocator state instead of
+/// walking the file, and finds the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_a_power_cut_with_quick_repair() {
+    survives(200..224, &RedbConfig::default().with_quick_repair(true)).await;
+}
+
+/// The test can fail: a store that answers before its commits reach the disk
+/// (`Durability::None`) loses acknowledged writes in these same cuts, and the test sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cut_finds_writes_acknowledged_before_their_sync() {
     let config = RedbConfig {
-        two_phase_commit: false,
-        quick_repair: false,
+        durability: Durability::None,
         ..RedbConfig::default()
     };
-    for seed in 100..124 {
-        cut_and_restart(seed, &config).await;
+    let mut lost = 0;
+    for seed in 0..8 {
+        lost += usize::from(!cut_and_restart(seed, &config).await.lost.is_empty());
     }
+    assert_eq!(lost, 8, "every cut finds a lost write");
 }
 
 /// A full disk refuses the write with `StorageFull`, and every write acknowledged before it is

@@ -1,5 +1,6 @@
 //! The store's behaviour: claim order, groups, guards, stats, prune, the caller's transaction,
-//! group commit, and a seeded comparison with the memory reference model.
+//! group commit, the halt, requeue, group-key validation, the round's single commit, and a
+//! seeded comparison with the memory reference model.
 
 mod common;
 
@@ -8,8 +9,8 @@ use std::sync::Arc;
 use common::disk::Disk;
 use common::{failed, fresh, fresh_with, lease};
 use outbox_core::{
-    Change, Claim, Error, Guard, ListQuery, NewRecord, Progress, RecordId, State, Stats, Store,
-    Transition,
+    Change, Claim, Error, Guard, Halt, ListQuery, NewRecord, Progress, RecordId, State, Stats,
+    Store, Transition,
 };
 use outbox_memory::MemoryStore;
 use outbox_redb::{Durability, RedbConfig, RedbStore};
@@ -288,6 +289,287 @@ async fn payload_over_the_limit_is_refused_and_nothing_of_the_batch_is_enqueued(
     );
 }
 
+#[tokio::test]
+async fn invalid_group_keys_are_refused_on_every_enqueue_path_and_write_nothing() {
+    let (_dir, _path, store) = fresh().await;
+    let long = "g".repeat(outbox_core::MAX_GROUP_LEN + 1);
+    for bad in ["", "a\0b", long.as_str()] {
+        let err = store
+            .enqueue(
+                vec![new("ok").in_group("fine"), new("bad").in_group(bad)],
+                0,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidGroup { .. }),
+            "{bad:?}: {err:?}"
+        );
+
+        let db = store.database().unwrap();
+        let txn = db.begin_write().unwrap();
+        let err = store
+            .enqueue_in(&txn, vec![new("ok"), new("bad").in_group(bad)], 0)
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidGroup { .. }),
+            "{bad:?}: {err:?}"
+        );
+        txn.commit().unwrap();
+    }
+    assert_eq!(store.stats().await.unwrap(), Stats::default());
+    let longest = "g".repeat(outbox_core::MAX_GROUP_LEN);
+    assert_eq!(
+        store
+            .enqueue(vec![new("ok").in_group(longest)], 0)
+            .await
+            .unwrap(),
+        [RecordId(1)],
+        "no id was spent on the refused batches"
+    );
+}
+
+#[tokio::test]
+async fn the_halt_survives_reopen_until_cleared() {
+    let (_dir, path, store) = fresh().await;
+    assert_eq!(store.halt().await.unwrap(), None);
+    let halt = Halt {
+        reason: "HTTP 401".into(),
+        since: 4_000,
+    };
+    store.set_halt(Some(halt.clone())).await.unwrap();
+    drop(store);
+
+    let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
+    assert_eq!(store.halt().await.unwrap(), Some(halt.clone()));
+    assert_eq!(store.stats().await.unwrap().halt, Some(halt.clone()));
+    assert_eq!(store.stats().await.unwrap().link, None);
+    drop(store);
+
+    let read_only = RedbStore::open_read_only(&path, RedbConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(read_only.halt().await.unwrap(), Some(halt));
+    let err = read_only.set_halt(None).await.unwrap_err();
+    assert!(matches!(err, Error::ReadOnly { .. }), "{err:?}");
+    drop(read_only);
+
+    let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
+    store.set_halt(None).await.unwrap();
+    drop(store);
+    let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
+    assert_eq!(store.halt().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn requeue_puts_a_rejected_record_back_in_its_place() {
+    let (_dir, path, store) = fresh().await;
+    let g = |p: &str| new(p).in_group("doc");
+    store
+        .enqueue(vec![g("first"), g("second"), g("third")], 100)
+        .await
+        .unwrap();
+    // The head is rejected: it leaves its group's order and the second becomes the head.
+    let head = store.claim(claim(100, 1, 1)).await.unwrap();
+    let rejected = Progress {
+        state: State::Rejected,
+        attempts: 1,
+        last_attempt_at: Some(200),
+        next_attempt_at: None,
+        last_error: Some("HTTP 422".into()),
+        ..head[0].progress()
+    };
+    let reject = Transition {
+        id: RecordId(1),
+        guard: Guard::Lease(1),
+        change: Change::Update(rejected),
+    };
+    store.apply(vec![reject]).await.unwrap();
+    let requeue = |id| Transition {
+        id: RecordId(id),
+        guard: Guard::Idle,
+        change: Change::Requeue { at: 300 },
+    };
+    // While the second is in flight, a requeue would put two of the group in flight.
+    let second = store.claim(claim(150, 1, 2)).await.unwrap();
+    assert_eq!(second[0].id, RecordId(2));
+    let applied = store.apply(vec![requeue(1)]).await.unwrap();
+    assert_eq!(applied.skipped, [RecordId(1)]);
+    let release = Transition {
+        id: RecordId(2),
+        guard: Guard::Lease(2),
+        change: Change::Update(outbox_core::machine::released(&second[0])),
+    };
+    store.apply(vec![release]).await.unwrap();
+
+    // Only a rejected record is requeued; a pending one is skipped.
+    let applied = store.apply(vec![requeue(1), requeue(2)]).await.unwrap();
+    assert_eq!(applied.skipped, [RecordId(2)]);
+    let back = store.get(RecordId(1)).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            back.state,
+            back.attempts,
+            back.last_attempt_at,
+            back.last_error.as_deref()
+        ),
+        (State::Pending, 0, None, None),
+        "a fresh budget"
+    );
+    assert_eq!(
+        (
+            back.payload.as_slice(),
+            back.created_at,
+            back.next_attempt_at
+        ),
+        (&b"first"[..], 100, Some(300))
+    );
+    drop(store);
+
+    // It goes first again, before the second and third, also after a reopen.
+    let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
+    let mut order = Vec::new();
+    for token in 10..14 {
+        let claimed = store.claim(claim(1_000, 10, token)).await.unwrap();
+        order.extend(claimed.iter().map(|r| r.id.0));
+        let done = claimed
+            .iter()
+            .map(|r| Transition {
+                id: r.id,
+                guard: Guard::Lease(token),
+                change: Change::Delivered,
+            })
+            .collect();
+        store.apply(done).await.unwrap();
+    }
+    assert_eq!(order, [1, 2, 3]);
+    assert_eq!(
+        store.enqueue(vec![new("next")], 0).await.unwrap(),
+        [RecordId(4)]
+    );
+}
+
+/// redb's own commit is one sync; two-phase commit, and quick repair which implies it, are two.
+/// An enqueue, a claim and a round that carries outcomes each make one commit.
+#[tokio::test(flavor = "current_thread")]
+async fn a_commit_syncs_once_by_default_and_twice_with_two_phase_commit() {
+    let two_phase = RedbConfig::default().with_two_phase_commit(true);
+    let quick_repair = RedbConfig::default().with_quick_repair(true);
+    for (config, per_commit) in [
+        (RedbConfig::default(), 1),
+        (two_phase, 2),
+        (quick_repair, 2),
+    ] {
+        let disk = Disk::default();
+        let store = RedbStore::create_with_backend(disk.clone(), config.clone())
+            .await
+            .unwrap();
+        let before = disk.commit_syncs();
+        store.enqueue(vec![new("a"), new("b")], 0).await.unwrap();
+        assert_eq!(
+            disk.commit_syncs() - before,
+            per_commit,
+            "enqueue, {config:?}"
+        );
+        let before = disk.commit_syncs();
+        let round = store.round(Vec::new(), Some(claim(0, 1, 1))).await.unwrap();
+        assert_eq!(
+            disk.commit_syncs() - before,
+            per_commit,
+            "claim, {config:?}"
+        );
+        let delivered = Transition {
+            id: round.claimed[0].id,
+            guard: Guard::Lease(1),
+            change: Change::Delivered,
+        };
+        let before = disk.commit_syncs();
+        let round = store
+            .round(vec![delivered], Some(claim(0, 1, 2)))
+            .await
+            .unwrap();
+        assert_eq!(ids(&round.claimed), [2]);
+        assert_eq!(
+            disk.commit_syncs() - before,
+            per_commit,
+            "round, {config:?}"
+        );
+    }
+}
+
+/// A round's outcomes and its claim are one transaction: one commit (one set of syncs, as
+/// many as an enqueue takes) when both hold, neither when the claim fails, and both after a
+/// power cut right after the round returned.
+#[tokio::test(flavor = "current_thread")]
+async fn a_round_commits_its_outcomes_and_its_claim_together() {
+    let disk = Disk::default();
+    let store = RedbStore::create_with_backend(disk.clone(), RedbConfig::default())
+        .await
+        .unwrap();
+    let before = disk.commit_syncs();
+    store
+        .enqueue(vec![new("a"), new("b"), new("c")], 0)
+        .await
+        .unwrap();
+    let per_commit = disk.commit_syncs() - before;
+    store.claim(claim(0, 1, 1)).await.unwrap();
+    let done = |id, token| Transition {
+        id: RecordId(id),
+        guard: Guard::Lease(token),
+        change: Change::Delivered,
+    };
+
+    let before = disk.commit_syncs();
+    let round = store
+        .round(vec![done(1, 1)], Some(claim(0, 1, 2)))
+        .await
+        .unwrap();
+    assert_eq!(disk.commit_syncs() - before, per_commit, "one commit");
+    assert!(round.applied.skipped.is_empty());
+    assert_eq!(ids(&round.claimed), [2]);
+
+    // Damage record 3 behind the store's back: the next round's claim fails on it, and the
+    // outcome it carried is not applied either.
+    let db = store.database().unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(RECORDS)
+        .unwrap()
+        .insert(3, &[9u8, 9, 9][..])
+        .unwrap();
+    txn.commit().unwrap();
+    let err = store
+        .round(vec![done(2, 2)], Some(claim(0, 5, 3)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
+    let second = store.get(RecordId(2)).await.unwrap().unwrap();
+    assert_eq!(second.state, State::InFlight, "the outcome was not applied");
+
+    // Repair it; a round that succeeds survives a power cut as a whole.
+    let txn = db.begin_write().unwrap();
+    txn.open_table(RECORDS).unwrap().remove(3).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(store.stats().await.unwrap().delivered, 1);
+    store.enqueue(vec![new("d")], 0).await.unwrap();
+    let round = store
+        .round(vec![done(2, 2)], Some(claim(0, 5, 4)))
+        .await
+        .unwrap();
+    assert_eq!(ids(&round.claimed), [4]);
+    disk.cut_power(&mut fastrand::Rng::with_seed(7));
+    let image = disk.image_after_cut().unwrap();
+    drop(store);
+
+    let store = RedbStore::open_with_backend(Disk::from_image(image), RedbConfig::default())
+        .await
+        .unwrap();
+    assert!(store.get(RecordId(2)).await.unwrap().is_none());
+    assert_eq!(store.stats().await.unwrap().delivered, 2);
+    let claimed = store.get(RecordId(4)).await.unwrap().unwrap();
+    assert_eq!(claimed.state, State::InFlight);
+    assert_eq!(claimed.lease.map(|l| l.token), Some(4));
+}
+
 const NOTES: redb::TableDefinition<u64, &str> = redb::TableDefinition::new("notes");
 
 #[tokio::test]
@@ -498,11 +780,32 @@ async fn compare_with_model(seed: u64) {
                 let transitions: Vec<Transition> = (0..rng.usize(1..4))
                     .map(|_| random_transition(&mut rng, &records, &tokens, now))
                     .collect();
-                assert_eq!(
-                    model.apply(transitions.clone()).await.unwrap(),
-                    redb.apply(transitions).await.unwrap(),
-                    "{ctx}"
-                );
+                if rng.bool() {
+                    assert_eq!(
+                        model.apply(transitions.clone()).await.unwrap(),
+                        redb.apply(transitions).await.unwrap(),
+                        "{ctx}"
+                    );
+                } else {
+                    // A round: the outcomes, then (mostly) a claim, in one call.
+                    let token = rng.u64(1..1_000);
+                    tokens.push(token);
+                    let c = (rng.u8(0..4) != 0).then(|| Claim {
+                        now,
+                        limit: rng.usize(0..5),
+                        lease: lease(token, now + rng.u64(1..2_000)),
+                    });
+                    let transitions = if rng.u8(0..4) == 0 {
+                        Vec::new()
+                    } else {
+                        transitions
+                    };
+                    assert_eq!(
+                        model.round(transitions.clone(), c).await.unwrap(),
+                        redb.round(transitions, c).await.unwrap(),
+                        "{ctx}"
+                    );
+                }
             }
             7 => {
                 let ids: Vec<RecordId> = (0..3).map(|_| RecordId(rng.u64(1..40))).collect();
@@ -510,6 +813,14 @@ async fn compare_with_model(seed: u64) {
                 let l = lease(token, now + rng.u64(0..3_000));
                 model.renew(&ids, l).await.unwrap();
                 redb.renew(&ids, l).await.unwrap();
+            }
+            8 if rng.u8(0..4) == 0 => {
+                let halt = rng.bool().then(|| Halt {
+                    reason: format!("HTTP 401 at step {step}"),
+                    since: now,
+                });
+                model.set_halt(halt.clone()).await.unwrap();
+                redb.set_halt(halt).await.unwrap();
             }
             8 => {
                 let older = now.saturating_sub(rng.u64(0..5_000));
@@ -546,8 +857,11 @@ fn random_transition(
         (_, _) if rng.bool() => Guard::Idle,
         _ => Guard::Lease(tokens[rng.usize(0..tokens.len())]),
     };
-    let change = match rng.u8(0..6) {
+    let change = match rng.u8(0..7) {
         0 | 1 => Change::Delivered,
+        6 => Change::Requeue {
+            at: now + rng.u64(0..1_500),
+        },
         2 => Change::Discard {
             reason: "test".into(),
             at: now,
@@ -611,9 +925,18 @@ async fn compare_reads(model: &MemoryStore, redb: &RedbStore, now: u64, ctx: &st
         redb.expired(now, usize::MAX).await.unwrap(),
         "{ctx}"
     );
+    // A step back of up to two seconds, and one past every deadline, with and without a limit.
+    for (before, limit) in [(0, usize::MAX), (700, usize::MAX), (2_000, 3), (0, 1)] {
+        let at = now.saturating_sub(before);
+        assert_eq!(
+            model.stepped_back(at, limit).await.unwrap(),
+            redb.stepped_back(at, limit).await.unwrap(),
+            "{ctx}: stepped_back({at}, {limit})"
+        );
+    }
     assert_eq!(
-        model.scheduled_after(now, usize::MAX).await.unwrap(),
-        redb.scheduled_after(now, usize::MAX).await.unwrap(),
+        model.halt().await.unwrap(),
+        redb.halt().await.unwrap(),
         "{ctx}"
     );
 }

@@ -803,8 +803,6 @@ impl Scheduler {
                     transition: machine::release(r),
                     event: None,
                 }));
-                // Released before the suspect can kill the process.
-                self.commit_at = Some(self.now.mono);
                 VecDeque::from([suspect])
             }
             None => claimed.into(),
@@ -907,6 +905,17 @@ impl Scheduler {
         let Some(round) = &mut self.round else {
             return;
         };
+        if round.solo
+            && round.running.is_empty()
+            && !round.queue.is_empty()
+            && !self.writes.is_empty()
+        {
+            // The records claimed with a suspect are released before it is delivered: if it
+            // kills the process again, they must not be charged with it.
+            self.commit_at = None;
+            self.write(None);
+            return;
+        }
         while !round.cut_short && round.running.len() < round.concurrency {
             let Some(record) = round.queue.pop_front() else {
                 break;
@@ -1494,7 +1503,10 @@ mod tests {
             at(0),
             vec![record(1, None), suspect, record(3, None)],
         );
-        assert_eq!(delivered(&actions), [RecordId(2)]);
+        // The others are released first, and only then is the suspect delivered.
         assert_eq!(writes(&actions), [(2, false)]);
+        assert!(delivered(&actions).is_empty());
+        answer(&mut s, at(1), &actions, vec![]);
+        assert_eq!(delivered(&drain(&mut s)), [RecordId(2)]);
     }
 }

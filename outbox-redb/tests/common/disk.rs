@@ -28,10 +28,17 @@ struct State {
     /// Changes since the last sync, in order.
     unsynced: Vec<Unsynced>,
     syncs: u64,
+    /// Resizes that grew the file.
+    grows: u64,
     /// Set when the power is cut: every later call fails.
     after_cut: Option<Vec<u8>>,
     /// Growing past this many bytes fails with `StorageFull`.
     capacity: Option<usize>,
+    /// Cut the power at this many more writes, syncs or resizes, with this seed: inside a
+    /// commit, not between two.
+    countdown: Option<(u64, u64)>,
+    /// Unsynced changes the cut met.
+    torn: usize,
 }
 
 /// A `StorageBackend` that keeps the synced image apart from unsynced writes.
@@ -73,16 +80,44 @@ impl Disk {
         self.lock().syncs
     }
 
+    /// Syncs made by commits: all of them but the one redb makes each time it grows the file
+    /// (it syncs the new length before any header may name it).
+    pub fn commit_syncs(&self) -> u64 {
+        let state = self.lock();
+        state.syncs.saturating_sub(state.grows)
+    }
+
     /// Cuts the power: every unsynced write is dropped, applied or (outside the header page)
     /// garbled, sector by sector, as `rng` decides; every later call fails. Only the first cut
     /// counts.
     pub fn cut_power(&self, rng: &mut fastrand::Rng) {
-        let mut state = self.lock();
-        if state.after_cut.is_some() {
+        self.lock().cut(rng);
+    }
+
+    /// Cuts the power (as [`Disk::cut_power`] with a generator seeded with `seed`) when the
+    /// `ops`-th write, sync or resize from now arrives, instead of making it.
+    pub fn cut_at_op(&self, ops: u64, seed: u64) {
+        self.lock().countdown = Some((ops.max(1), seed));
+    }
+
+    /// How many unsynced changes the cut met: a cut that met none tore no commit.
+    pub fn torn(&self) -> usize {
+        self.lock().torn
+    }
+
+    /// What a restart after the cut finds, if the power was cut.
+    pub fn image_after_cut(&self) -> Option<Vec<u8>> {
+        self.lock().after_cut.clone()
+    }
+}
+
+impl State {
+    fn cut(&mut self, rng: &mut fastrand::Rng) {
+        if self.after_cut.is_some() {
             return;
         }
-        let mut image = state.synced.clone();
-        for change in &state.unsynced {
+        let mut image = self.synced.clone();
+        for change in &self.unsynced {
             match change {
                 Unsynced::SetLen(len) => {
                     if rng.bool() {
@@ -109,12 +144,24 @@ impl Disk {
                 }
             }
         }
-        state.after_cut = Some(image);
+        self.torn = self.unsynced.len();
+        self.after_cut = Some(image);
     }
 
-    /// What a restart after the cut finds, if the power was cut.
-    pub fn image_after_cut(&self) -> Option<Vec<u8>> {
-        self.lock().after_cut.clone()
+    /// Fails once the power is off, and cuts it when the countdown of changes runs out.
+    fn change(&mut self) -> Result<(), io::Error> {
+        if let Some((left, seed)) = self.countdown {
+            if left <= 1 {
+                self.countdown = None;
+                self.cut(&mut fastrand::Rng::with_seed(seed));
+            } else {
+                self.countdown = Some((left - 1, seed));
+            }
+        }
+        if self.after_cut.is_some() {
+            return Err(power_off());
+        }
+        Ok(())
     }
 }
 
@@ -143,12 +190,13 @@ impl StorageBackend for Disk {
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
         let mut state = self.lock();
-        if state.after_cut.is_some() {
-            return Err(power_off());
-        }
+        state.change()?;
         let len = usize::try_from(len).map_err(io::Error::other)?;
         if state.capacity.is_some_and(|c| len > c) {
             return Err(io::Error::from(io::ErrorKind::StorageFull));
+        }
+        if len > state.live.len() {
+            state.grows += 1;
         }
         state.live.resize(len, 0);
         state.unsynced.push(Unsynced::SetLen(len));
@@ -157,9 +205,7 @@ impl StorageBackend for Disk {
 
     fn sync_data(&self) -> Result<(), io::Error> {
         let mut state = self.lock();
-        if state.after_cut.is_some() {
-            return Err(power_off());
-        }
+        state.change()?;
         let State {
             synced, unsynced, ..
         } = &mut *state;
@@ -180,9 +226,7 @@ impl StorageBackend for Disk {
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
         let mut state = self.lock();
-        if state.after_cut.is_some() {
-            return Err(power_off());
-        }
+        state.change()?;
         let start = usize::try_from(offset).map_err(io::Error::other)?;
         if state.capacity.is_some_and(|c| start + data.len() > c) {
             return Err(io::Error::from(io::ErrorKind::StorageFull));
