@@ -143,16 +143,18 @@ pub fn verbs(path: &Path) {
     );
     assert_eq!(
         ok(&["requeue", p, "#4"]),
-        "requeued #4 as #10: pending, due now with a fresh budget\n"
+        "requeued #4: pending in its place, due now with a fresh budget\n"
     );
-    assert_eq!(show(path, 10)["group"], "doc-2");
-    let (code, err) = fails(&["show", p, "4"]);
+    let four = show(path, 4);
     assert_eq!(
-        (code, err.as_str()),
-        (
-            1,
-            "error: no record #4 in the outbox (delivered and pruned records are not kept)\n"
-        )
+        (&four["state"], &four["attempts"], &four["last_error"]),
+        (&"pending".into(), &0.into(), &serde_json::Value::Null)
+    );
+    let (code, err) = fails(&["requeue", p, "4"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: cannot requeue #4: it is pending"),
+        "{err}"
     );
 
     // A filter asks first, with the count.
