@@ -1,14 +1,12 @@
 //! A [`Store`] wrapper that counts the calls the runner makes, to explain a drain's speed:
-//! every `claim`, `apply` and `renew` of a persistent store is a durable commit.
+//! every `claim`, `apply`, `round` and `renew` of a persistent store is a durable commit.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use outbox_core::{
-    async_trait, Applied, Claim, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
-    Stats, Store, Tombstone, Transition,
-};
+use outbox_core::layer::{Entered, Operation, StoreLayer};
+use outbox_core::{async_trait, Applied, Claim, Result, Round, Store, Transition};
 
 /// How many times each write the runner needs was called.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -17,7 +15,9 @@ pub struct Calls {
     pub claims: u64,
     /// `apply` calls: outcomes and releases written.
     pub applies: u64,
-    /// Transitions written by those `apply` calls.
+    /// `round` calls: a round's outcomes and its claim in one commit.
+    pub rounds: u64,
+    /// Transitions written by those `apply` and `round` calls.
     pub transitions: u64,
     /// `renew` calls.
     pub renews: u64,
@@ -26,10 +26,9 @@ pub struct Calls {
 impl Calls {
     /// Write calls (each a commit on a persistent store).
     pub fn commits(&self) -> u64 {
-        self.claims + self.applies + self.renews
+        self.claims + self.applies + self.rounds + self.renews
     }
 }
-
 /// Counts the write calls made through it and passes every call on to the store it wraps.
 ///
 /// ```
@@ -44,7 +43,7 @@ impl Calls {
 /// let store: Arc<dyn outbox_core::Store> = counting.clone();
 /// workload::drain(&store, 10).await?;
 /// let calls = counting.calls();
-/// assert!(calls.claims >= 1 && calls.transitions == 10);
+/// assert!(calls.claims + calls.rounds >= 1 && calls.transitions == 10);
 /// # Ok(())
 /// # }
 /// ```
@@ -52,6 +51,7 @@ pub struct Counting {
     inner: Arc<dyn Store>,
     claims: AtomicU64,
     applies: AtomicU64,
+    rounds: AtomicU64,
     transitions: AtomicU64,
     renews: AtomicU64,
 }
@@ -63,6 +63,7 @@ impl Counting {
             inner,
             claims: AtomicU64::new(0),
             applies: AtomicU64::new(0),
+            rounds: AtomicU64::new(0),
             transitions: AtomicU64::new(0),
             renews: AtomicU64::new(0),
         }
@@ -73,6 +74,7 @@ impl Counting {
         Calls {
             claims: self.claims.load(Ordering::Relaxed),
             applies: self.applies.load(Ordering::Relaxed),
+            rounds: self.rounds.load(Ordering::Relaxed),
             transitions: self.transitions.load(Ordering::Relaxed),
             renews: self.renews.load(Ordering::Relaxed),
         }
@@ -89,73 +91,32 @@ impl fmt::Debug for Counting {
 }
 
 #[async_trait]
-impl Store for Counting {
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
-        self.inner.enqueue(records, now).await
+impl StoreLayer for Counting {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
 
-    async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
-        self.claims.fetch_add(1, Ordering::Relaxed);
-        self.inner.claim(claim).await
-    }
-
-    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
-        self.renews.fetch_add(1, Ordering::Relaxed);
-        self.inner.renew(ids, lease).await
+    fn enter(&self, op: Operation) -> Entered {
+        let counter = match op {
+            Operation::Claim => &self.claims,
+            Operation::Apply => &self.applies,
+            Operation::Round => &self.rounds,
+            Operation::Renew => &self.renews,
+            _ => return Entered::none(),
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Entered::none()
     }
 
     async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
-        self.applies.fetch_add(1, Ordering::Relaxed);
         self.transitions
             .fetch_add(transitions.len() as u64, Ordering::Relaxed);
         self.inner.apply(transitions).await
     }
 
-    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.inner.expired(now, limit).await
-    }
-
-    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.inner.stepped_back(now, limit).await
-    }
-
-    async fn round(
-        &self,
-        outcomes: Vec<Transition>,
-        claim: Option<Claim>,
-    ) -> Result<outbox_core::Round> {
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        self.transitions
+            .fetch_add(outcomes.len() as u64, Ordering::Relaxed);
         self.inner.round(outcomes, claim).await
-    }
-
-    async fn halt(&self) -> Result<Option<outbox_core::Halt>> {
-        self.inner.halt().await
-    }
-
-    async fn set_halt(&self, halt: Option<outbox_core::Halt>) -> Result<()> {
-        self.inner.set_halt(halt).await
-    }
-
-    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
-        self.inner.get(id).await
-    }
-
-    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
-        self.inner.list(query).await
-    }
-
-    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
-        self.inner.tombstones(after, limit).await
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        self.inner.stats().await
-    }
-
-    async fn next_due(&self) -> Result<Option<Millis>> {
-        self.inner.next_due().await
-    }
-
-    async fn prune(&self, older_than: Millis) -> Result<u64> {
-        self.inner.prune(older_than).await
     }
 }

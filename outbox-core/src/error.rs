@@ -130,6 +130,12 @@ pub enum Error {
         #[source]
         source: Option<BoxError>,
     },
+    /// A payload could not be written as JSON, or read as the JSON of the type asked for
+    /// (`NewRecord::json`, `Record::json`; feature `serde`). The payload itself is kept: the
+    /// record is not changed by a failed read.
+    #[cfg(feature = "serde")]
+    #[error("JSON payload: {0}")]
+    Json(#[source] serde_json::Error),
     /// Any other engine failure.
     #[error("storage error: {detail}")]
     Backend {

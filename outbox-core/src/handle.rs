@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, Mutex};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -13,9 +13,9 @@ use crate::config::RunnerConfig;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::machine;
-use crate::outcome::{ConflictResolver, ParkOnConflict};
+use crate::outcome::{duration_ms, ConflictResolver, ParkOnConflict};
 use crate::policy::RetryPolicy;
-use crate::record::{Millis, NewRecord, Record, RecordId, Tombstone};
+use crate::record::{NewRecord, Record, RecordId, Tombstone};
 use crate::runner::{shell, Shared};
 use crate::sink::Sink;
 use crate::state::State;
@@ -93,19 +93,22 @@ impl OutboxBuilder {
         shared.rebase(None).await?;
         let halt = shared.store.halt().await?;
         shared.halted.store(halt.is_some(), Ordering::SeqCst);
+        #[cfg(feature = "metrics")]
+        crate::metrics::started(halt.is_some());
         let (stop, stop_rx) = watch::channel(None);
         let task = tokio::spawn(shell::run(Arc::clone(&shared), stop_rx, self.online, halt));
         Ok(Outbox {
             shared,
             stop,
-            task: Some(task),
+            task: Mutex::new(Some(task)),
         })
     }
 }
 
 /// A running outbox: the store, the runner delivering from it, and the verbs around them.
 ///
-/// Dropping the handle stops the runner; records it was delivering are released (nothing
+/// Every verb takes `&self`, [`Outbox::shutdown`] included, so the handle can be shared as an
+/// `Arc<Outbox>` by the tasks of an application. Dropping the handle stops the runner; records it was delivering are released (nothing
 /// spent) by the runner task as it ends. Prefer [`Outbox::shutdown`], which waits for
 /// deliveries to report: when the tokio runtime itself is shutting down, the runner task may
 /// not get to release them, and their leases then expire and count as one interruption.
@@ -134,7 +137,8 @@ impl OutboxBuilder {
 pub struct Outbox {
     shared: Arc<Shared>,
     stop: watch::Sender<Option<Instant>>,
-    task: Option<JoinHandle<()>>,
+    /// The runner task until a shutdown has seen it end.
+    task: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Outbox {
@@ -272,9 +276,28 @@ impl Outbox {
         self.commit_manual(id, step).await
     }
 
-    /// Removes rejected records and tombstones older than `older_than` (wall-clock ms).
-    pub async fn prune(&self, older_than: Millis) -> Result<u64> {
-        self.shared.store.prune(older_than).await
+    /// Removes rejected records and tombstones older than `older_than`: a rejected record
+    /// whose last delivery reported longer ago than that, a tombstone of a record discarded
+    /// longer ago. Returns how many went.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use outbox_core::{sink_fn, Outbox, Outcome, Record};
+    ///
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let outbox = Outbox::builder(Arc::new(outbox_memory::MemoryStore::new()), sink).start().await?;
+    /// // Keep a week of rejections and tombstones for people to look at.
+    /// let removed = outbox.prune(Duration::from_secs(7 * 86_400)).await?;
+    /// assert_eq!(removed, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn prune(&self, older_than: Duration) -> Result<u64> {
+        let cut = self.shared.now().saturating_sub(duration_ms(older_than));
+        self.shared.store.prune(cut).await
     }
 
     /// Resumes a runner halted by a refused credential or a rejection storm: the persisted
@@ -359,7 +382,7 @@ impl Outbox {
                 if self.settled().await? {
                     return Ok(());
                 }
-                if self.task.as_ref().is_none_or(|t| t.is_finished()) {
+                if self.shared.stopped.load(Ordering::SeqCst) {
                     return Err(Error::Stopped);
                 }
                 // Progress is bumped after every round, so this never misses the last one.
@@ -377,20 +400,53 @@ impl Outbox {
     /// report, and every record is left with its outcome recorded or its lease released.
     /// Returns [`Error::Timeout`] if that did not finish in time (the release then goes on in
     /// the background).
-    pub async fn shutdown(mut self, timeout: Duration) -> Result<()> {
+    ///
+    /// It takes `&self`, so any holder of a shared handle can call it. Calling it again is
+    /// fine: the first call's grace stands, and a later call waits (up to its own `timeout`)
+    /// for the same runner to end, or returns at once if it has ended. The store stays
+    /// readable and writable through the handle, but nothing delivers any more: `flush` then
+    /// returns [`Error::Stopped`] while anything is due.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use outbox_core::{sink_fn, Outbox, Outcome, Record};
+    ///
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let outbox = Arc::new(Outbox::builder(Arc::new(outbox_memory::MemoryStore::new()), sink).start().await?);
+    /// let shared = Arc::clone(&outbox);
+    /// tokio::spawn(async move { shared.shutdown(Duration::from_secs(5)).await }).await.unwrap()?;
+    /// outbox.shutdown(Duration::from_secs(5)).await?; // already stopped: returns at once
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self, timeout: Duration) -> Result<()> {
         // A huge timeout must not overflow the clock: past a day it means "wait for them".
         let grace = Instant::now()
             .checked_add(timeout.mul_f32(0.75))
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
-        self.stop.send_replace(Some(grace));
-        let Some(task) = self.task.take() else {
-            return Ok(());
+        self.stop.send_if_modified(|stop| {
+            if stop.is_some() {
+                return false;
+            }
+            *stop = Some(grace);
+            true
+        });
+        let join = async {
+            let mut task = self.task.lock().await;
+            let Some(running) = task.as_mut() else {
+                return Ok(());
+            };
+            // Cancelled by the timeout, the handle stays for a later call to wait on.
+            let joined = running.await;
+            *task = None;
+            joined.map_err(Error::backend)
         };
-        match tokio::time::timeout(timeout, task).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(join)) => Err(Error::backend(join)),
-            Err(_) => Err(Error::Timeout(timeout)),
-        }
+        tokio::time::timeout(timeout, join)
+            .await
+            .map_err(|_| Error::Timeout(timeout))?
     }
 
     async fn settled(&self) -> Result<bool> {
@@ -435,9 +491,14 @@ impl Notifier {
 
 impl Drop for Outbox {
     fn drop(&mut self) {
-        if self.task.is_some() {
-            // Stop at once: deliveries are abandoned and their records released.
-            self.stop.send_replace(Some(Instant::now()));
-        }
+        // Unless a shutdown already set its grace, stop at once: deliveries are abandoned and
+        // their records released.
+        self.stop.send_if_modified(|stop| {
+            if stop.is_some() {
+                return false;
+            }
+            *stop = Some(Instant::now());
+            true
+        });
     }
 }

@@ -8,10 +8,20 @@
 //! - [`outcome`] and [`http`]: what a delivery reported, and the HTTP classifier;
 //! - [`policy`]: backoff, jitter, the ceiling and the crash-loop guard, as data;
 //! - [`machine`]: the pure transition function;
-//! - [`store`]: the trait a backend implements;
+//! - [`store`]: the trait a backend implements, and [`layer`]: wrappers that change a few of
+//!   its operations and forward the rest;
 //! - [`clock`]: where `now` comes from;
 //! - [`sink`], [`runner`] and [`handle`]: the user's delivery code, the task that runs the
 //!   queue, and the [`Outbox`] handle around it.
+//!
+//! The runner opens a `tracing` span per round (`outbox.round`) and per delivery
+//! (`outbox.deliver`: record id, group, the record's counters, then the outcome), at debug
+//! level. Optional features, all off by default:
+//!
+//! - `metrics`: counters, gauges and histograms through the `metrics` facade, named in the
+//!   table of the `metrics` module;
+//! - `tower`: `tower::ServiceSink`, any `tower::Service<Record>` as the sink;
+//! - `serde`: `NewRecord::json` and `Record::json`, JSON payloads with typed errors.
 //!
 //! ```
 //! use outbox_core::{http, machine, Change, Record, RecordId, RetryPolicy, State};
@@ -34,8 +44,11 @@ pub mod error;
 pub mod event;
 pub mod handle;
 pub mod http;
+pub mod layer;
 pub mod link;
 pub mod machine;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod outcome;
 pub mod policy;
 pub mod record;
@@ -43,12 +56,15 @@ pub mod runner;
 pub mod sink;
 pub mod state;
 pub mod store;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use clock::{Clock, ManualClock, SteppedClock, SystemClock, TokioClock};
 pub use config::RunnerConfig;
 pub use error::{BoxError, Error, Result};
 pub use event::Event;
 pub use handle::{Notifier, Outbox, OutboxBuilder};
+pub use layer::{Entered, Operation, StoreLayer};
 pub use link::LinkState;
 pub use machine::{Change, Guard, Step, Transition};
 pub use outcome::{ConflictResolution, ConflictResolver, Outcome, ParkOnConflict, RetryAfter};

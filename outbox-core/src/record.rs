@@ -68,6 +68,28 @@ impl NewRecord {
     }
 }
 
+#[cfg(feature = "serde")]
+impl NewRecord {
+    /// A record whose payload is `value` as JSON (feature `serde`); no group, a fresh key.
+    /// A value JSON cannot hold (a map with non-string keys, a failing `Serialize`) is
+    /// [`Error::Json`](crate::Error::Json).
+    ///
+    /// ```
+    /// use outbox_core::NewRecord;
+    ///
+    /// #[derive(serde::Serialize)]
+    /// struct Rename<'a> { doc: u64, title: &'a str }
+    ///
+    /// let record = NewRecord::json(&Rename { doc: 42, title: "Plans" })?.in_group("doc-42");
+    /// assert_eq!(record.payload, br#"{"doc":42,"title":"Plans"}"#);
+    /// # Ok::<(), outbox_core::Error>(())
+    /// ```
+    pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> crate::Result<Self> {
+        let payload = serde_json::to_vec(value).map_err(crate::Error::Json)?;
+        Ok(NewRecord::new(payload))
+    }
+}
+
 /// The longest group key, in bytes, that every backend can index: 1,024.
 pub const MAX_GROUP_LEN: usize = 1024;
 
@@ -241,6 +263,27 @@ impl Record {
         self.next_attempt_at = progress.next_attempt_at;
         self.last_error = progress.last_error;
         self.lease = None;
+    }
+}
+
+#[cfg(feature = "serde")]
+impl Record {
+    /// The payload read as JSON into a `T` (feature `serde`). A payload that is not JSON, or
+    /// not the JSON of a `T`, is [`Error::Json`](crate::Error::Json).
+    ///
+    /// ```
+    /// use outbox_core::{Error, Record, RecordId};
+    ///
+    /// #[derive(serde::Deserialize, Debug, PartialEq)]
+    /// struct Rename { doc: u64, title: String }
+    ///
+    /// let record = Record::fresh(RecordId(1), None, br#"{"doc":42,"title":"Plans"}"#.to_vec(), "k".into(), 0);
+    /// assert_eq!(record.json::<Rename>()?, Rename { doc: 42, title: "Plans".into() });
+    /// assert!(matches!(record.json::<Vec<u8>>(), Err(Error::Json(_))));
+    /// # Ok::<(), outbox_core::Error>(())
+    /// ```
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> crate::Result<T> {
+        serde_json::from_slice(&self.payload).map_err(crate::Error::Json)
     }
 }
 

@@ -20,6 +20,8 @@ use outbox_core::DEFAULT_MAX_PAYLOAD;
 pub enum Durability {
     /// `synchronous = FULL`: the WAL is synced at every commit, so every write whose call has
     /// returned survives a power cut. The default: an outbox exists to not lose writes.
+    /// Commits that only take or move leases (a claim without outcomes, a renewal) do not wait
+    /// for the sync: a power cut may undo one, which means a re-delivery, never a lost record.
     #[default]
     Full,
     /// `synchronous = NORMAL`: the WAL is synced only at checkpoints. After a power cut the

@@ -1,8 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod apply;
 pub mod config;
 mod error;
+mod json;
 mod ops;
 #[cfg(test)]
 mod plan_tests;

@@ -5,40 +5,77 @@
 //!
 //! `member` is 1 while a grouped record holds its group's order (every state but rejected);
 //! the group's head is its member with the lowest id. `claimable` is 1 for a pending or
-//! retrying record with a deadline that is not held back by its group: exactly the rows of the
-//! due index, so a claim reads that index from its start and stops after `limit` rows.
+//! retrying record with a deadline that is not held back by its group. The deadline index
+//! holds every pending and retrying record by `(claimable, next_attempt_at)`: a claim reads its
+//! claimable part from the start and stops after `limit` rows, and the records scheduled after
+//! a moment are a range of it, so neither reads the backlog of the other.
+//!
+//! A claim is one statement over its batch; transitions are in [`apply`](crate::apply).
+
+use std::collections::HashSet;
 
 use outbox_core::{
-    Applied, Change, Claim, Guard, Lease, ListQuery, Millis, NewRecord, Progress, Record, RecordId,
-    Result, State, Stats, Tombstone, Transition,
+    Claim, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, State, Stats,
+    Tombstone,
 };
-use rusqlite::{named_params, params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::error::{corrupt, db};
+use crate::json::json_ids;
 
-const IN_FLIGHT: u8 = State::InFlight.code();
 const COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, unanswered, \
                        interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
                        lease_until";
 
-/// The due query: the first `limit` rows of the due index at or before `now`.
-pub(crate) const DUE_SQL: &str = "SELECT id FROM records WHERE claimable = 1 AND \
-     next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2";
+// Every `LIMIT` here is a bound value plus zero. SQLite's planner reads a bare bound `LIMIT`
+// value, and a statement whose plan read a bound value is parsed and planned again each time
+// that value is bound: every claim would pay a fresh prepare. The sum is opaque to the
+// planner, and these plans do not depend on the limit.
+
+/// The due query: the first `limit` claimable rows of the deadline index at or before `now`.
+macro_rules! due_sql {
+    () => {
+        "SELECT id FROM records WHERE state IN (0, 1) AND claimable = 1 \
+         AND next_attempt_at <= ?1 ORDER BY next_attempt_at, id LIMIT ?2 + 0"
+    };
+}
+
+/// The due query on its own, for its query plan.
+#[cfg(test)]
+pub(crate) const DUE_SQL: &str = due_sql!();
+
+/// A claim in one statement: the due query's rows go in flight under the lease.
+pub(crate) const CLAIM_SQL: &str = concat!(
+    "UPDATE records SET state = 2, lease_token = ?3, lease_until = ?4, claimable = 0 \
+     WHERE id IN (",
+    due_sql!(),
+    ") RETURNING id, grp, payload, key, created_at, state, attempts, unanswered, \
+     interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, lease_until"
+);
 
 /// The head of a group: the first entry of the group index.
 pub(crate) const HEAD_SQL: &str =
     "SELECT id FROM records WHERE grp = ?1 AND member = 1 ORDER BY id LIMIT 1";
 
 /// Expired leases, earliest first, from the lease index. Named, because without statistics
-/// the planner prefers the equality on `records_state` and then sorts every in-flight record.
+/// the planner may prefer another index and then sort every in-flight record.
 pub(crate) const EXPIRED_SQL: &str = "SELECT id, grp, payload, key, created_at, state, \
      attempts, unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
      lease_token, lease_until FROM records INDEXED BY records_lease WHERE state = 2 AND lease_until <= ?1 \
-     ORDER BY lease_until, id LIMIT ?2";
+     ORDER BY lease_until, id LIMIT ?2 + 0";
 
-/// The earliest deadline among claimable rows: the first entry of the due index.
-pub(crate) const NEXT_DUE_SQL: &str =
-    "SELECT next_attempt_at FROM records WHERE claimable = 1 ORDER BY next_attempt_at, id LIMIT 1";
+/// The earliest deadline among claimable rows: the first claimable entry of the deadline index.
+pub(crate) const NEXT_DUE_SQL: &str = "SELECT next_attempt_at FROM records \
+     WHERE state IN (0, 1) AND claimable = 1 ORDER BY next_attempt_at LIMIT 1";
+
+/// Pending and retrying records scheduled from a time after `now` (see
+/// [`Store::stepped_back`](outbox_core::Store::stepped_back)): the part of the deadline index
+/// after `now`, claimable or not, so the due backlog is never read.
+pub(crate) const STEPPED_BACK_SQL: &str = "SELECT id, grp, payload, key, created_at, state, \
+     attempts, unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
+     lease_token, lease_until FROM records INDEXED BY records_deadline \
+     WHERE state IN (0, 1) AND claimable IN (0, 1) AND next_attempt_at > ?1 \
+     AND (last_attempt_at IS NULL OR last_attempt_at > ?1) ORDER BY id LIMIT ?2 + 0";
 
 /// Millisecond times are stored as SQLite integers (signed 64-bit); times past year 292 million
 /// are stored as the largest one.
@@ -46,7 +83,7 @@ pub(crate) fn ms(value: Millis) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-fn count(value: usize) -> i64 {
+pub(crate) fn count(value: usize) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
@@ -55,7 +92,7 @@ fn token(value: u64) -> i64 {
     value as i64
 }
 
-fn read_ms(value: i64, field: &str) -> Result<Millis> {
+pub(crate) fn read_ms(value: i64, field: &str) -> Result<Millis> {
     u64::try_from(value).map_err(|_| corrupt(format!("negative {field} {value}")))
 }
 
@@ -65,7 +102,7 @@ fn read_u32(value: i64, field: &str) -> Result<u32> {
 
 /// The raw columns of a row, converted after the query so that a value out of range is a
 /// typed error rather than an engine error.
-struct RawRecord {
+pub(crate) struct RawRecord {
     id: i64,
     group: Option<String>,
     payload: Vec<u8>,
@@ -83,7 +120,7 @@ struct RawRecord {
 }
 
 impl RawRecord {
-    fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(RawRecord {
             id: row.get(0)?,
             group: row.get(1)?,
@@ -102,7 +139,7 @@ impl RawRecord {
         })
     }
 
-    fn into_record(self) -> Result<Record> {
+    pub(crate) fn into_record(self) -> Result<Record> {
         let state = u8::try_from(self.state)
             .ok()
             .and_then(State::from_code)
@@ -154,237 +191,139 @@ pub(crate) fn get(conn: &Connection, id: RecordId) -> Result<Option<Record>> {
     Ok(records(conn, &sql, [ms(id.0)])?.pop())
 }
 
-/// Sets `claimable` on one row from its state, deadline and place in its group.
-fn refresh(conn: &Connection, id: i64) -> Result<()> {
-    conn.prepare_cached(
-        "UPDATE records SET claimable = (
-            state IN (0, 1) AND next_attempt_at IS NOT NULL AND (
-                grp IS NULL OR (member = 1 AND id = (
-                    SELECT h.id FROM records AS h
-                    WHERE h.grp = records.grp AND h.member = 1
-                    ORDER BY h.id LIMIT 1)))
-        ) WHERE id = ?1",
-    )
-    .map_err(db)?
-    .execute([id])
-    .map_err(db)?;
-    Ok(())
-}
-
-/// After a member left `group`, lets its new head become claimable.
-fn promote(conn: &Connection, group: &str) -> Result<()> {
-    let head: Option<i64> = conn
-        .prepare_cached(HEAD_SQL)
+/// Hands out `n` fresh ids from the counter in `meta` and returns the first: ids only grow,
+/// whatever was deleted since.
+pub(crate) fn take_ids(conn: &Connection, n: usize) -> Result<u64> {
+    let last: i64 = conn
+        .prepare_cached("UPDATE meta SET value = value + ?1 WHERE name = 'last_id' RETURNING value")
         .map_err(db)?
-        .query_row([group], |row| row.get(0))
+        .query_row([count(n)], |row| row.get(0))
         .optional()
-        .map_err(db)?;
-    match head {
-        Some(head) => refresh(conn, head),
-        None => Ok(()),
-    }
+        .map_err(db)?
+        .ok_or_else(|| corrupt("the id counter is missing from the meta table"))?;
+    Ok(read_ms(last, "last_id")? + 1 - n as u64)
 }
 
-/// Inserts fresh records due at `now`; the caller checked the payload sizes.
+/// Inserts fresh records due at `now`; the caller validated them.
 pub(crate) fn insert(
     conn: &Connection,
     records: Vec<NewRecord>,
     now: Millis,
 ) -> Result<Vec<RecordId>> {
-    let mut ids = Vec::with_capacity(records.len());
+    if records.is_empty() {
+        return Ok(Vec::new());
+    }
+    let first = take_ids(conn, records.len())?;
     let mut insert = conn
         .prepare_cached(
-            "INSERT INTO records (grp, payload, key, created_at, state, next_attempt_at, \
-             member, claimable) VALUES (:grp, :payload, :key, :now, 0, :now, :member, \
-             :claimable)",
+            "INSERT INTO records (id, grp, payload, key, created_at, state, next_attempt_at, \
+             member, claimable) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?5, ?6, ?7)",
         )
         .map_err(db)?;
     let mut head = conn.prepare_cached(HEAD_SQL).map_err(db)?;
-    for record in records {
+    // Groups that already have a member, in the file or earlier in this batch.
+    let mut held: HashSet<&str> = HashSet::new();
+    let mut ids = Vec::with_capacity(records.len());
+    for (record, id) in records.iter().zip(first..) {
         // A record is its group's head when no earlier record holds the group.
-        let claimable = match &record.group {
+        let claimable = match record.group.as_deref() {
             None => true,
-            Some(group) => head
-                .query_row([group], |_| Ok(()))
-                .optional()
-                .map_err(db)?
-                .is_none(),
+            Some(group) if held.contains(group) => false,
+            Some(group) => {
+                held.insert(group);
+                head.query_row([group], |_| Ok(()))
+                    .optional()
+                    .map_err(db)?
+                    .is_none()
+            }
         };
         insert
-            .execute(named_params! {
-                ":grp": record.group,
-                ":payload": record.payload,
-                ":key": record.key,
-                ":now": ms(now),
-                ":member": record.group.is_some(),
-                ":claimable": claimable,
-            })
+            .execute(params![
+                ms(id),
+                record.group,
+                record.payload,
+                record.key,
+                ms(now),
+                record.group.is_some(),
+                claimable,
+            ])
             .map_err(db)?;
-        ids.push(RecordId(read_ms(conn.last_insert_rowid(), "id")?));
+        ids.push(RecordId(id));
     }
     Ok(ids)
 }
 
 /// Claims up to `limit` due records under the lease, in `(next_attempt_at, id)` order.
 pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
-    let ids: Vec<i64> = conn
-        .prepare_cached(DUE_SQL)
-        .map_err(db)?
-        .query_map(params![ms(claim.now), count(claim.limit)], |row| row.get(0))
-        .map_err(db)?
-        .collect::<rusqlite::Result<_>>()
-        .map_err(db)?;
-    let sql = format!(
-        "UPDATE records SET state = {IN_FLIGHT}, lease_token = ?2, lease_until = ?3, \
-         claimable = 0 WHERE id = ?1 RETURNING {COLUMNS}"
-    );
-    let mut update = conn.prepare_cached(&sql).map_err(db)?;
-    let mut claimed = Vec::with_capacity(ids.len());
-    for id in ids {
-        let raw = update
-            .query_row(
-                params![id, token(claim.lease.token), ms(claim.lease.until)],
-                RawRecord::from_row,
-            )
-            .map_err(db)?;
-        claimed.push(raw.into_record()?);
+    if claim.limit == 0 {
+        return Ok(Vec::new());
     }
+    let mut claimed = records(
+        conn,
+        CLAIM_SQL,
+        params![
+            ms(claim.now),
+            count(claim.limit),
+            token(claim.lease.token),
+            ms(claim.lease.until)
+        ],
+    )?;
+    // RETURNING gives the rows in no promised order.
+    claimed.sort_by_key(|r| (r.next_attempt_at, r.id));
     Ok(claimed)
 }
 
 /// Moves the lease of the records still held under `lease.token`.
 pub(crate) fn renew(conn: &Connection, ids: &[RecordId], lease: Lease) -> Result<()> {
-    let mut update = conn
-        .prepare_cached(
-            "UPDATE records SET lease_until = ?3 \
-             WHERE id = ?1 AND state = 2 AND lease_token = ?2",
-        )
-        .map_err(db)?;
-    for id in ids {
-        update
-            .execute(params![ms(id.0), token(lease.token), ms(lease.until)])
-            .map_err(db)?;
+    if ids.is_empty() {
+        return Ok(());
     }
+    conn.prepare_cached(
+        "UPDATE records SET lease_until = ?3 \
+         WHERE id IN (SELECT value FROM json_each(?1)) AND state = 2 AND lease_token = ?2",
+    )
+    .map_err(db)?
+    .execute(params![
+        json_ids(ids.iter().map(|id| ms(id.0))),
+        token(lease.token),
+        ms(lease.until)
+    ])
+    .map_err(db)?;
     Ok(())
 }
 
-/// What a transition needs to know of the row it changes.
-struct Current {
-    group: Option<String>,
-    member: bool,
-    key: String,
-}
-
-fn current(conn: &Connection, id: RecordId, guard: Guard) -> Result<Option<Current>> {
-    let row = conn
-        .prepare_cached("SELECT state, lease_token, grp, member, key FROM records WHERE id = ?1")
+/// The persisted halt.
+pub(crate) fn halt(conn: &Connection) -> Result<Option<Halt>> {
+    conn.prepare_cached("SELECT reason, since FROM halt WHERE only = 1")
         .map_err(db)?
-        .query_row([ms(id.0)], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, Option<i64>>(1)?,
-                Current {
-                    group: row.get(2)?,
-                    member: row.get(3)?,
-                    key: row.get(4)?,
-                },
-            ))
+        .query_row([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
         })
         .optional()
-        .map_err(db)?;
-    let Some((state, lease_token, current)) = row else {
-        return Ok(None);
-    };
-    let in_flight = state == i64::from(IN_FLIGHT);
-    let holds = match guard {
-        Guard::Lease(t) => in_flight && lease_token == Some(token(t)),
-        Guard::Idle => !in_flight,
-    };
-    Ok(holds.then_some(current))
-}
-
-/// Removes a record and lets its group's next member become the head.
-fn remove(conn: &Connection, id: RecordId, current: &Current) -> Result<()> {
-    conn.prepare_cached("DELETE FROM records WHERE id = ?1")
         .map_err(db)?
-        .execute([ms(id.0)])
-        .map_err(db)?;
-    match (&current.group, current.member) {
-        (Some(group), true) => promote(conn, group),
-        _ => Ok(()),
-    }
-}
-
-fn update(conn: &Connection, id: RecordId, current: &Current, progress: Progress) -> Result<()> {
-    // A rejected record stops holding its group's order; nothing puts it back.
-    let leaves = progress.state == State::Rejected && current.member;
-    conn.prepare_cached(
-        "UPDATE records SET state = :state, attempts = :attempts, unanswered = :unanswered, \
-         interrupted = :interrupted, last_attempt_at = :last, next_attempt_at = :next, \
-         last_error = :error, lease_token = NULL, lease_until = NULL, \
-         member = member AND NOT :leaves WHERE id = :id",
-    )
-    .map_err(db)?
-    .execute(named_params! {
-        ":state": progress.state.code(),
-        ":attempts": progress.attempts,
-        ":unanswered": progress.unanswered,
-        ":interrupted": progress.interrupted,
-        ":last": progress.last_attempt_at.map(ms),
-        ":next": progress.next_attempt_at.map(ms),
-        ":error": progress.last_error,
-        ":leaves": leaves,
-        ":id": ms(id.0),
-    })
-    .map_err(db)?;
-    refresh(conn, ms(id.0))?;
-    match (&current.group, leaves) {
-        (Some(group), true) => promote(conn, group),
-        _ => Ok(()),
-    }
-}
-
-/// Applies each transition whose guard holds.
-pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<Applied> {
-    let mut applied = Applied::default();
-    for Transition { id, guard, change } in transitions {
-        let Some(current) = current(conn, id, guard)? else {
-            applied.skipped.push(id);
-            continue;
-        };
-        match change {
-            Change::Delivered => {
-                remove(conn, id, &current)?;
-                conn.prepare_cached("UPDATE meta SET value = value + 1 WHERE name = 'delivered'")
-                    .map_err(db)?
-                    .execute([])
-                    .map_err(db)?;
-            }
-            Change::Discard {
+        .map(|(reason, since)| {
+            Ok(Halt {
                 reason,
-                at,
-                attempts,
-            } => {
-                remove(conn, id, &current)?;
-                conn.prepare_cached(
-                    "INSERT INTO tombstones (id, grp, key, reason, discarded_at, attempts) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(db)?
-                .execute(params![
-                    ms(id.0),
-                    current.group,
-                    current.key,
-                    reason,
-                    ms(at),
-                    attempts
-                ])
-                .map_err(db)?;
-            }
-            Change::Update(progress) => update(conn, id, &current, progress)?,
-        }
+                since: read_ms(since, "halt since")?,
+            })
+        })
+        .transpose()
+}
+
+/// Persists the halt, or clears it.
+pub(crate) fn set_halt(conn: &Connection, halt: Option<&Halt>) -> Result<()> {
+    match halt {
+        Some(halt) => conn
+            .prepare_cached("INSERT OR REPLACE INTO halt (only, reason, since) VALUES (1, ?1, ?2)")
+            .map_err(db)?
+            .execute(params![halt.reason, ms(halt.since)]),
+        None => conn
+            .prepare_cached("DELETE FROM halt")
+            .map_err(db)?
+            .execute([]),
     }
-    Ok(applied)
+    .map_err(db)?;
+    Ok(())
 }
 
 /// In-flight records whose lease expired at or before `now`.
@@ -392,13 +331,9 @@ pub(crate) fn expired(conn: &Connection, now: Millis, limit: usize) -> Result<Ve
     records(conn, EXPIRED_SQL, params![ms(now), count(limit)])
 }
 
-/// Pending or retrying records due after `at`, lowest id first.
-pub(crate) fn scheduled_after(conn: &Connection, at: Millis, limit: usize) -> Result<Vec<Record>> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM records WHERE state IN (0, 1) AND next_attempt_at > ?1 \
-         ORDER BY id LIMIT ?2"
-    );
-    records(conn, &sql, params![ms(at), count(limit)])
+/// Pending or retrying records scheduled from a time after `now`, lowest id first.
+pub(crate) fn stepped_back(conn: &Connection, now: Millis, limit: usize) -> Result<Vec<Record>> {
+    records(conn, STEPPED_BACK_SQL, params![ms(now), count(limit)])
 }
 
 /// A page of records in id order.
@@ -410,7 +345,7 @@ pub(crate) fn list(conn: &Connection, query: &ListQuery) -> Result<Vec<Record>> 
     if query.group.is_some() {
         sql.push_str(" AND grp = :grp");
     }
-    sql.push_str(" ORDER BY id LIMIT :limit");
+    sql.push_str(" ORDER BY id LIMIT :limit + 0");
     let after = query.after.map_or(0, |id| ms(id.0));
     let state = query.state.map(State::code);
     let limit = count(query.limit);
@@ -434,7 +369,7 @@ pub(crate) fn tombstones(
     let mut stmt = conn
         .prepare_cached(
             "SELECT id, grp, key, reason, discarded_at, attempts FROM tombstones \
-             WHERE id > ?1 ORDER BY id LIMIT ?2",
+             WHERE id > ?1 ORDER BY id LIMIT ?2 + 0",
         )
         .map_err(db)?;
     let raws = stmt
@@ -533,6 +468,7 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
         .map(|t| read_ms(t, "created_at"))
         .transpose()?;
     stats.next_due = next_due(conn)?;
+    stats.halt = halt(conn)?;
     Ok(stats)
 }
 

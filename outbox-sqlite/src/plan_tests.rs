@@ -1,11 +1,11 @@
-//! The due query, the group-head lookup and the lease query are index lookups: checked in the
-//! query plans, and by counting the virtual machine steps a claim takes as the backlog of
-//! not-yet-due records grows.
+//! The due query, the claim, the group-head lookup, the lease query, the stepped-back query
+//! and the claimability refresh are index lookups: checked in the query plans, and by counting
+//! the virtual machine steps a query takes as the backlog it must not read grows.
 
 use outbox_core::{Claim, Lease, NewRecord};
 use rusqlite::{Connection, StatementStatus};
 
-use crate::{ops, schema};
+use crate::{apply, ops, schema};
 
 fn outbox() -> Connection {
     let mut conn = Connection::open_in_memory().expect("open");
@@ -33,16 +33,50 @@ fn plan(conn: &Connection, sql: &str) -> String {
 fn the_due_query_reads_the_due_index_in_order() {
     let plan = plan(&outbox(), ops::DUE_SQL);
     assert!(
-        plan.contains("SEARCH records USING COVERING INDEX records_claimable (next_attempt_at<?)"),
+        plan.contains(
+            "SEARCH records USING INDEX records_deadline (claimable=? AND next_attempt_at<?)"
+        ),
         "{plan}"
     );
     assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
 }
 
 #[test]
+fn the_claim_updates_the_due_rows_by_id() {
+    let plan = plan(&outbox(), ops::CLAIM_SQL);
+    assert!(
+        plan.contains("USING INDEX records_deadline (claimable=? AND next_attempt_at<?)"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("SEARCH records USING INTEGER PRIMARY KEY (rowid=?)"),
+        "{plan}"
+    );
+    assert!(!plan.contains("SCAN records"), "{plan}");
+}
+
+#[test]
+fn records_scheduled_after_a_moment_are_a_range_of_the_deadline_index() {
+    let plan = plan(&outbox(), ops::STEPPED_BACK_SQL);
+    assert!(
+        plan.contains(
+            "SEARCH records USING INDEX records_deadline (claimable=? AND next_attempt_at>?)"
+        ),
+        "{plan}"
+    );
+}
+
+#[test]
+fn the_claimability_refresh_reads_rows_by_id_and_heads_by_group() {
+    let plan = plan(&outbox(), apply::REFRESH_SQL);
+    assert!(!plan.contains("SCAN records"), "{plan}");
+    assert!(plan.contains("records_group"), "{plan}");
+}
+
+#[test]
 fn the_next_deadline_is_the_first_entry_of_the_due_index() {
     let plan = plan(&outbox(), ops::NEXT_DUE_SQL);
-    assert!(plan.contains("records_claimable"), "{plan}");
+    assert!(plan.contains("records_deadline"), "{plan}");
     assert!(!plan.contains("TEMP B-TREE"), "{plan}");
 }
 
@@ -114,4 +148,66 @@ fn a_claim_costs_the_same_whatever_the_backlog_of_records_not_yet_due() {
     .expect("claim");
     assert!(claimed.iter().all(|r| r.next_attempt_at == Some(900)));
     assert_eq!(claimed.len(), 10);
+}
+
+/// Virtual machine steps of one stepped-back query at `now`.
+fn stepped_back_steps(conn: &Connection, now: u64) -> (usize, i32) {
+    let mut stmt = conn.prepare(ops::STEPPED_BACK_SQL).expect("prepare");
+    let rows = stmt
+        .query_map(rusqlite::params![ops::ms(now), 100i64], |row| {
+            row.get::<_, i64>(0)
+        })
+        .expect("query")
+        .count();
+    (rows, stmt.get_status(StatementStatus::VmStep))
+}
+
+#[test]
+fn records_scheduled_after_a_moment_cost_the_same_whatever_the_due_backlog() {
+    let conn = outbox();
+    let later: Vec<NewRecord> = (0..10)
+        .map(|i| NewRecord::new(b"later".to_vec()).in_group(format!("g{}", i % 3)))
+        .collect();
+    ops::insert(&conn, later, 50_000).expect("later records");
+    let (rows, small) = stepped_back_steps(&conn, 10_000);
+    assert_eq!(rows, 10, "heads and the records behind them");
+
+    let due: Vec<NewRecord> = (0..20_000)
+        .map(|_| NewRecord::new(b"due".to_vec()))
+        .collect();
+    ops::insert(&conn, due, 1_000).expect("due backlog");
+    let (rows, large) = stepped_back_steps(&conn, 10_000);
+    assert_eq!(rows, 10);
+    assert!(large <= small + 20, "steps grew from {small} to {large}");
+}
+
+#[test]
+fn statements_with_a_limit_are_prepared_once_not_per_call() {
+    let conn = outbox();
+    let records: Vec<NewRecord> = (0..200).map(|_| NewRecord::new(b"x".to_vec())).collect();
+    ops::insert(&conn, records, 1_000).expect("insert");
+    for round in 0..5u64 {
+        let lease = Lease {
+            token: round,
+            until: 9_000 + round,
+        };
+        let limit = 10 + round as usize;
+        let claimed = ops::claim(
+            &conn,
+            Claim {
+                now: 1_000 + round,
+                limit,
+                lease,
+            },
+        )
+        .expect("claim");
+        assert_eq!(claimed.len(), limit);
+        ops::expired(&conn, 2_000 + round, limit).expect("expired");
+        ops::stepped_back(&conn, 500 + round, limit).expect("stepped back");
+    }
+    for sql in [ops::CLAIM_SQL, ops::EXPIRED_SQL, ops::STEPPED_BACK_SQL] {
+        let stmt = conn.prepare_cached(sql).expect("cached");
+        assert_eq!(stmt.get_status(StatementStatus::Run), 5, "{sql}");
+        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
+    }
 }

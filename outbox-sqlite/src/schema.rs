@@ -25,7 +25,11 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 /// - 2: group membership and claimability are kept on each row, so the due index holds only
 ///   records that can be claimed now or later (group heads), plus indexes for group heads,
 ///   leases and listing by state.
-pub const SCHEMA_VERSION: u32 = 2;
+/// - 3: fewer pages written per record: ids come from a counter in `meta` instead of
+///   `AUTOINCREMENT` (whose `sqlite_sequence` row every insert rewrote), the index on the state
+///   that only stats used is gone, and one deadline index holds every pending and retrying
+///   record, claimable ones first; the runner's halt is kept in a `halt` table.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The tables every version has.
 const TABLES: [&str; 3] = ["records", "tombstones", "meta"];
@@ -118,6 +122,12 @@ pub(crate) fn inspect(conn: &Connection, check: bool) -> Result<u32> {
             });
         }
     }
+    if version >= 3 && !has_table(conn, "halt")? {
+        return Err(Error::Corrupted {
+            detail: "the outbox table \"halt\" is missing".into(),
+            source: None,
+        });
+    }
     Ok(version)
 }
 
@@ -173,6 +183,7 @@ pub(crate) fn migrate(conn: &mut Connection, from: u32) -> Result<()> {
         match step {
             1 => to_v1(&tx)?,
             2 => to_v2(&tx)?,
+            3 => to_v3(&tx)?,
             _ => unreachable_step(step)?,
         }
         tx.pragma_update(None, "user_version", step).map_err(db)?;
@@ -254,6 +265,88 @@ fn to_v2(conn: &Connection) -> Result<()> {
             WHERE claimable = 1;
         CREATE INDEX IF NOT EXISTS records_lease ON records(lease_until, id) WHERE state = 2;
         CREATE INDEX IF NOT EXISTS records_state ON records(state, id);",
+    )
+    .map_err(db)
+}
+
+/// The records table of version 3: an id without `AUTOINCREMENT`, assigned from the
+/// `last_id` counter in `meta`.
+const RECORDS_V3: &str = "CREATE TABLE records_v3 (
+    id INTEGER PRIMARY KEY,
+    grp TEXT,
+    payload BLOB NOT NULL,
+    key TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    unanswered INTEGER NOT NULL DEFAULT 0,
+    interrupted INTEGER NOT NULL DEFAULT 0,
+    last_attempt_at INTEGER,
+    next_attempt_at INTEGER,
+    last_error TEXT,
+    lease_token INTEGER,
+    lease_until INTEGER,
+    member INTEGER NOT NULL DEFAULT 0,
+    claimable INTEGER NOT NULL DEFAULT 0
+)";
+
+/// True while the records table still assigns its ids with `AUTOINCREMENT`.
+fn autoincrement(conn: &Connection) -> Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'records' \
+         AND sql LIKE '%AUTOINCREMENT%'",
+        [],
+        |row| row.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+    .map_err(db)
+}
+
+/// Version 3: ids from a counter in `meta`, no state index, one deadline index over every
+/// pending and retrying record, and the halt table.
+fn to_v3(conn: &Connection) -> Result<()> {
+    // The counter starts above every id ever handed out: the highest the sequence recorded
+    // (a delivered record may have held it), or any id still in a table.
+    let sequence = if has_table(conn, "sqlite_sequence")? {
+        "(SELECT seq FROM sqlite_sequence WHERE name = 'records')"
+    } else {
+        "NULL"
+    };
+    conn.execute_batch(&format!(
+        "INSERT OR IGNORE INTO meta (name, value) VALUES ('last_id', max(
+            coalesce({sequence}, 0),
+            coalesce((SELECT max(id) FROM records), 0),
+            coalesce((SELECT max(id) FROM tombstones), 0)));"
+    ))
+    .map_err(db)?;
+    if autoincrement(conn)? {
+        // SQLite cannot drop AUTOINCREMENT from a table: copy the rows into the new layout.
+        // The step's transaction makes the swap all or nothing.
+        conn.execute_batch(&format!(
+            "{RECORDS_V3};
+            INSERT INTO records_v3 (id, grp, payload, key, created_at, state, attempts,
+                unanswered, interrupted, last_attempt_at, next_attempt_at, last_error,
+                lease_token, lease_until, member, claimable)
+            SELECT id, grp, payload, key, created_at, state, attempts, unanswered,
+                interrupted, last_attempt_at, next_attempt_at, last_error, lease_token,
+                lease_until, member, claimable FROM records;
+            DROP TABLE records;
+            ALTER TABLE records_v3 RENAME TO records;"
+        ))
+        .map_err(db)?;
+    }
+    conn.execute_batch(
+        "DROP INDEX IF EXISTS records_state;
+        DROP INDEX IF EXISTS records_claimable;
+        CREATE INDEX IF NOT EXISTS records_group ON records(grp, id) WHERE member = 1;
+        CREATE INDEX IF NOT EXISTS records_deadline ON records(claimable, next_attempt_at)
+            WHERE state IN (0, 1);
+        CREATE INDEX IF NOT EXISTS records_lease ON records(lease_until, id) WHERE state = 2;
+        CREATE TABLE IF NOT EXISTS halt (
+            only INTEGER PRIMARY KEY CHECK (only = 1),
+            reason TEXT NOT NULL,
+            since INTEGER NOT NULL
+        );",
     )
     .map_err(db)
 }

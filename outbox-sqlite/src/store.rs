@@ -6,12 +6,13 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Error, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, Stats,
-    Store, Tombstone, Transition,
+    Applied, Claim, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
+    Round, Stats, Store, Tombstone, Transition,
 };
 use rusqlite::{Connection, OpenFlags, Transaction};
 use tokio::sync::oneshot;
 
+use crate::apply;
 use crate::config::SqliteConfig;
 use crate::error::db;
 use crate::ops;
@@ -55,6 +56,9 @@ pub struct SqliteStore {
     reader: Reader,
     closed: oneshot::Receiver<()>,
 }
+
+/// Prepared statements kept per connection: every statement the store runs, with room to spare.
+const STATEMENT_CACHE: usize = 48;
 
 /// Runs blocking work on a thread of its own, so `create` and `open` never block an executor.
 async fn off_executor<T: Send + 'static>(
@@ -129,10 +133,16 @@ impl SqliteStore {
             schema::migrate(&mut conn, version)?;
         }
         let reader = schema::connect(&path, config.read_only)?;
+        // Each connection runs a few more distinct statements than rusqlite caches by default
+        // (16); past that, the least recently used one would be parsed again and again.
+        for c in [&conn, &reader] {
+            c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        }
         reader.busy_timeout(config.busy_timeout).map_err(db)?;
         reader.pragma_update(None, "query_only", true).map_err(db)?;
         let (writer_closed, writer_done) = oneshot::channel();
-        let writer = Writer::start(conn, config.max_group_commit, writer_closed)?;
+        let relax = config.durability == crate::Durability::Full;
+        let writer = Writer::start(conn, config.max_group_commit, relax, writer_closed)?;
         let reader = Reader::new(reader);
         Ok(SqliteStore {
             path,
@@ -215,15 +225,24 @@ impl SqliteStore {
             .await
     }
 
-    fn check_payloads(&self, records: &[NewRecord]) -> Result<()> {
-        let max = self.config.max_payload;
-        match records.iter().find(|r| r.payload.len() > max) {
-            Some(big) => Err(Error::PayloadTooLarge {
-                size: big.payload.len(),
-                max,
-            }),
-            None => Ok(()),
+    /// True when a claim at `now` may find something: an idle runner's claims find nothing,
+    /// so they look on the read connection first and do not queue behind the writer's commits
+    /// or take the file's write lock. The writer looks again inside its transaction, which
+    /// alone decides what is claimed. A read-only store goes straight to the writer, whose
+    /// refusal is the answer.
+    async fn may_claim(&self, claim: &Claim) -> Result<bool> {
+        if self.config.read_only {
+            return Ok(true);
         }
+        if claim.limit == 0 {
+            return Ok(false);
+        }
+        let now = claim.now;
+        Ok(self
+            .reader
+            .read(move |conn| ops::next_due(conn))
+            .await?
+            .is_some_and(|at| at <= now))
     }
 
     /// Enqueues records inside the caller's own transaction, so a business write and its
@@ -268,7 +287,7 @@ impl SqliteStore {
         records: Vec<NewRecord>,
         now: Millis,
     ) -> Result<Vec<RecordId>> {
-        self.check_payloads(&records)?;
+        NewRecord::validate_all(&records, self.config.max_payload)?;
         check_outbox(tx)?;
         ops::insert(tx, records, now)
     }
@@ -379,7 +398,7 @@ fn build(temp: &Path, config: &SqliteConfig) -> Result<()> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
-        self.check_payloads(&records)?;
+        NewRecord::validate_all(&records, self.config.max_payload)?;
         if records.is_empty() {
             // Nothing to make durable: no transaction, no sync.
             return Ok(Vec::new());
@@ -390,35 +409,45 @@ impl Store for SqliteStore {
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
-        // An idle runner's claims find nothing: look on the read connection first, so they do
-        // not queue behind the writer's commits or take the file's write lock. The writer
-        // looks again inside its transaction, which alone decides what is claimed. A read-only
-        // store goes straight to the writer, whose refusal is the answer.
-        if !self.config.read_only {
-            let now = claim.now;
-            let due = claim.limit > 0
-                && self
-                    .reader
-                    .read(move |conn| ops::next_due(conn))
-                    .await?
-                    .is_some_and(|at| at <= now);
-            if !due {
-                return Ok(Vec::new());
-            }
+        if !self.may_claim(&claim).await? {
+            return Ok(Vec::new());
         }
-        self.writer.write(move |conn| ops::claim(conn, claim)).await
+        self.writer
+            .write_lease(move |conn| ops::claim(conn, claim))
+            .await
     }
 
     async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
         let ids = ids.to_vec();
         self.writer
-            .write(move |conn| ops::renew(conn, &ids, lease))
+            .write_lease(move |conn| ops::renew(conn, &ids, lease))
             .await
     }
 
     async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
         self.writer
-            .write(move |conn| ops::apply(conn, transitions))
+            .write(move |conn| apply::apply(conn, transitions))
+            .await
+    }
+
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        // With no outcomes to write, an idle claim need not reach the writer at all.
+        let claim = match claim {
+            Some(claim) if outcomes.is_empty() && !self.may_claim(&claim).await? => None,
+            claim => claim,
+        };
+        if outcomes.is_empty() && claim.is_none() {
+            return Ok(Round::default());
+        }
+        if outcomes.is_empty() {
+            // A claim alone: nothing in it that a power cut could lose but a lease.
+            return self
+                .writer
+                .write_lease(move |conn| apply::round(conn, outcomes, claim))
+                .await;
+        }
+        self.writer
+            .write(move |conn| apply::round(conn, outcomes, claim))
             .await
     }
 
@@ -428,9 +457,9 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn scheduled_after(&self, at: Millis, limit: usize) -> Result<Vec<Record>> {
+    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
         self.reader
-            .read(move |conn| ops::scheduled_after(conn, at, limit))
+            .read(move |conn| ops::stepped_back(conn, now, limit))
             .await
     }
 
@@ -463,6 +492,16 @@ impl Store for SqliteStore {
 
     async fn next_due(&self) -> Result<Option<Millis>> {
         self.reader.read(|conn| ops::next_due(conn)).await
+    }
+
+    async fn halt(&self) -> Result<Option<Halt>> {
+        self.reader.read(|conn| ops::halt(conn)).await
+    }
+
+    async fn set_halt(&self, halt: Option<Halt>) -> Result<()> {
+        self.writer
+            .write(move |conn| ops::set_halt(conn, halt.as_ref()))
+            .await
     }
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {

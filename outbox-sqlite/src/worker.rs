@@ -3,9 +3,11 @@
 //!
 //! The *writer* commits in groups: it takes every write waiting in its queue (up to
 //! `max_group_commit`), runs each in its own savepoint inside one `BEGIN IMMEDIATE`
-//! transaction, commits once, and only then answers each caller. Sixty-four producers thus
-//! share one fsync instead of paying one each, and every answer still comes after the write is
-//! durable. A write that fails is rolled back to its savepoint and fails alone.
+//! transaction, commits once, and only then answers each caller. Writes that arrive while a
+//! commit is running or syncing wait in the queue, and the next transaction takes them all:
+//! sixty-four producers thus share one fsync instead of paying one each, and every answer still
+//! comes after the write is durable. A write that fails is rolled back to its savepoint and
+//! fails alone. A caller hands its write over once (a channel send) and is woken by the answer.
 //!
 //! The *reader* answers queries on a second connection, on tokio's blocking pool; in WAL mode
 //! it reads the last committed state without waiting for the writer.
@@ -22,6 +24,9 @@ use crate::error::{db, echo};
 
 /// A write waiting for the writer thread.
 trait Job: Send {
+    /// True for a write that only takes or moves leases (a claim with no outcomes, a
+    /// renewal): losing it to a power cut costs a re-delivery, never a record.
+    fn lease_only(&self) -> bool;
     /// Runs the write on the connection, inside the batch's transaction.
     fn run(self: Box<Self>, conn: &Connection) -> Box<dyn Ran>;
     /// Answers without running: the batch could not start.
@@ -39,6 +44,7 @@ trait Ran: Send {
 struct Task<F, T> {
     work: F,
     reply: oneshot::Sender<Result<T>>,
+    lease_only: bool,
 }
 
 struct Done<T> {
@@ -51,6 +57,10 @@ where
     F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     T: Send + 'static,
 {
+    fn lease_only(&self) -> bool {
+        self.lease_only
+    }
+
     fn run(self: Box<Self>, conn: &Connection) -> Box<dyn Ran> {
         let result = (self.work)(conn);
         Box::new(Done {
@@ -96,10 +106,13 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread; `closed` fires once it has closed its connection.
+    /// Starts the thread; `closed` fires once it has closed its connection. With `relax`
+    /// (the connection syncs at every commit), a transaction of lease-only writes commits
+    /// without waiting for its sync.
     pub(crate) fn start(
         conn: Connection,
         max_group_commit: usize,
+        relax: bool,
         closed: oneshot::Sender<()>,
     ) -> Result<Self> {
         let (queue, jobs) = mpsc::channel::<Work>();
@@ -136,7 +149,7 @@ impl Writer {
                             Err(_) => break,
                         }
                     }
-                    commit_batch(&mut conn, batch, &counter);
+                    commit_batch(&mut conn, batch, &counter, relax);
                 }
                 close(conn);
                 let _ = closed.send(());
@@ -156,9 +169,34 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        self.send(work, false).await
+    }
+
+    /// Like [`Writer::write`], for a write that only takes or moves leases: when every write
+    /// of its transaction is such a write, the commit does not wait for the disk. A power cut
+    /// may then undo it, which only means a re-delivery; the next synced commit makes it
+    /// durable with its own writes.
+    pub(crate) async fn write_lease<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.send(work, true).await
+    }
+
+    async fn send<T, F>(&self, work: F, lease_only: bool) -> Result<T>
+    where
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
+        let task = Task {
+            work,
+            reply,
+            lease_only,
+        };
         self.queue
-            .send(Work::Write(Box::new(Task { work, reply })))
+            .send(Work::Write(Box::new(task)))
             .map_err(|_| Error::Stopped)?;
         wait(answer).await
     }
@@ -190,20 +228,14 @@ where
     (job, answer)
 }
 
-/// Waits for a thread's answer.
+/// Waits for a thread's answer: the thread's send wakes the waiting task directly, so a write
+/// costs one hand-off to the writer thread and one wake-up back.
 ///
-/// On a tokio runtime the wait itself runs in the blocking pool: tokio's paused clock (the
-/// way runner tests make minutes pass at once) jumps to the next timer whenever no task can
-/// run, and a future waiting on another thread looks exactly like that, while a running
-/// blocking task holds the clock back. Elsewhere the answer is simply awaited.
+/// Tokio's paused test clock advances whenever no task can run, and a task waiting on another
+/// thread looks exactly like that; tests that pause the clock hold it still around their
+/// store calls (the testkit's runner scenarios do), so production pays nothing for it.
 pub(crate) async fn wait<T: Send + 'static>(answer: oneshot::Receiver<Result<T>>) -> Result<T> {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return answer.await.map_err(|_| Error::Stopped)?;
-    }
-    tokio::task::spawn_blocking(move || answer.blocking_recv())
-        .await
-        .map_err(Error::backend)?
-        .map_err(|_| Error::Stopped)?
+    answer.await.map_err(|_| Error::Stopped)?
 }
 
 fn close(conn: Connection) {
@@ -222,8 +254,25 @@ fn control(conn: &Connection, sql: &str) -> Result<()> {
 }
 
 /// Runs a batch of writes in one transaction and answers each after the commit, which it
-/// counts in `commits` first.
-fn commit_batch(conn: &mut Connection, mut batch: Vec<Box<dyn Job>>, commits: &AtomicU64) {
+/// counts in `commits` first. With `relax`, a batch of lease-only writes commits at
+/// `synchronous = NORMAL`: in WAL mode that commit is written but not synced, and it becomes
+/// durable with the next synced commit.
+fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>, commits: &AtomicU64, relax: bool) {
+    let relaxed = relax && batch.iter().all(|job| job.lease_only());
+    if relaxed {
+        if let Err(err) = control(conn, "PRAGMA synchronous = NORMAL") {
+            tracing::warn!(error = %err, "could not relax a lease-only commit; it syncs");
+        }
+    }
+    commit_jobs(conn, batch, commits);
+    if relaxed {
+        if let Err(err) = control(conn, "PRAGMA synchronous = FULL") {
+            tracing::error!(error = %err, "could not restore synchronous = FULL after a lease-only commit");
+        }
+    }
+}
+
+fn commit_jobs(conn: &mut Connection, mut batch: Vec<Box<dyn Job>>, commits: &AtomicU64) {
     if batch.len() == 1 {
         if let Some(job) = batch.pop() {
             commit_alone(conn, job, commits);
@@ -320,8 +369,7 @@ fn lose_transaction(conn: &Connection, ran: &mut Vec<Box<dyn Ran>>, cause: &Erro
 type ReadJob = Box<dyn FnOnce(&mut Connection) + Send>;
 
 /// The store's read connection. Each query runs on it inside tokio's blocking pool, so a read
-/// costs one hop off the executor and back (no thread of its own to wake and answer), and,
-/// while it runs, tokio's paused clock does not jump (see [`wait`]).
+/// costs one hop off the executor and back (no thread of its own to wake and answer).
 #[derive(Debug)]
 pub(crate) struct Reader {
     conn: Arc<Mutex<Option<Connection>>>,
@@ -418,7 +466,14 @@ mod tests {
                 }
             }
         };
-        (Box::new(Task { work, reply }), answer)
+        (
+            Box::new(Task {
+                work,
+                reply,
+                lease_only: false,
+            }),
+            answer,
+        )
     }
 
     fn table() -> Connection {
@@ -443,7 +498,7 @@ mod tests {
     #[test]
     fn writes_waiting_together_share_one_commit() {
         let (closed, _) = oneshot::channel();
-        let writer = Writer::start(table(), 1024, closed).expect("writer");
+        let writer = Writer::start(table(), 1024, false, closed).expect("writer");
         // Hold the writer thread in a first write until fifty others are queued.
         let (release, held) = mpsc::channel::<()>();
         let (entered, inside) = mpsc::channel::<()>();
@@ -454,7 +509,11 @@ mod tests {
             Ok(0)
         };
         let send = |job: Box<dyn Job>| writer.queue.send(Work::Write(job)).expect("queued");
-        send(Box::new(Task { work, reply }));
+        send(Box::new(Task {
+            work,
+            reply,
+            lease_only: false,
+        }));
         inside.recv().expect("the writer runs the first write");
         let replies: Vec<Reply> = (1..=50)
             .map(|v| {
@@ -475,13 +534,67 @@ mod tests {
         );
     }
 
+    /// A job that reports the `synchronous` level its transaction commits at.
+    fn sync_level(lease_only: bool) -> (Box<dyn Job>, Reply) {
+        let (reply, answer) = oneshot::channel();
+        let work = |conn: &Connection| -> Result<i64> {
+            conn.execute("INSERT INTO t VALUES (1)", []).map_err(db)?;
+            conn.pragma_query_value(None, "synchronous", |row| row.get(0))
+                .map_err(db)
+        };
+        let task = Task {
+            work,
+            reply,
+            lease_only,
+        };
+        (Box::new(task), answer)
+    }
+
+    #[test]
+    fn only_a_transaction_of_lease_only_writes_commits_without_a_sync() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut conn = Connection::open(dir.path().join("sync.db")).expect("open");
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; CREATE TABLE t (v INTEGER)",
+        )
+        .expect("setup");
+        let commits = AtomicU64::new(0);
+        let level = |conn: &Connection| -> i64 {
+            conn.pragma_query_value(None, "synchronous", |row| row.get(0))
+                .expect("synchronous")
+        };
+
+        let (a, mut ra) = sync_level(true);
+        let (b, mut rb) = sync_level(true);
+        commit_batch(&mut conn, vec![a, b], &commits, true);
+        assert_eq!(answer(&mut ra).expect("a"), 1, "NORMAL for leases alone");
+        assert_eq!(answer(&mut rb).expect("b"), 1);
+        assert_eq!(level(&conn), 2, "FULL again after the commit");
+
+        let (a, mut ra) = sync_level(true);
+        let (b, mut rb) = sync_level(false);
+        commit_batch(&mut conn, vec![a, b], &commits, true);
+        assert_eq!(
+            answer(&mut ra).expect("a"),
+            2,
+            "a lease shares a synced commit"
+        );
+        assert_eq!(answer(&mut rb).expect("b"), 2);
+
+        let (a, mut ra) = sync_level(true);
+        commit_batch(&mut conn, vec![a], &commits, false);
+        assert_eq!(answer(&mut ra).expect("a"), 2, "not relaxed unless asked");
+        assert_eq!(commits.load(Ordering::Relaxed), 3);
+        assert_eq!(values(&conn), vec![1; 5]);
+    }
+
     #[test]
     fn a_failing_write_is_undone_alone_and_the_others_commit() {
         let mut conn = table();
         let (a, mut ra) = insert(1, None);
         let (b, mut rb) = insert(2, Some("SELECT 1"));
         let (c, mut rc) = insert(3, None);
-        commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0));
+        commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0), false);
         assert_eq!(answer(&mut ra).expect("first"), 1);
         assert!(matches!(answer(&mut rb), Err(Error::InvalidConfig(_))));
         assert_eq!(answer(&mut rc).expect("third"), 3);
@@ -494,12 +607,12 @@ mod tests {
         let mut conn = table();
         let commits = AtomicU64::new(0);
         let (a, mut ra) = insert(1, None);
-        commit_batch(&mut conn, vec![a], &commits);
+        commit_batch(&mut conn, vec![a], &commits, false);
         assert_eq!(answer(&mut ra).expect("committed"), 1);
         assert_eq!(commits.load(Ordering::Relaxed), 1);
 
         let (b, mut rb) = insert(2, Some("SELECT 1"));
-        commit_batch(&mut conn, vec![b], &commits);
+        commit_batch(&mut conn, vec![b], &commits, false);
         assert!(matches!(answer(&mut rb), Err(Error::InvalidConfig(_))));
         assert_eq!(values(&conn), vec![1], "the failed write left nothing");
         assert_eq!(commits.load(Ordering::Relaxed), 1, "and committed nothing");
@@ -513,7 +626,7 @@ mod tests {
         // The failure takes the whole transaction with it, as a full disk may.
         let (b, mut rb) = insert(2, Some("ROLLBACK"));
         let (c, mut rc) = insert(3, None);
-        commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0));
+        commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0), false);
         assert!(answer(&mut ra).is_err(), "its transaction was rolled back");
         assert!(answer(&mut rb).is_err());
         assert_eq!(answer(&mut rc).expect("third, in a new transaction"), 3);
@@ -539,8 +652,14 @@ mod tests {
                 Ok(42)
             },
             reply,
+            lease_only: false,
         };
-        commit_batch(&mut conn, vec![a, Box::new(broken)], &AtomicU64::new(0));
+        commit_batch(
+            &mut conn,
+            vec![a, Box::new(broken)],
+            &AtomicU64::new(0),
+            false,
+        );
         assert!(answer(&mut ra).is_err());
         assert!(answer(&mut rb).is_err());
         assert_eq!(values(&conn), Vec::<i64>::new());

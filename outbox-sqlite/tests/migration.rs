@@ -1,5 +1,6 @@
-//! A file written with the first schema, built here by hand (a frozen copy of version 1, not
-//! the crate's own migration code), filled, and upgraded by `open` with nothing lost.
+//! Files written with every earlier schema, built here by hand (frozen copies of versions 1 and
+//! 2, not the crate's own migration code), filled, and upgraded by `open` with nothing lost:
+//! ids still above every id ever handed out, the current indexes and no halt.
 
 use std::path::Path;
 
@@ -38,6 +39,26 @@ const FIRST_SCHEMA: &str = "
     CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
     INSERT INTO meta (name, value) VALUES ('delivered', 7);
     PRAGMA user_version = 1;
+";
+
+/// What version 2 of this crate added to a version 1 file.
+const SECOND_SCHEMA: &str = "
+    ALTER TABLE records ADD COLUMN member INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE records ADD COLUMN claimable INTEGER NOT NULL DEFAULT 0;
+    UPDATE records SET member = (grp IS NOT NULL AND state <> 4);
+    CREATE INDEX records_group ON records(grp, id) WHERE member = 1;
+    UPDATE records SET claimable = (
+        state IN (0, 1) AND next_attempt_at IS NOT NULL AND (
+            grp IS NULL OR (member = 1 AND id = (
+                SELECT h.id FROM records AS h
+                WHERE h.grp = records.grp AND h.member = 1
+                ORDER BY h.id LIMIT 1)))
+    );
+    DROP INDEX records_due;
+    CREATE INDEX records_claimable ON records(next_attempt_at, id) WHERE claimable = 1;
+    CREATE INDEX records_lease ON records(lease_until, id) WHERE state = 2;
+    CREATE INDEX records_state ON records(state, id);
+    PRAGMA user_version = 2;
 ";
 
 /// One row of the first schema, in column order from `grp` on.
@@ -161,9 +182,47 @@ fn build_first_schema(path: &Path) -> Vec<Record> {
     records
 }
 
+/// A version 2 file: the version 1 file, upgraded as version 2 of this crate did.
+fn build_second_schema(path: &Path) -> Vec<Record> {
+    let records = build_first_schema(path);
+    Connection::open(path)
+        .expect("open")
+        .execute_batch(SECOND_SCHEMA)
+        .expect("second schema");
+    records
+}
+
+/// The layout of the current version, read from the file's schema.
+fn check_layout(path: &Path) {
+    let conn = Connection::open(path).expect("open");
+    let sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'records'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("records table");
+    assert!(!sql.contains("AUTOINCREMENT"), "{sql}");
+    let mut indexes: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'records'")
+        .expect("prepare")
+        .query_map([], |row| row.get(0))
+        .expect("indexes")
+        .collect::<rusqlite::Result<_>>()
+        .expect("rows");
+    indexes.sort();
+    assert_eq!(
+        indexes,
+        ["records_deadline", "records_group", "records_lease"],
+        "no index that only stats use"
+    );
+}
+
 async fn check_upgraded(store: &SqliteStore, records: &[Record]) {
     let settings = store.effective_settings().await.expect("settings");
     assert_eq!(settings.schema_version, SCHEMA_VERSION);
+    check_layout(store.path());
+    assert_eq!(store.halt().await.expect("halt"), None);
     let listed = store.list(&ListQuery::new(100)).await.expect("list");
     assert_eq!(listed, records, "every record kept as it was");
 
@@ -186,23 +245,21 @@ async fn check_upgraded(store: &SqliteStore, records: &[Record]) {
     assert_eq!(tombstones[0].reason, "by a person");
 }
 
-#[tokio::test]
-async fn a_first_schema_file_is_upgraded_with_nothing_lost() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("v1.db");
-    let records = build_first_schema(&path);
+/// Opens the old file at `path` holding `records`, twice, and checks the upgrade.
+async fn upgraded_with_nothing_lost(path: &Path, records: &[Record]) {
+    let path = path.to_path_buf();
 
     let store = SqliteStore::open(&path, SqliteConfig::default())
         .await
         .expect("open and migrate");
-    check_upgraded(&store, &records).await;
+    check_upgraded(&store, records).await;
     store.close().await;
 
     // Opening again is idempotent: same version, same data.
     let store = SqliteStore::open(&path, SqliteConfig::default())
         .await
         .expect("reopen");
-    check_upgraded(&store, &records).await;
+    check_upgraded(&store, records).await;
 
     // The upgraded file claims by the current rules: heads only, in deadline order.
     let lease = Lease {
@@ -225,6 +282,56 @@ async fn a_first_schema_file_is_upgraded_with_nothing_lost() {
         .await
         .expect("enqueue");
     assert_eq!(new, vec![RecordId(10)]);
+    // Nor the highest id, once its record is gone, after a reopen.
+    let discard = outbox_core::Transition {
+        id: new[0],
+        guard: outbox_core::Guard::Idle,
+        change: outbox_core::Change::Discard {
+            reason: "test".into(),
+            at: 2_000,
+            attempts: 0,
+        },
+    };
+    store.apply(vec![discard]).await.expect("discard");
+    store.close().await;
+    let store = SqliteStore::open(&path, SqliteConfig::default())
+        .await
+        .expect("reopen");
+    let next = store
+        .enqueue(vec![outbox_core::NewRecord::new(b"next".to_vec())], 3_000)
+        .await
+        .expect("enqueue");
+    assert_eq!(next, vec![RecordId(11)]);
+}
+
+#[tokio::test]
+async fn a_first_schema_file_is_upgraded_with_nothing_lost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v1.db");
+    let records = build_first_schema(&path);
+    upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn a_second_schema_file_is_upgraded_with_nothing_lost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v2.db");
+    let records = build_second_schema(&path);
+    upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn two_stores_upgrading_a_second_schema_file_at_once_converge() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v2.db");
+    let records = build_second_schema(&path);
+    let (a, b) = tokio::join!(
+        SqliteStore::open(&path, SqliteConfig::default()),
+        SqliteStore::open(&path, SqliteConfig::default()),
+    );
+    let (a, b) = (a.expect("first"), b.expect("second"));
+    check_upgraded(&a, &records).await;
+    check_upgraded(&b, &records).await;
 }
 
 #[tokio::test]

@@ -1,9 +1,11 @@
 //! The SQLite store against the reference model: the same operations on both must give the same
-//! answers, step by step (ids, claim order, group heads, guards, stats, prune).
+//! answers, step by step (ids, claim order, group heads, guards, requeues, rounds, the halt,
+//! stats, prune).
 
 use outbox_core::fastrand::Rng;
 use outbox_core::{
-    Change, Claim, Guard, Lease, ListQuery, NewRecord, Progress, RecordId, State, Store, Transition,
+    Change, Claim, Guard, Halt, Lease, ListQuery, NewRecord, Progress, RecordId, State, Store,
+    Transition,
 };
 use outbox_memory::MemoryStore;
 use outbox_sqlite::{Durability, SqliteConfig, SqliteStore};
@@ -25,8 +27,56 @@ fn random_progress(rng: &mut Rng, now: u64) -> Progress {
         interrupted: rng.u32(0..3),
         last_attempt_at: time(rng),
         next_attempt_at: time(rng),
-        last_error: rng.bool().then(|| format!("error {}", rng.u8(..))),
+        // Text that JSON must escape, and text that SQLite's C strings would cut short.
+        last_error: rng.bool().then(|| match rng.u8(0..3) {
+            0 => format!("error {}", rng.u8(..)),
+            1 => format!("\"quoted\" \\ back\tslash\n é {}", rng.u8(..)),
+            _ => format!("nul \0 inside {}", rng.u8(..)),
+        }),
     }
+}
+
+fn random_claim(rng: &mut Rng, now: u64, token: u64) -> Claim {
+    Claim {
+        now: now + rng.u64(0..1_000),
+        limit: rng.usize(0..5),
+        lease: Lease {
+            token,
+            until: now + rng.u64(0..3_000),
+        },
+    }
+}
+
+fn random_transitions(
+    rng: &mut Rng,
+    now: u64,
+    step: usize,
+    next_id: u64,
+    tokens: &[u64],
+) -> Vec<Transition> {
+    (0..rng.usize(0..4))
+        .map(|_| {
+            let id = RecordId(rng.u64(1..next_id + 1));
+            let guard = if rng.bool() {
+                Guard::Idle
+            } else {
+                Guard::Lease(tokens[rng.usize(..tokens.len())])
+            };
+            let change = match rng.u8(0..5) {
+                0 => Change::Delivered,
+                1 => Change::Discard {
+                    reason: format!("reason {step}"),
+                    at: now,
+                    attempts: 1,
+                },
+                2 => Change::Requeue {
+                    at: now + rng.u64(0..500),
+                },
+                _ => Change::Update(random_progress(rng, now)),
+            };
+            Transition { id, guard, change }
+        })
+        .collect()
 }
 
 async fn run_sequence(seed: u64, steps: usize) {
@@ -43,7 +93,7 @@ async fn run_sequence(seed: u64, steps: usize) {
     for step in 0..steps {
         let at = format!("seed {seed}, step {step}");
         now += rng.u64(0..300);
-        match rng.u8(0..10) {
+        match rng.u8(0..12) {
             0 | 1 => {
                 let batch: Vec<NewRecord> = (0..rng.usize(1..4))
                     .map(|i| {
@@ -68,39 +118,13 @@ async fn run_sequence(seed: u64, steps: usize) {
                     rng.u64(1..4)
                 };
                 tokens.push(token);
-                let claim = Claim {
-                    now: now + rng.u64(0..1_000),
-                    limit: rng.usize(0..5),
-                    lease: Lease {
-                        token,
-                        until: now + rng.u64(0..3_000),
-                    },
-                };
+                let claim = random_claim(&mut rng, now, token);
                 let a = memory.claim(claim).await.expect("memory");
                 let b = sqlite.claim(claim).await.expect("sqlite");
                 assert_eq!(a, b, "{at}: claim");
             }
             4..=6 => {
-                let transitions: Vec<Transition> = (0..rng.usize(1..4))
-                    .map(|_| {
-                        let id = RecordId(rng.u64(1..next_id + 1));
-                        let guard = if rng.bool() {
-                            Guard::Idle
-                        } else {
-                            Guard::Lease(tokens[rng.usize(..tokens.len())])
-                        };
-                        let change = match rng.u8(0..4) {
-                            0 => Change::Delivered,
-                            1 => Change::Discard {
-                                reason: format!("reason {step}"),
-                                at: now,
-                                attempts: 1,
-                            },
-                            _ => Change::Update(random_progress(&mut rng, now)),
-                        };
-                        Transition { id, guard, change }
-                    })
-                    .collect();
+                let transitions = random_transitions(&mut rng, now, step, next_id, &tokens);
                 let a = memory.apply(transitions.clone()).await.expect("memory");
                 let b = sqlite.apply(transitions).await.expect("sqlite");
                 assert_eq!(a, b, "{at}: apply");
@@ -121,6 +145,31 @@ async fn run_sequence(seed: u64, steps: usize) {
                 let b = sqlite.prune(older_than).await.expect("sqlite");
                 assert_eq!(a, b, "{at}: prune");
             }
+            9 => {
+                let token = rng.u64(..);
+                tokens.push(token);
+                let transitions = random_transitions(&mut rng, now, step, next_id, &tokens);
+                let claim = rng.bool().then(|| random_claim(&mut rng, now, token));
+                let a = memory
+                    .round(transitions.clone(), claim)
+                    .await
+                    .expect("memory");
+                let b = sqlite.round(transitions, claim).await.expect("sqlite");
+                assert_eq!(a, b, "{at}: round");
+            }
+            10 => {
+                let halt = rng.bool().then(|| Halt {
+                    reason: format!("HTTP 401 at step {step}"),
+                    since: now,
+                });
+                memory.set_halt(halt.clone()).await.expect("memory");
+                sqlite.set_halt(halt).await.expect("sqlite");
+                assert_eq!(
+                    memory.halt().await.expect("memory"),
+                    sqlite.halt().await.expect("sqlite"),
+                    "{at}: halt"
+                );
+            }
             _ => {
                 let probe = now + rng.u64(0..3_000);
                 assert_eq!(
@@ -128,10 +177,11 @@ async fn run_sequence(seed: u64, steps: usize) {
                     sqlite.expired(probe, 4).await.expect("sqlite"),
                     "{at}: expired"
                 );
+                let moment = now.saturating_sub(rng.u64(0..1_000));
                 assert_eq!(
-                    memory.scheduled_after(now, 3).await.expect("memory"),
-                    sqlite.scheduled_after(now, 3).await.expect("sqlite"),
-                    "{at}: scheduled_after"
+                    memory.stepped_back(moment, 3).await.expect("memory"),
+                    sqlite.stepped_back(moment, 3).await.expect("sqlite"),
+                    "{at}: stepped_back"
                 );
             }
         }

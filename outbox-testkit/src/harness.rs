@@ -3,6 +3,9 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::backend::{Backend, Capabilities};
 
@@ -51,6 +54,23 @@ impl Capability {
         match self {
             Capability::Persistent => caps.persistent,
             Capability::Shared => caps.shared,
+        }
+    }
+}
+
+impl Capability {
+    /// Why a scenario needs it, in words.
+    ///
+    /// ```
+    /// use outbox_testkit::Capability;
+    /// assert!(Capability::Persistent.reason().contains("restart"));
+    /// ```
+    pub fn reason(self) -> &'static str {
+        match self {
+            Capability::Persistent => {
+                "it restarts the store or kills its process and checks what survived a restart"
+            }
+            Capability::Shared => "it opens one store from several handles and processes at once",
         }
     }
 }
@@ -166,8 +186,195 @@ pub(crate) fn ensure_eq<T: PartialEq + fmt::Debug>(
     }
 }
 
+/// One scenario of the suite, as the list in the `conformance!` macro names it (see
+/// [`SCENARIOS`](crate::scenarios::SCENARIOS)).
+///
+/// ```
+/// use outbox_testkit::scenarios::SCENARIOS;
+/// let fifo = SCENARIOS.iter().find(|s| s.name == "fifo").unwrap();
+/// assert_eq!(fifo.needs, None);
+/// assert!(fifo.limit().as_secs() > 0);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    /// The name of the scenario's function in [`scenarios`](crate::scenarios) and of its test.
+    pub name: &'static str,
+    /// The capability it needs, if any.
+    pub needs: Option<Capability>,
+    /// Its wall-clock time limit, in seconds.
+    pub limit_secs: u64,
+    /// What it checks, in a line.
+    pub checks: &'static str,
+}
+
+impl Scenario {
+    /// Its wall-clock time limit, scaled by `OUTBOX_TESTKIT_TIME_SCALE` when set (a slow
+    /// machine may double every limit with `OUTBOX_TESTKIT_TIME_SCALE=2`).
+    pub fn limit(&self) -> Duration {
+        let scale = std::env::var(TIME_SCALE_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(1)
+            .max(1);
+        Duration::from_secs(self.limit_secs.saturating_mul(scale))
+    }
+}
+
+/// Environment variable that multiplies every scenario's time limit.
+pub const TIME_SCALE_ENV: &str = "OUTBOX_TESTKIT_TIME_SCALE";
+
+thread_local! {
+    static WAITING: std::cell::RefCell<Option<Arc<Mutex<String>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Notes what the running scenario waits for now, for the message if its time runs out.
+/// Scenarios call it before each wait that a broken store could make endless.
+///
+/// ```
+/// outbox_testkit::harness::waiting_for("the claimers to run out of records");
+/// ```
+pub fn waiting_for(what: impl Into<String>) {
+    WAITING.with(|w| {
+        if let Some(note) = &*w.borrow() {
+            *note.lock().unwrap_or_else(|e| e.into_inner()) = what.into();
+        }
+    });
+}
+
+/// Drives `scenario` on the current-thread `runtime` for at most `limit` of wall-clock time.
+/// Past the limit the scenario is dropped and the result is a failure naming `name` and what
+/// it last said it was waiting for (see [`waiting_for`]).
+///
+/// The limit is not a sleep: a scenario that ends sooner returns at once.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_testkit::harness::{bounded, waiting_for};
+///
+/// let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// let hung = bounded(&runtime, "hangs", Duration::from_millis(50), async {
+///     waiting_for("a reply that never comes");
+///     std::future::pending::<()>().await;
+///     Ok(outbox_testkit::Verdict::Passed)
+/// });
+/// let failure = hung.unwrap_err();
+/// assert!(failure.message().contains("hangs"));
+/// assert!(failure.message().contains("a reply that never comes"));
+/// ```
+pub fn bounded<Fut>(
+    runtime: &tokio::runtime::Runtime,
+    name: &str,
+    limit: Duration,
+    scenario: Fut,
+) -> ScenarioResult
+where
+    Fut: Future<Output = ScenarioResult>,
+{
+    let note = Arc::new(Mutex::new(String::from("the scenario to start")));
+    let previous = WAITING.with(|w| w.replace(Some(Arc::clone(&note))));
+    let expired = Arc::new(AtomicBool::new(false));
+    let waker: Arc<Mutex<Option<std::task::Waker>>> = Arc::default();
+    let (finished, finish) = std::sync::mpsc::channel::<()>();
+    let watchdog = {
+        let expired = Arc::clone(&expired);
+        let waker = Arc::clone(&waker);
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finish.recv_timeout(limit) {
+                expired.store(true, Ordering::SeqCst);
+                if let Some(waker) = waker.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    waker.wake();
+                }
+            }
+        })
+    };
+    let mut scenario = std::pin::pin!(scenario);
+    let outcome = runtime.block_on(std::future::poll_fn(|cx| {
+        if expired.load(Ordering::SeqCst) {
+            return std::task::Poll::Ready(None);
+        }
+        *waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        scenario.as_mut().poll(cx).map(Some)
+    }));
+    drop(finished);
+    let _ = watchdog.join();
+    WAITING.with(|w| w.replace(previous));
+    match outcome {
+        Some(result) => result,
+        None => {
+            let what = note.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            Err(Failure::new(format!(
+                "scenario {name} did not finish within {limit:?} (wall clock), waiting for {what}"
+            )))
+        }
+    }
+}
+
+/// Runs one listed scenario as a test; the `conformance!` macro calls this once per test.
+///
+/// With `skip` set the backend is not built: the test prints the reason and passes. Without
+/// the capability the scenario needs, the same. Otherwise it builds a current-thread runtime
+/// with time and I/O enabled (a scenario that drives the runner pauses its clock, so it never
+/// waits on the wall clock), builds the backend inside it, and runs the scenario under its
+/// time limit ([`bounded`]); a failure panics with the scenario's and the backend's names.
+pub fn run_listed<B, F, Fut>(
+    scenario: &Scenario,
+    skip: Option<String>,
+    backend: impl FnOnce() -> B,
+    run: F,
+) where
+    B: Backend,
+    F: FnOnce(Arc<B>) -> Fut,
+    Fut: Future<Output = ScenarioResult>,
+{
+    let name = scenario.name;
+    if let Some(reason) = skip {
+        eprintln!("skipped: {name} (backend skipped: {reason})");
+        return;
+    }
+    let runtime = test_runtime();
+    // Built inside the runtime's context: a backend may start tasks or timers as it is made.
+    let backend = {
+        let _context = runtime.enter();
+        Arc::new(backend())
+    };
+    let backend_name = backend.name();
+    if let Some(needs) = scenario.needs {
+        if !needs.declared_by(backend.capabilities()) {
+            eprintln!(
+                "skipped: {name} needs {needs} ({}), backend {backend_name}",
+                needs.reason()
+            );
+            return;
+        }
+    }
+    let result = bounded(&runtime, name, scenario.limit(), run(backend));
+    // A scenario cut off by its limit may leave blocking work behind; do not wait for it.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(Verdict::Passed) => {}
+        // The harness checked the listed capability; a scenario that still skips itself
+        // needs one the list does not name.
+        Ok(skipped @ Verdict::Skipped { .. }) => {
+            panic!("{name}: {skipped}, but the scenario list names no such need")
+        }
+        Err(failure) => panic!("{name} on backend {backend_name}: {failure}"),
+    }
+}
+
+fn test_runtime() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => panic!("could not build a tokio runtime for the scenario: {err}"),
+    }
+}
+
 /// Runs one scenario as a test: builds a runtime, runs the future, prints a skip and panics on a
-/// failure (with the backend's name). The `conformance!` macro calls this once per test.
+/// failure (with the backend's name). For a scenario of the list, [`run_listed`] also applies
+/// its time limit and capability.
 ///
 /// The runtime is tokio's current-thread runtime with time and I/O enabled, so a scenario that
 /// drives the runner can pause tokio's clock (`tokio::time::pause`) and never wait on the wall

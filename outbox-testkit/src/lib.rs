@@ -6,16 +6,21 @@ pub mod crash;
 pub mod files;
 pub mod harness;
 pub mod memory;
+pub mod paused;
 pub mod scenarios;
 pub mod sink;
+pub mod skip;
 
 mod macros;
 
 pub use backend::{Backend, Capabilities};
 pub use files::{FileStore, Files};
-pub use harness::{run_scenario, skip_unless, Capability, Failure, ScenarioResult, Verdict};
+pub use harness::{
+    run_scenario, skip_unless, Capability, Failure, Scenario, ScenarioResult, Verdict,
+};
 pub use memory::MemoryBackend;
+pub use paused::PausedClockStore;
 pub use sink::{Delivery, Reply, ScriptedSink};
 
-// Re-exported so scenario authors and users name the same clock as the core.
-pub use outbox_core::ManualClock;
+// Re-exported so scenario authors and users name the same clocks as the core.
+pub use outbox_core::{ManualClock, SteppedClock, TokioClock};

@@ -1,11 +1,218 @@
-//! The one-line entry point: `conformance!` expands to one test per scenario.
+//! The one-line entry point, and the one list of scenarios it and [`SCENARIOS`] come from.
+//!
+//! [`SCENARIOS`]: crate::scenarios::SCENARIOS
+
+/// The list of every scenario, the only place they are named: each line is the kind (`store`
+/// or `crash`), the name (the function in [`scenarios`](crate::scenarios) and the test), the
+/// capability it needs in parentheses, its wall-clock time limit in seconds, and what it checks
+/// (the README's table). It hands the list to [`__scenarios_expand!`] with `mode` in front.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_scenarios {
+    ($($mode:tt)*) => {
+        $crate::__scenarios_expand! { ($($mode)*)
+            store fifo () 60
+                "ids increase in enqueue order; claims take records in id order, within the limit, once";
+            store deadlines_honoured () 60
+                "claimable at the deadline and not a millisecond before, on and off whole seconds; `next_due`";
+            store groups_in_order_held_back () 60
+                "group heads only; one in flight per group; a parked head holds its group only (`held`)";
+            store due_query_ignores_backlog () 300
+                "the right due records among 100,000 not yet due, reading none of them";
+            store paging () 60
+                "`list` by `after`/`limit`/state/group; tombstone pages";
+            store payload_limit () 60
+                "one byte over the limit refuses the whole batch";
+            store ids_never_reused () 60
+                "ids keep increasing after the queue empties";
+            store claims_are_exclusive () 60
+                "concurrent claimers (one handle each when shared) never share a record";
+            store budget_rule_both_halves () 60
+                "no-answer spends nothing, backoff grows to its cap; answered failures hit the ceiling";
+            store backoff_jitter_window () 60
+                "every jittered deadline inside its window, persisted exactly";
+            store ceiling_parks_record () 60
+                "needs-attention (or tombstone with the discard ceiling), never due";
+            store retry_after_honoured () 60
+                "Retry-After seconds and dates win over the local schedule";
+            store lease_expiry_recovers () 60
+                "`expired` order; `interrupted += 1`; stale reports skipped; crash-loop guard";
+            store renew_extends_lease () 60
+                "renewal by the lease holder only";
+            store guards_skip_stale () 60
+                "failed guards are skipped, change nothing, the rest of the batch applies";
+            store manual_retry_resets_budget () 60
+                "a person's retry gives a full fresh budget";
+            store poison_at_head_does_not_block () 60
+                "`3 processed · 1 parked · 0 blocked`, claim by claim";
+            store discard_leaves_tombstone () 60
+                "tombstone fields; prune of tombstones and rejected records";
+            store stats_exact () 60
+                "every `Stats` field after a known mix, and after each change";
+            store round_applies_then_claims () 60
+                "a round's claim sees its outcomes (a delivered head frees its group, a requeued record is claimable); stale outcomes skipped";
+            store stepped_back_exact () 60
+                "exactly the records scheduled from after `now`, strict boundaries, lowest ids first, as the reference model";
+            store halt_persisted () 60
+                "`set_halt` stores the halt as given, `halt` and `stats` report it, `None` clears it";
+            store halt_survives_restart (Persistent) 60
+                "a halt, and its clearing, survive a restart";
+            store requeue_takes_its_place () 60
+                "a rejected record moves to a fresh id behind its group's queue with a fresh budget; any other record is refused";
+            store group_key_validated () 60
+                "an empty, NUL-containing or 1,025-byte group refuses the batch (`InvalidGroup`); 1,024 bytes are kept";
+            store ceiling_survives_reopen (Persistent) 60
+                "a parked record is still parked after a restart";
+            store restart_preserves_records (Persistent) 60
+                "every field of every record, tombstones, counters, id sequence";
+            store random_ops_match_reference () 300
+                "seeded random operations, compared with `outbox-memory` after every step";
+            store runner_backoff_growth_and_cap () 60
+                "through the runner: exact growth without jitter, windows with it";
+            store runner_poison_at_head () 60
+                "through the runner, batch of one";
+            store runner_retry_after () 60
+                "through the runner: a 429 asking for 120 s";
+            store runner_halt_resume () 60
+                "a 401 halts everything with no budget spent; `resume` delivers";
+            store runner_groups () 60
+                "groups in parallel, in order within, a 409 parks and holds its group";
+            store runner_manual_retry () 60
+                "a parked record retried through the handle is delivered";
+            store runner_recovers_interrupted () 60
+                "start-up recovery of a dead runner's lease; a panicking delivery is parked and the runner goes on";
+            store runner_long_delivery_keeps_lease () 60
+                "a delivery four leases long: renewed, delivered once, never counted interrupted";
+            store runner_offline_waits () 60
+                "offline means nothing is attempted; online delivers";
+            store runner_no_answer_probes () 60
+                "after a no-answer, one probe at a time on backoff, no budget spent";
+            store runner_events_follow_commits () 60
+                "on each event the store already shows the write; events in order";
+            store runner_step_back_while_waiting () 60
+                "the wall clock set back a day while a record waits: retried within its wait";
+            store runner_step_back_across_restart () 60
+                "the same across a restart: the wait it was given, counted from the start";
+            store runner_halt_survives_restart () 60
+                "a 401 halts once; the halt is persisted, a restart sends nothing until `resume`";
+            crash crash_sigkill (Persistent) 600
+                "SIGKILL at random points: no acknowledged write lost, bounded duplicates";
+            crash crash_loop_parks_record (Persistent) 300
+                "a delivery that aborts the process is parked after `max_interruptions`";
+            crash shared_runners (Shared) 300
+                "3 runner processes on one store: each record delivered once, one delivery per group at a time, groups in id order, the work shared";
+            crash killed_runner_taken_over (Shared) 300
+                "a runner process killed mid-delivery; a second one recovers its records (`interrupted == 1`) and delivers everything in group order";
+        }
+    };
+}
+
+/// Expands the scenario list of [`__with_scenarios!`] in one of two modes: `tests` (one
+/// `#[test]` per scenario, for [`conformance!`]) or `list` (the [`Scenario`](crate::Scenario)
+/// table).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scenarios_expand {
+    ((list)
+        $($kind:ident $name:ident ($($needs:ident)?) $secs:literal $checks:literal;)*
+    ) => {
+        &[$(
+            $crate::Scenario {
+                name: stringify!($name),
+                needs: $crate::__needs!($($needs)?),
+                limit_secs: $secs,
+                checks: $checks,
+            },
+        )*]
+    };
+    ((run $wanted:ident $backend:ident)
+        $($kind:ident $name:ident ($($needs:ident)?) $secs:literal $checks:literal;)*
+    ) => {{
+        $(
+            if $wanted == stringify!($name) {
+                return $crate::__run_by_kind!($kind $name $backend);
+            }
+        )*
+        None
+    }};
+    ((tests ($backend:expr) ($skip:expr))
+        $($kind:ident $name:ident ($($needs:ident)?) $secs:literal $checks:literal;)*
+    ) => {
+        $(
+            $crate::__scenario_test! { $kind $name ($backend) ($skip)
+                $crate::Scenario {
+                    name: stringify!($name),
+                    needs: $crate::__needs!($($needs)?),
+                    limit_secs: $secs,
+                    checks: $checks,
+                }
+            }
+        )*
+    };
+}
+
+/// The future of one scenario by kind, for [`run_by_name`](crate::scenarios::run_by_name):
+/// crash scenarios need a worker, so they are `None` there.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __run_by_kind {
+    (store $name:ident $backend:ident) => {
+        Some($crate::scenarios::$name($backend).await)
+    };
+    (crash $name:ident $backend:ident) => {
+        None
+    };
+}
+
+/// `Option<Capability>` from an optional capability name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __needs {
+    () => {
+        None
+    };
+    ($needs:ident) => {
+        Some($crate::Capability::$needs)
+    };
+}
+
+/// One test of [`conformance!`], by kind.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scenario_test {
+    (store $name:ident ($backend:expr) ($skip:expr) $scenario:expr) => {
+        #[test]
+        fn $name() {
+            $crate::harness::run_listed(
+                &$scenario,
+                $skip,
+                || $backend,
+                |backend| async move { $crate::scenarios::$name(&*backend).await },
+            );
+        }
+    };
+    (crash $name:ident ($backend:expr) ($skip:expr) $scenario:expr) => {
+        #[test]
+        fn $name() {
+            let worker = $crate::crash::Worker::at(module_path!(), "__outbox_testkit_worker");
+            $crate::harness::run_listed(
+                &$scenario,
+                $skip,
+                || $backend,
+                |backend| async move { $crate::scenarios::$name(&*backend, &worker).await },
+            );
+        }
+    };
+}
 
 /// Runs the whole conformance suite on a backend: one `#[test]` per scenario, named after it.
 ///
 /// Put one line in a backend crate's `tests/conformance.rs`; the argument is an expression that
-/// builds the [`Backend`](crate::Backend) (it is evaluated once per test). Scenarios that need a
-/// capability the backend does not declare still appear, pass, and print
-/// `skipped: <scenario> needs <capability>`.
+/// builds the [`Backend`](crate::Backend) (it is evaluated once per test). A scenario that
+/// needs a capability the backend does not declare still appears, passes, and prints
+/// `skipped: <scenario> needs <capability> (<why>), backend <name>`. Every scenario runs under
+/// its own wall-clock limit: one that does not finish in time fails with its name and what it
+/// was waiting for.
 ///
 /// ```
 /// // tests/conformance.rs of a backend crate
@@ -22,10 +229,34 @@
 /// # fn main() {}
 /// ```
 ///
+/// A backend that cannot run here at all (no server answers) is skipped as a whole with
+/// `skip_when = <expression>`: an `Option<String>`, evaluated in each test before the backend
+/// is built; `Some(reason)` makes every test print `skipped: <scenario> (backend skipped:
+/// <reason>)` and pass, without building the backend. [`skip::unless_reachable`] is the usual
+/// check for a server:
+///
+/// [`skip::unless_reachable`]: crate::skip::unless_reachable
+///
+/// ```
+/// outbox_testkit::conformance!(
+///     outbox_testkit::MemoryBackend::new(),
+///     skip_when = outbox_testkit::skip::unless_reachable("127.0.0.1:9", "NO_SUCH_ENV_VAR"),
+/// );
+/// # fn main() {}
+/// ```
+///
 /// The macro also generates `__outbox_testkit_worker`, the entry of the child processes of the
-/// crash scenarios; in a normal run it returns at once.
+/// crash scenarios, and `__outbox_testkit_soak`, the crash soak `cargo xtask soak` runs; in a
+/// normal run both return at once.
 #[macro_export]
 macro_rules! conformance {
+    ($module:ident => $backend:expr, skip_when = $skip:expr $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::conformance!($backend, skip_when = $skip);
+        }
+    };
     ($module:ident => $backend:expr $(,)?) => {
         mod $module {
             #[allow(unused_imports)]
@@ -33,45 +264,8 @@ macro_rules! conformance {
             $crate::conformance!($backend);
         }
     };
-    ($backend:expr $(,)?) => {
-        $crate::__conformance_tests! {
-            ($backend)
-            fifo
-            deadlines_honoured
-            groups_in_order_held_back
-            due_query_ignores_backlog
-            paging
-            payload_limit
-            ids_never_reused
-            claims_are_exclusive
-            budget_rule_both_halves
-            backoff_jitter_window
-            ceiling_parks_record
-            retry_after_honoured
-            lease_expiry_recovers
-            renew_extends_lease
-            guards_skip_stale
-            manual_retry_resets_budget
-            poison_at_head_does_not_block
-            discard_leaves_tombstone
-            stats_exact
-            ceiling_survives_reopen
-            restart_preserves_records
-            random_ops_match_reference
-            runner_backoff_growth_and_cap
-            runner_poison_at_head
-            runner_retry_after
-            runner_halt_resume
-            runner_groups
-            runner_manual_retry
-            runner_recovers_interrupted
-            runner_offline_waits
-            runner_no_answer_probes
-            runner_events_follow_commits
-            runner_step_back_while_waiting
-            runner_step_back_across_restart
-            runner_halt_survives_restart
-        }
+    ($backend:expr, skip_when = $skip:expr $(,)?) => {
+        $crate::__with_scenarios! { tests ($backend) ($skip) }
 
         /// Not a scenario: the entry of the crash scenarios' child processes. It returns at
         /// once unless the test binary was re-executed as a worker.
@@ -80,50 +274,15 @@ macro_rules! conformance {
             $crate::crash::worker_entry(|| $backend);
         }
 
-        $crate::__conformance_crash_tests! {
-            ($backend)
-            crash_sigkill
-            crash_loop_parks_record
-            shared_runners
-            killed_runner_taken_over
+        /// Not a scenario: `cargo xtask soak` runs it with `OUTBOX_TESTKIT_SOAK_KILLS` set; in
+        /// a normal run it returns at once.
+        #[test]
+        fn __outbox_testkit_soak() {
+            let worker = $crate::crash::Worker::at(module_path!(), "__outbox_testkit_worker");
+            $crate::crash::soak_entry(|| $backend, &worker);
         }
     };
-}
-
-/// Expands to one test per scenario name; used by [`conformance!`].
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __conformance_tests {
-    (($backend:expr) $($scenario:ident)*) => {
-        $(
-            #[test]
-            fn $scenario() {
-                $crate::run_scenario(
-                    || $backend,
-                    |backend| async move { $crate::scenarios::$scenario(&*backend).await },
-                );
-            }
-        )*
-    };
-}
-
-/// Expands to one test per crash scenario, each told where the worker entry test is; used by
-/// [`conformance!`].
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __conformance_crash_tests {
-    (($backend:expr) $($scenario:ident)*) => {
-        $(
-            #[test]
-            fn $scenario() {
-                let worker = $crate::crash::Worker::at(module_path!(), "__outbox_testkit_worker");
-                $crate::run_scenario(
-                    || $backend,
-                    |backend| async move {
-                        $crate::scenarios::$scenario(&*backend, &worker).await
-                    },
-                );
-            }
-        )*
+    ($backend:expr $(,)?) => {
+        $crate::conformance!($backend, skip_when = ::core::option::Option::<String>::None);
     };
 }

@@ -31,6 +31,11 @@ pub enum Reply {
     Success,
     /// The delivery panics (a bug in the user's sink).
     Panic,
+    /// 200 OK after `after` of tokio time (a slow server; instant under a paused clock).
+    Slow {
+        /// How long the delivery takes.
+        after: Duration,
+    },
 }
 
 impl Reply {
@@ -59,7 +64,7 @@ impl Reply {
             Reply::Unprocessable => http::classify(422, None),
             Reply::Unauthorized => http::classify(401, None),
             Reply::Conflict => http::classify(409, None),
-            Reply::Success => http::classify(200, None),
+            Reply::Success | Reply::Slow { .. } => http::classify(200, None),
             Reply::Panic => return None,
         })
     }
@@ -226,6 +231,9 @@ impl ScriptedSink {
             });
             reply
         };
+        if let Reply::Slow { after } = reply {
+            tokio::time::sleep(after).await;
+        }
         match reply.outcome() {
             Some(outcome) => outcome,
             None => panic!("scripted panic while delivering record {}", record.id),

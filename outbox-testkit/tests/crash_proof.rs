@@ -33,3 +33,21 @@ fn acknowledging_before_writing_is_caught_by_crash_sigkill() {
         "{failure}"
     );
 }
+
+#[test]
+fn acknowledging_before_writing_fails_the_soak_with_its_figures() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let worker = Worker::at(module_path!(), "__outbox_testkit_worker");
+    let backend = journal::JournalBackend::lossy();
+    let failure = (0..5u64).find_map(|seed| {
+        runtime
+            .block_on(outbox_testkit::crash::soak(&backend, &worker, 10, seed))
+            .err()
+    });
+    let failure = failure.expect("a store that loses acknowledged writes passed five soaks");
+    eprintln!("caught: {failure}");
+    assert!(failure.message().contains("kills "), "{failure}");
+}

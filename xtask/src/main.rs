@@ -4,9 +4,12 @@
 //!   with `INSTA_UPDATE=no` and `OUTBOX_PG_REQUIRED=1` (the same commands `.ci/run` runs).
 //! - `bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE]`: runs the
 //!   benchmarks of `benches/` and writes `BENCHMARKS.md` (see [`bench_report`]).
+//! - `soak --store sqlite|redb|postgres|journal --kills N [--seed S] [--release]`: a crash
+//!   soak of one store, N workers killed with SIGKILL (see [`soak`]).
 
 mod bench_report;
 mod json;
+mod soak;
 
 use std::process::{Command, ExitCode};
 
@@ -15,8 +18,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("bench-report") => bench_report::bench_report(&args[1..]),
+        Some("soak") => soak::soak(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask ci | bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE]");
+            eprintln!("usage: cargo xtask ci | bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE] | soak --store sqlite|redb|postgres|journal --kills N [--seed S] [--release]");
             return ExitCode::from(2);
         }
     };

@@ -23,7 +23,7 @@ use crate::error::Result;
 use crate::event::Event;
 use crate::link::LinkState;
 use crate::machine::{self, Step};
-use crate::outcome::ConflictResolver;
+use crate::outcome::{ConflictResolver, Outcome};
 use crate::policy::RetryPolicy;
 use crate::record::Millis;
 use crate::sink::Sink;
@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     pub(crate) link: Mutex<LinkState>,
     /// Bumped whenever the runner may have become settled, for `flush`.
     pub(crate) progress: watch::Sender<u64>,
+    /// Set once the runner task has ended (however it ended).
+    pub(crate) stopped: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -89,6 +91,7 @@ impl Shared {
             holding: AtomicUsize::new(0),
             link: Mutex::new(LinkState::Up),
             progress: watch::channel(0).0,
+            stopped: AtomicBool::new(false),
         }
     }
 
@@ -98,6 +101,8 @@ impl Shared {
 
     pub(crate) fn emit(&self, event: Event) {
         log_event(&event);
+        #[cfg(feature = "metrics")]
+        crate::metrics::event(&event);
         // No receiver is fine: events are for observers, the store is the truth.
         let _ = self.events.send(event);
     }
@@ -170,6 +175,18 @@ impl Shared {
             }
             rebased += count - applied.skipped.len();
         }
+    }
+}
+
+/// The class of a delivery's outcome, as spans and metrics name it.
+pub(crate) fn outcome_class(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Delivered => "delivered",
+        Outcome::NoAnswer { .. } => "no_answer",
+        Outcome::Transient { .. } => "transient",
+        Outcome::Rejected { .. } => "rejected",
+        Outcome::Halt { .. } => "halt",
+        Outcome::Conflict { .. } => "conflict",
     }
 }
 

@@ -9,21 +9,39 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use super::scheduler::{Action, Input, Io, IoDone, Notice, Now, Report, Scheduler};
-use super::{publish, Shared};
+use super::{outcome_class, publish, Shared};
 use crate::machine;
 use crate::outcome::{duration_ms, Outcome};
-use crate::record::{Millis, RecordId};
+use crate::record::{Millis, Record, RecordId};
 use crate::store::Halt;
 
+/// Marks the runner stopped however its task ends (returned or panicked), and wakes `flush`.
+struct Stopped<'a>(&'a Shared);
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        self.0.stopped.store(true, Ordering::SeqCst);
+        self.0.progress.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
 /// Runs the outbox's runner until shutdown (or the handle is dropped).
+///
+/// Tracing: each store write that claims opens an `outbox.round` span (records written,
+/// records claimed), and each delivery runs in an `outbox.deliver` span inside it (record id,
+/// group, the record's counters before this try, then the outcome and how long the sink took),
+/// both at debug level.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     mut stop: watch::Receiver<Option<Instant>>,
     mut online: Option<watch::Receiver<bool>>,
     halt: Option<Halt>,
 ) {
+    let _stopped = Stopped(&shared);
     let start = Instant::now();
     let now = || Now {
         wall: shared.now(),
@@ -47,6 +65,10 @@ pub(crate) async fn run(
     let mut deliveries: JoinSet<Outcome> = JoinSet::new();
     let mut running: HashMap<tokio::task::Id, RecordId> = HashMap::new();
     let mut stopping = stop.borrow().is_some();
+    // The span of the current round: deliveries open theirs inside it.
+    let mut round = Span::none();
+    #[cfg(feature = "metrics")]
+    let mut gauges = crate::metrics::Gauges::default();
     if let Some(grace) = *stop.borrow() {
         scheduler.handle(
             now(),
@@ -59,20 +81,21 @@ pub(crate) async fn run(
         while let Some(action) = scheduler.poll_action() {
             match action {
                 Action::Deliver(record) => {
-                    let sink = Arc::clone(&shared.sink);
-                    let resolver = Arc::clone(&shared.resolver);
-                    let timeout = shared.config.delivery_timeout;
+                    let span = tracing::debug_span!(
+                        parent: &round,
+                        "outbox.deliver",
+                        record = record.id.0,
+                        group = record.group.as_deref(),
+                        attempts = record.attempts,
+                        unanswered = record.unanswered,
+                        interrupted = record.interrupted,
+                        outcome = Empty,
+                        detail = Empty,
+                        took_ms = Empty,
+                    );
                     let id = record.id;
-                    let handle = deliveries.spawn(async move {
-                        let outcome =
-                            match tokio::time::timeout(timeout, sink.deliver(&record)).await {
-                                Ok(outcome) => outcome,
-                                Err(_) => Outcome::no_answer(format!(
-                                    "the sink did not report within {timeout:?}"
-                                )),
-                            };
-                        outcome.resolve_conflict(&record, resolver.as_ref())
-                    });
+                    let handle =
+                        deliveries.spawn(deliver(Arc::clone(&shared), record).instrument(span));
                     running.insert(handle.id(), id);
                 }
                 Action::AbortDeliveries => deliveries.abort_all(),
@@ -88,7 +111,24 @@ pub(crate) async fn run(
                 }
                 Action::Log(notice) => log(&notice),
                 Action::Io(io) => {
-                    let done = perform(&shared, io).await;
+                    let done = match &io {
+                        Io::Write {
+                            transitions,
+                            claim: Some(_),
+                        } => {
+                            round = tracing::debug_span!(
+                                "outbox.round",
+                                written = transitions.len(),
+                                claimed = Empty,
+                            );
+                            let done = perform(&shared, io).instrument(round.clone()).await;
+                            if let Ok(done) = &done {
+                                round.record("claimed", done.claimed.len());
+                            }
+                            done
+                        }
+                        _ => perform(&shared, io).await,
+                    };
                     scheduler.handle(now(), Input::Done(done));
                 }
             }
@@ -99,18 +139,27 @@ pub(crate) async fn run(
             scheduler.halt().is_some(),
             scheduler.link(),
         );
+        if scheduler.holding() == 0 {
+            // The round is over: its span closes with its last delivery's, not at the next.
+            round = Span::none();
+        }
+        #[cfg(feature = "metrics")]
+        gauges
+            .refresh(&shared, scheduler.holding() == 0, scheduler.is_finished())
+            .await;
         if scheduler.is_finished() {
             return;
         }
         let deadline = scheduler
             .poll_timeout()
             .map(|ms| start + Duration::from_millis(ms));
-        let sleep = async {
-            match deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = sleep_until(deadline);
+        // An idle runner wakes once more to read stale gauges; nothing else does.
+        #[cfg(feature = "metrics")]
+        let gauges_at = gauges.due_at().filter(|_| scheduler.holding() == 0);
+        #[cfg(not(feature = "metrics"))]
+        let gauges_at = None;
+        let gauges_due = sleep_until(gauges_at);
         let input = tokio::select! {
             Some(joined) = deliveries.join_next_with_id(), if !deliveries.is_empty() => {
                 let (task, report) = match joined {
@@ -118,30 +167,84 @@ pub(crate) async fn run(
                     Err(err) if err.is_panic() => (err.id(), Report::Panicked),
                     Err(err) => (err.id(), Report::Abandoned),
                 };
-                match running.remove(&task) {
+                #[cfg(feature = "metrics")]
+                match report {
+                    Report::Panicked => crate::metrics::attempt_ended("panicked"),
+                    Report::Abandoned => crate::metrics::attempt_ended("abandoned"),
+                    _ => {}
+                }
+                Some(match running.remove(&task) {
                     Some(id) => Input::Reported { id, report },
                     None => Input::Timer,
-                }
+                })
             }
             _ = shared.wake.notified() => {
-                if shared.resume.swap(false, Ordering::SeqCst) {
+                Some(if shared.resume.swap(false, Ordering::SeqCst) {
                     Input::Resume
                 } else {
                     Input::Wake
-                }
+                })
             }
-            is_online = online_changed(&mut online) => Input::Online(is_online),
+            is_online = online_changed(&mut online) => Some(Input::Online(is_online)),
             changed = stop.changed(), if !stopping => {
                 stopping = true;
                 let grace = match changed {
                     Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
                     Err(_) => Instant::now(),
                 };
-                Input::Shutdown { grace: mono(start, grace) }
+                Some(Input::Shutdown { grace: mono(start, grace) })
             }
-            _ = sleep => Input::Timer,
+            _ = sleep => Some(Input::Timer),
+            _ = gauges_due => None,
         };
-        scheduler.handle(now(), input);
+        if let Some(input) = input {
+            #[cfg(feature = "metrics")]
+            gauges.touched();
+            scheduler.handle(now(), input);
+        }
+    }
+}
+
+/// One delivery, in its own task and span: the sink within the delivery timeout, then the
+/// conflict resolver.
+async fn deliver(shared: Arc<Shared>, record: Record) -> Outcome {
+    let timeout = shared.config.delivery_timeout;
+    let started = Instant::now();
+    let outcome = match tokio::time::timeout(timeout, shared.sink.deliver(&record)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::no_answer(format!("the sink did not report within {timeout:?}")),
+    };
+    let took = started.elapsed();
+    let span = Span::current();
+    span.record("outcome", outcome_class(&outcome));
+    span.record("took_ms", duration_ms(took));
+    match &outcome {
+        Outcome::Delivered => {}
+        Outcome::NoAnswer { error } | Outcome::Transient { error, .. } => {
+            span.record("detail", error.as_str());
+        }
+        Outcome::Rejected { reason } | Outcome::Halt { reason } => {
+            span.record("detail", reason.as_str());
+        }
+        Outcome::Conflict { detail } => {
+            span.record("detail", detail.as_str());
+        }
+    }
+    #[cfg(feature = "metrics")]
+    crate::metrics::attempt(&outcome, took);
+    let outcome = outcome.resolve_conflict(&record, shared.resolver.as_ref());
+    #[cfg(feature = "metrics")]
+    if outcome == Outcome::Delivered {
+        crate::metrics::delivered_after(shared.now().saturating_sub(record.created_at));
+    }
+    outcome
+}
+
+/// Sleeps until `at`, or for ever.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -29,6 +29,8 @@ pub(super) struct Ledger {
     /// killed: the redeliveries a kill excuses. The runner writes a round's outcomes together,
     /// so one kill can lose the outcomes of a whole round.
     lost: BTreeMap<u64, usize>,
+    /// Deliveries that carried a key other than the one the record was enqueued with.
+    wrong_keys: Vec<String>,
 }
 
 impl Ledger {
@@ -67,8 +69,14 @@ impl Ledger {
                 (Some("parked"), _) => {
                     self.parked.insert(id);
                 }
-                (Some("sink"), Some("ok")) => *self.sink_ok.entry(id).or_default() += 1,
-                (Some("sink"), Some("503")) => *self.sink_503.entry(id).or_default() += 1,
+                (Some("sink"), Some("ok")) => {
+                    *self.sink_ok.entry(id).or_default() += 1;
+                    self.check_key(id, word(3));
+                }
+                (Some("sink"), Some("503")) => {
+                    *self.sink_503.entry(id).or_default() += 1;
+                    self.check_key(id, word(3));
+                }
                 (Some("scheduled"), Some(at)) => {
                     if let Ok(at) = at.parse::<Millis>() {
                         let latest = self.deadline.entry(id).or_default();
@@ -83,8 +91,38 @@ impl Ledger {
         }
     }
 
+    /// Notes a delivery whose key is not the one its record was enqueued with (a redelivery
+    /// must carry the same key, or the server cannot drop the duplicate).
+    fn check_key(&mut self, id: u64, key: Option<&str>) {
+        if let (Some(enqueued), Some(key)) = (self.enqueued.get(&id), key) {
+            if enqueued != key {
+                self.wrong_keys.push(format!(
+                    "record {id} delivered with key {key}, enqueued with {enqueued}"
+                ));
+            }
+        }
+    }
+
+    /// The figures of a soak so far: acknowledged enqueues, acknowledged deliveries, extra
+    /// deliveries at the sink, and acknowledged enqueues that are neither queued nor were
+    /// ever delivered (lost).
+    pub(super) async fn tally(
+        &self,
+        store: &dyn outbox_core::Store,
+    ) -> Result<(usize, usize, usize, usize), Failure> {
+        let mut lost = 0;
+        for &id in self.enqueued.keys() {
+            if store.get(RecordId(id)).await?.is_none() && !self.sink_ok.contains_key(&id) {
+                lost += 1;
+            }
+        }
+        let duplicates = self.sink_ok.values().map(|n| n - 1).sum();
+        Ok((self.enqueued.len(), self.delivered.len(), duplicates, lost))
+    }
+
     /// Checks the store against every acknowledged fact.
     pub(super) async fn check(&self, store: &dyn outbox_core::Store) -> Result<(), Failure> {
+        ensure(self.wrong_keys.is_empty(), || self.wrong_keys.join("\n"))?;
         for (&id, key) in &self.enqueued {
             match store.get(RecordId(id)).await? {
                 Some(record) => ensure_eq(&record.key, key, format!("record {id}'s key"))?,

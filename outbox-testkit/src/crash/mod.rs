@@ -26,6 +26,7 @@ pub use shared::{
     shared_runners_seeded,
 };
 pub use worker::worker_entry;
+
 use worker::{worker_policy, RECORDS};
 
 /// Selects the worker role in a re-executed test binary.
@@ -182,11 +183,19 @@ fn run_child_until(
     let _stdin = child.stdin.take();
     let mut run = Run::default();
     let stderr_reader = read_stderr(&mut child);
+    let stdout = child.stdout.take();
+    let child = std::sync::Arc::new(std::sync::Mutex::new(child));
+    let (watchdog, timed_out) = watch_child(&child, role);
+    let kill_now = || {
+        // `Child::kill` sends SIGKILL on Unix: no destructor, no flush, no goodbye.
+        let _ = child.lock().unwrap_or_else(|e| e.into_inner()).kill();
+    };
     if kill(&run.lines) {
-        let _ = child.kill();
+        kill_now();
         run.killed = true;
     }
-    if let Some(stdout) = child.stdout.take() {
+    if let Some(stdout) = stdout {
+        crate::harness::waiting_for(format!("the {role} worker's ledger"));
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             let Some(words) = ledger_words(&line) else {
@@ -194,15 +203,46 @@ fn run_child_until(
             };
             run.lines.push(words);
             if !run.killed && kill(&run.lines) {
-                // `Child::kill` sends SIGKILL on Unix: no destructor, no flush, no goodbye.
-                let _ = child.kill();
+                kill_now();
                 run.killed = true;
             }
         }
     }
-    let _ = child.wait();
+    let _ = child.lock().unwrap_or_else(|e| e.into_inner()).wait();
+    drop(watchdog);
     run.stderr = stderr_reader.join().unwrap_or_default();
+    if timed_out.join().unwrap_or(false) {
+        return Err(Failure::new(format!(
+            "the {role} worker did not finish within {CHILD_LIMIT:?} (wall clock); it printed {} \
+             ledger lines; its stderr:\n{}",
+            run.lines.len(),
+            run.stderr
+        )));
+    }
     Ok(run)
+}
+
+/// The longest one worker process may run before it is killed and the scenario fails.
+const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Kills `child` if it still runs after [`CHILD_LIMIT`]; dropping the returned sender ends
+/// the watch, and the thread says whether it had to kill.
+fn watch_child(
+    child: &std::sync::Arc<std::sync::Mutex<Child>>,
+    role: &str,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let child = std::sync::Arc::clone(child);
+    let role = role.to_owned();
+    let thread = std::thread::spawn(move || match wait.recv_timeout(CHILD_LIMIT) {
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            eprintln!("the {role} worker ran past {CHILD_LIMIT:?}: killing it");
+            let _ = child.lock().unwrap_or_else(|e| e.into_inner()).kill();
+            true
+        }
+        _ => false,
+    });
+    (done, thread)
 }
 
 /// Reads the child's stderr to its end on a thread of its own, so a full pipe never stalls it.
@@ -301,6 +341,136 @@ pub async fn crash_sigkill_seeded(
     })?;
     let store = backend.open(&location).await?;
     ledger.check_drained(&*store, kills).await
+}
+
+/// Environment variable that turns the generated `__outbox_testkit_soak` test into a soak of
+/// that many kills (see [`soak_entry`]); `cargo xtask soak` sets it.
+pub const SOAK_KILLS_ENV: &str = "OUTBOX_TESTKIT_SOAK_KILLS";
+
+/// The figures of a crash soak.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SoakReport {
+    /// Workers killed with SIGKILL.
+    pub kills: usize,
+    /// Enqueues the workers acknowledged.
+    pub acknowledged: usize,
+    /// Deliveries the workers acknowledged (the outcome committed).
+    pub delivered: usize,
+    /// Deliveries the sink saw beyond the first of each record (each after a kill lost the
+    /// outcome of the one before, and each with the record's key).
+    pub duplicates: usize,
+    /// Acknowledged enqueues neither queued nor ever delivered.
+    pub lost: usize,
+    /// The soak's seed.
+    pub seed: u64,
+}
+
+impl std::fmt::Display for SoakReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "kills {} · acknowledged {} · delivered {} · duplicates {} · lost {} (seed {})",
+            self.kills, self.acknowledged, self.delivered, self.duplicates, self.lost, self.seed
+        )
+    }
+}
+
+/// A crash soak: `kills` drain workers (each enqueuing and delivering) killed with SIGKILL at
+/// seeded random points, then one that runs to the end; after every restart the reopened store
+/// is checked against everything acknowledged so far (no acknowledged enqueue lost, nothing
+/// acknowledged as delivered still queued, attempts and deadlines as acknowledged, every
+/// delivery with its record's key), and at the end the queue is drained with each duplicate
+/// excused by a kill. Fails at the first breach, with the figures so far.
+pub async fn soak(
+    backend: &dyn Backend,
+    worker: &Worker,
+    kills: usize,
+    seed: u64,
+) -> Result<SoakReport, Failure> {
+    let location = backend.create().await?;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut ledger = Ledger::default();
+    let mut report = SoakReport {
+        seed,
+        ..SoakReport::default()
+    };
+    for round in 0..=kills as u64 {
+        let last = round == kills as u64;
+        let kill_after = (!last).then(|| rng.usize(0..RECORDS * 4));
+        let (w, l) = (worker.clone(), location.clone());
+        let run =
+            tokio::task::spawn_blocking(move || run_child(&w, DRAIN, &l, round, true, kill_after))
+                .await
+                .map_err(|e| Failure::new(format!("worker thread: {e}")))??;
+        report.kills += usize::from(run.killed);
+        ledger.read(&run);
+        let store = backend.open(&location).await?;
+        let (acknowledged, delivered, duplicates, lost) = ledger.tally(&*store).await?;
+        report.acknowledged = acknowledged;
+        report.delivered = delivered;
+        report.duplicates = duplicates;
+        report.lost = lost;
+        let checked = if last {
+            ensure(run.finished(), || {
+                format!(
+                    "the last worker did not finish; its stderr:\n{}",
+                    run.stderr
+                )
+            })
+        } else {
+            Ok(())
+        };
+        checked.and(ledger.check(&*store).await).map_err(|f| {
+            f.context(format!(
+                "after worker {round} (killed: {}); {report}",
+                run.killed
+            ))
+        })?;
+        if last {
+            ledger
+                .check_drained(&*store, report.kills)
+                .await
+                .map_err(|f| f.context(format!("at the end; {report}")))?;
+        }
+    }
+    Ok(report)
+}
+
+/// The entry of the soak test the macro generates (`__outbox_testkit_soak`): returns at once
+/// unless [`SOAK_KILLS_ENV`] is set, then soaks the backend with that many kills (the seed
+/// from `OUTBOX_TESTKIT_SEED`, or a random one), prints the figures and fails on a breach.
+pub fn soak_entry<B: Backend>(backend: impl FnOnce() -> B, worker: &Worker) {
+    let Ok(kills) = std::env::var(SOAK_KILLS_ENV) else {
+        return;
+    };
+    let kills: usize = match kills.trim().parse() {
+        Ok(kills) => kills,
+        Err(err) => panic!("{SOAK_KILLS_ENV}={kills:?} is not a number: {err}"),
+    };
+    let seed = match crate::scenarios::seed_from_env() {
+        Ok(seed) => seed,
+        Err(failure) => panic!("{failure}"),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => panic!("no tokio runtime for the soak: {err}"),
+    };
+    let backend = {
+        let _context = runtime.enter();
+        backend()
+    };
+    let started = std::time::Instant::now();
+    match runtime.block_on(soak(&backend, worker, kills, seed)) {
+        Ok(report) => eprintln!(
+            "soak {}: {report}; {:.1} s",
+            backend.name(),
+            started.elapsed().as_secs_f64()
+        ),
+        Err(failure) => panic!("soak {} failed: {failure}", backend.name()),
+    }
 }
 
 /// The crash-loop guard across processes: a record whose delivery aborts the process every

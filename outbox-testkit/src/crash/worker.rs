@@ -87,11 +87,12 @@ impl Sink for WorkerSink {
             ledger(format_args!("sink {id} abort"));
             std::process::abort();
         }
+        let key = &record.key;
         if record.payload.starts_with(b"poison") || (id.is_multiple_of(5) && record.attempts == 0) {
-            ledger(format_args!("sink {id} 503"));
+            ledger(format_args!("sink {id} 503 {key}"));
             return outbox_core::http::classify(503, None);
         }
-        ledger(format_args!("sink {id} ok"));
+        ledger(format_args!("sink {id} ok {key}"));
         Outcome::Delivered
     }
 }

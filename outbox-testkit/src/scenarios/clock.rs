@@ -12,11 +12,11 @@ use outbox_core::{
 };
 use tokio::time::Instant;
 
-use super::paused::PausedClockStore;
 use super::runner::pause_time;
 use super::{get, T0};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure, ScenarioResult, Verdict};
+use crate::paused::PausedClockStore;
 
 const DAY: Duration = Duration::from_secs(86_400);
 

@@ -33,8 +33,10 @@ pub(super) async fn claim_one(
 pub async fn budget_rule_both_halves(backend: &dyn Backend) -> ScenarioResult {
     let (_, store) = fresh(backend).await?;
     let store = &*store;
-    let id = enqueue(store, T0, vec![rec("r")]).await?[0];
-    let mut now = T0;
+    // Off a whole second, so a store that keeps deadlines in seconds shows.
+    let start = T0 + 123;
+    let id = enqueue(store, start, vec![rec("r")]).await?[0];
+    let mut now = start;
     // Backoff from 1 s doubling, capped at 60 s (no jitter).
     let expected_delays = [1, 2, 4, 8, 16, 32, 60, 60, 60];
     for (n, delay_s) in expected_delays.iter().enumerate() {
@@ -224,21 +226,23 @@ pub async fn ceiling_parks_record(backend: &dyn Backend) -> ScenarioResult {
 pub async fn retry_after_honoured(backend: &dyn Backend) -> ScenarioResult {
     let (_, store) = fresh(backend).await?;
     let store = &*store;
+    // Reports off whole seconds, so a store that keeps deadlines in seconds shows.
+    let at = T0 + 250;
     let id = enqueue(store, T0, vec![rec("r")]).await?[0];
-    let record = claim_one(store, id, T0, 1).await?;
+    let record = claim_one(store, id, at, 1).await?;
     let seconds = Some(RetryAfter::Delay(Duration::from_secs(30)));
-    report(store, &record, Outcome::transient("HTTP 429", seconds), T0).await?;
+    report(store, &record, Outcome::transient("HTTP 429", seconds), at).await?;
     ensure_eq(
         get(store, id).await?.next_attempt_at,
-        Some(T0 + 30_000),
+        Some(at + 30_000),
         "Retry-After: 30",
     )?;
     ensure_eq(
-        claim(store, T0 + 29_999, 10, 2).await?.len(),
+        claim(store, at + 29_999, 10, 2).await?.len(),
         0,
         "not due before Retry-After",
     )?;
-    let now = T0 + 30_000;
+    let now = at + 30_000;
     let record = claim_one(store, id, now, 3).await?;
     // A date is spread by up to 5 % so a fleet told one instant does not return in it.
     let date = Some(RetryAfter::At(now + 45_000));

@@ -23,15 +23,15 @@ use outbox_core::{
 };
 
 use crate::backend::Backend;
-use crate::harness::{ensure, ensure_eq, Failure};
+use crate::harness::{ensure, ensure_eq, Failure, Scenario, ScenarioResult};
 
 mod clock;
+mod contract;
 mod events;
 mod leases;
 mod lifecycle;
 mod link;
 mod model;
-mod paused;
 mod queue;
 mod restart;
 mod runner;
@@ -39,6 +39,10 @@ mod stats;
 
 pub use clock::{
     runner_halt_survives_restart, runner_step_back_across_restart, runner_step_back_while_waiting,
+};
+pub use contract::{
+    group_key_validated, halt_persisted, halt_survives_restart, requeue_takes_its_place,
+    round_applies_then_claims, stepped_back_exact,
 };
 pub use events::runner_events_follow_commits;
 pub use leases::{guards_skip_stale, lease_expiry_recovers, renew_extends_lease};
@@ -54,8 +58,9 @@ pub use queue::{
 };
 pub use restart::{ceiling_survives_reopen, restart_preserves_records};
 pub use runner::{
-    runner_backoff_growth_and_cap, runner_groups, runner_halt_resume, runner_manual_retry,
-    runner_poison_at_head, runner_recovers_interrupted, runner_retry_after,
+    runner_backoff_growth_and_cap, runner_groups, runner_halt_resume,
+    runner_long_delivery_keeps_lease, runner_manual_retry, runner_poison_at_head,
+    runner_recovers_interrupted, runner_retry_after,
 };
 pub use stats::stats_exact;
 
@@ -63,48 +68,9 @@ pub use crate::crash::{
     crash_loop_parks_record, crash_sigkill, killed_runner_taken_over, shared_runners,
 };
 
-/// The name of every scenario, as `conformance!` names its tests.
-pub const SCENARIOS: &[&str] = &[
-    "fifo",
-    "deadlines_honoured",
-    "groups_in_order_held_back",
-    "due_query_ignores_backlog",
-    "paging",
-    "payload_limit",
-    "ids_never_reused",
-    "claims_are_exclusive",
-    "budget_rule_both_halves",
-    "backoff_jitter_window",
-    "ceiling_parks_record",
-    "retry_after_honoured",
-    "lease_expiry_recovers",
-    "renew_extends_lease",
-    "guards_skip_stale",
-    "manual_retry_resets_budget",
-    "poison_at_head_does_not_block",
-    "discard_leaves_tombstone",
-    "stats_exact",
-    "ceiling_survives_reopen",
-    "restart_preserves_records",
-    "random_ops_match_reference",
-    "runner_backoff_growth_and_cap",
-    "runner_poison_at_head",
-    "runner_retry_after",
-    "runner_halt_resume",
-    "runner_groups",
-    "runner_manual_retry",
-    "runner_recovers_interrupted",
-    "runner_offline_waits",
-    "runner_no_answer_probes",
-    "runner_events_follow_commits",
-    "runner_step_back_while_waiting",
-    "runner_step_back_across_restart",
-    "runner_halt_survives_restart",
-    "crash_sigkill",
-    "crash_loop_parks_record",
-    "shared_runners",
-    "killed_runner_taken_over",
-];
+/// Every scenario, in the order `conformance!` runs them: the list in the macro, the only
+/// place scenarios are named. The README's table is made from it.
+pub const SCENARIOS: &[Scenario] = crate::__with_scenarios!(list);
 
 /// A realistic wall-clock base for scenarios: 2023-11-14, in milliseconds.
 pub const T0: Millis = 1_700_000_000_000;
@@ -250,35 +216,70 @@ pub(crate) async fn all_tombstones(store: &dyn Store) -> Result<Vec<Tombstone>, 
     }
 }
 
+/// Runs the store-level scenario named `name` (every scenario but the crash scenarios, which
+/// need a worker process) on `backend`; `None` for a crash scenario or an unknown name.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use outbox_testkit::{scenarios, MemoryBackend, Verdict};
+/// let verdict = scenarios::run_by_name("fifo", &MemoryBackend::new()).await;
+/// assert_eq!(verdict, Some(Ok(Verdict::Passed)));
+/// assert_eq!(scenarios::run_by_name("crash_sigkill", &MemoryBackend::new()).await, None);
+/// # }
+/// ```
+pub async fn run_by_name(name: &str, backend: &dyn Backend) -> Option<ScenarioResult> {
+    crate::__with_scenarios!(run name backend)
+}
+
+/// The README's table of scenarios, made from [`SCENARIOS`].
+pub fn readme_table() -> String {
+    let mut table = String::from("| scenario | needs | limit | checks |\n|---|---|---|---|\n");
+    for s in SCENARIOS {
+        let needs = s.needs.map(|n| n.to_string()).unwrap_or_default();
+        table.push_str(&format!(
+            "| `{}` | {needs} | {} s | {} |\n",
+            s.name, s.limit_secs, s.checks
+        ));
+    }
+    table
+}
+
 #[cfg(test)]
 mod tests {
-    use super::SCENARIOS;
+    use super::{readme_table, SCENARIOS};
 
-    // The macro, the README table and this list must not drift apart: a scenario missing from
-    // the macro would silently never run on any backend.
+    const BEGIN: &str =
+        "<!-- scenarios: made from SCENARIOS; OUTBOX_TESTKIT_BLESS=1 rewrites it -->\n";
+    const END: &str = "<!-- /scenarios -->";
+
+    // The README's table is made from the list; a changed list shows here, and
+    // `OUTBOX_TESTKIT_BLESS=1 cargo test -p outbox-testkit --lib` writes the new table.
     #[test]
-    fn every_scenario_is_in_the_macro_and_the_readme() {
-        let macros = include_str!("../macros.rs");
-        let readme = include_str!("../../README.md");
-        for name in SCENARIOS {
-            assert!(
-                macros.lines().any(|l| l.trim() == *name),
-                "{name} is not in conformance!"
-            );
-            assert!(
-                readme.contains(&format!("`{name}`")),
-                "{name} is not in the README"
-            );
+    fn the_readme_table_is_made_from_the_list() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let start = readme.find(BEGIN).expect("README has the scenarios marker") + BEGIN.len();
+        let end = start
+            + readme[start..]
+                .find(END)
+                .expect("README has the end marker");
+        let table = readme_table();
+        if readme[start..end] != table {
+            if std::env::var_os("OUTBOX_TESTKIT_BLESS").is_some() {
+                let updated = format!("{}{table}{}", &readme[..start], &readme[end..]);
+                std::fs::write(path, updated).unwrap();
+            } else {
+                panic!("the README's scenario table is stale; the list makes:\n{table}");
+            }
         }
-        let in_macro = macros
-            .lines()
-            .filter(|l| l.starts_with("            ") && !l.trim().contains(' '))
-            .filter(|l| l.trim().chars().all(|c| c.is_ascii_lowercase() || c == '_'))
-            .count();
-        assert_eq!(
-            in_macro,
-            SCENARIOS.len(),
-            "the macro lists a scenario SCENARIOS lacks"
-        );
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), SCENARIOS.len());
     }
 }

@@ -23,8 +23,8 @@ pub const SEED_ENV: &str = "OUTBOX_TESTKIT_SEED";
 pub const DEFAULT_STEPS: usize = 300;
 
 /// Randomized operation sequences: enqueue, claim, report every kind of outcome, stale
-/// reports, renew, lease recovery, a person's retry and discard, prune, the clamp query, time
-/// moving and (for persistent backends, with nothing in flight) restarts, run on the backend
+/// reports, rounds (outcomes and a claim in one call), renew, lease recovery, a person's
+/// retry, discard and requeue, the halt set and cleared, prune, `stepped_back`, time moving and (for persistent backends, with nothing in flight) restarts, run on the backend
 /// and on the reference model with the results and the whole contents compared after every
 /// step.
 ///
@@ -132,6 +132,9 @@ impl Model {
                 same(b, r, "stepped_back")?;
                 Ok(format!("stepped_back({at}, {limit})"))
             }
+            86..=88 => self.round().await,
+            89 => self.halt().await,
+            90 | 91 => self.requeue().await,
             _ => {
                 let by = if self.rng.u8(0..10) == 0 {
                     self.rng.u64(0..100_000)
@@ -229,6 +232,80 @@ impl Model {
         let step = machine::on_outcome(&record, &outcome, &self.policy, self.now, &mut self.rng);
         let what = self.apply_both(vec![step.transition]).await?;
         Ok(format!("report {outcome:?}: {what}"))
+    }
+
+    /// A runner's round: outcomes for up to three records in flight (one maybe stale), then
+    /// a claim or none.
+    async fn round(&mut self) -> Result<String, Failure> {
+        let in_flight = self
+            .reference
+            .list(&ListQuery::new(1_000).state(State::InFlight))
+            .await?;
+        let mut outcomes = Vec::new();
+        for record in in_flight.iter().take(self.rng.usize(0..4)) {
+            let outcome = self.outcome();
+            let mut step =
+                machine::on_outcome(record, &outcome, &self.policy, self.now, &mut self.rng);
+            if self.rng.u8(0..8) == 0 {
+                step.transition.guard = outbox_core::Guard::Lease(self.token + 1_000);
+            }
+            outcomes.push(step.transition);
+        }
+        let claim = if self.rng.u8(0..4) == 0 {
+            None
+        } else {
+            self.token += 1;
+            Some(Claim {
+                now: self.now,
+                limit: self.rng.usize(1..6),
+                lease: Lease {
+                    token: self.token,
+                    until: self.now + self.rng.u64(1..60_000),
+                },
+            })
+        };
+        let what = format!("round({outcomes:?}, {claim:?})");
+        let b = self.store.round(outcomes.clone(), claim).await?;
+        let r = self.reference.round(outcomes, claim).await?;
+        same(b, r, "round")?;
+        Ok(what)
+    }
+
+    /// The runner halts or resumes.
+    async fn halt(&mut self) -> Result<String, Failure> {
+        let halt = self.rng.bool().then(|| outbox_core::Halt {
+            reason: format!("HTTP 401 #{}", self.rng.u32(..)),
+            since: self.now,
+        });
+        let what = format!("set_halt({halt:?})");
+        self.store.set_halt(halt.clone()).await?;
+        self.reference.set_halt(halt).await?;
+        same(
+            self.store.halt().await?,
+            self.reference.halt().await?,
+            "halt",
+        )?;
+        Ok(what)
+    }
+
+    /// A person requeues a rejected record (or, now and then, tries one that is not).
+    async fn requeue(&mut self) -> Result<String, Failure> {
+        let query = if self.rng.u8(0..4) == 0 {
+            ListQuery::new(1_000)
+        } else {
+            ListQuery::new(1_000).state(State::Rejected)
+        };
+        let Some(record) = self.pick(query).await? else {
+            return Ok("requeue: no candidate".into());
+        };
+        let transition = Transition {
+            id: record.id,
+            guard: outbox_core::Guard::Idle,
+            change: outbox_core::Change::Requeue {
+                at: self.now + self.rng.u64(0..5_000),
+            },
+        };
+        self.apply_both(vec![transition]).await
     }
 
     async fn stale_report(&mut self) -> Result<String, Failure> {

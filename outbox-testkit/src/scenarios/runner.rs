@@ -2,23 +2,23 @@
 //! and tokio's paused clock, so minutes of backoff pass in no wall-clock time.
 //!
 //! These scenarios need a current-thread runtime (the `conformance!` tests build one) and
-//! pause its clock. Every store call runs on tokio's blocking pool, which holds the paused clock
-//! still while the backend works (see `paused.rs`).
+//! pause its clock. Each store call holds the paused clock still while the backend works (see
+//! [`PausedClockStore`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_core::{
-    async_trait, Backoff, Event, Jitter, Millis, NewRecord, Outbox, Outcome, Record, RecordId,
-    RetryPolicy, RunnerConfig, Sink, State, Stats, Store, TokioClock,
+    async_trait, Backoff, Clock, Event, Jitter, Millis, NewRecord, Outbox, Outcome, Record,
+    RecordId, RetryPolicy, RunnerConfig, Sink, State, Stats, Store, TokioClock,
 };
 use tokio::sync::broadcast;
 
-use super::paused::PausedClockStore;
 use super::{fresh, get, rec, rec_in, T0};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure, ScenarioResult, Verdict};
+use crate::paused::PausedClockStore;
 use crate::sink::{Reply, ScriptedSink};
 
 /// How long (on the paused clock) a scenario waits for the runner to reach a state.
@@ -124,6 +124,7 @@ impl Rig {
         what: &str,
         done: impl Fn(&Stats) -> bool,
     ) -> Result<Stats, Failure> {
+        crate::harness::waiting_for(format!("the runner: {what}"));
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             while let Ok(event) = self.events.try_recv() {
@@ -151,6 +152,7 @@ impl Rig {
         what: &str,
         wanted: impl Fn(&Event) -> bool,
     ) -> Result<(), Failure> {
+        crate::harness::waiting_for(format!("an event: {what}"));
         let deadline = tokio::time::Instant::now() + PATIENCE;
         while !self.seen.iter().any(&wanted) {
             match tokio::time::timeout_at(deadline, self.events.recv()).await {
@@ -507,7 +509,7 @@ pub async fn runner_manual_retry(backend: &dyn Backend) -> ScenarioResult {
 
 /// Recovery at start and the in-process crash-loop guard: a record left in flight by a dead
 /// runner is recovered at start (`interrupted += 1`) and delivered; a record whose delivery
-/// panics every time is parked after `max_interruptions`.
+/// panics every time is parked after `max_interruptions`, and the runner goes on delivering.
 pub async fn runner_recovers_interrupted(backend: &dyn Backend) -> ScenarioResult {
     pause_time()?;
     let store = fresh_paused(backend).await?;
@@ -559,6 +561,70 @@ pub async fn runner_recovers_interrupted(backend: &dyn Backend) -> ScenarioResul
         "a delivery that panics every time is parked after max_interruptions",
     )?;
     ensure_eq(sink.deliveries_of(ids[1]).len(), 3, "three tries")?;
+    // The panics did not kill the runner: a record enqueued after them is delivered.
+    let after = enqueue(&rig, vec![rec("after")]).await?;
+    rig.until("a record enqueued after the panics delivered", |s| {
+        s.delivered == 2
+    })
+    .await?;
+    ensure_eq(
+        sink.deliveries_of(after[0]).len(),
+        1,
+        "the runner survives a panicking sink",
+    )?;
+    rig.stop().await?;
+    Ok(Verdict::Passed)
+}
+
+/// A delivery that outlasts its lease: the runner renews the lease while the sink works, so
+/// the lease never runs out under it; the record is delivered once and never counted as
+/// interrupted, while a quick record beside it goes on.
+pub async fn runner_long_delivery_keeps_lease(backend: &dyn Backend) -> ScenarioResult {
+    let (store, clock, sink) = paused_setup(backend).await?;
+    let lease = RunnerConfig::default().lease;
+    sink.script_payload(b"slow".to_vec(), [Reply::Slow { after: lease * 4 }]);
+    let config = RunnerConfig {
+        delivery_timeout: lease * 10,
+        ..config(32, 4)
+    };
+    let mut rig = Rig::start(
+        store.clone(),
+        sink.clone(),
+        clock,
+        policy(Jitter::None, 3),
+        config,
+    )
+    .await?;
+    let ids = enqueue(&rig, vec![rec("slow"), rec("quick")]).await?;
+    let (started, slow_id) = (sink.clone(), ids[0]);
+    rig.until("the slow delivery to start", move |_| {
+        !started.deliveries_of(slow_id).is_empty()
+    })
+    .await?;
+    // Two leases into the delivery, another runner looking for expired leases finds none.
+    tokio::time::sleep(lease * 2).await;
+    let now = clock.now();
+    let expired = store.expired(now, 10).await?;
+    ensure(expired.is_empty(), || {
+        format!("two leases into a delivery its lease must have been renewed, yet at {now} these are expired: {expired:?}")
+    })?;
+    let stats = rig
+        .until("the slow and the quick record delivered", |s| {
+            s.delivered == 2
+        })
+        .await?;
+    let slow = sink.deliveries_of(ids[0]);
+    ensure_eq(
+        slow.len(),
+        1,
+        "the slow record is delivered once: its lease was renewed, never taken over",
+    )?;
+    ensure_eq(slow[0].interrupted, 0, "never counted as interrupted")?;
+    ensure_eq(
+        (stats.in_flight, stats.retrying, stats.needs_attention),
+        (0, 0, 0),
+        "nothing left",
+    )?;
     rig.stop().await?;
     Ok(Verdict::Passed)
 }

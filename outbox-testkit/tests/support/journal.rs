@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Error, Guard, Lease, ListQuery, Millis, NewRecord, Progress, Record,
-    RecordId, Result, State, Stats, Store, Tombstone, Transition,
+    Applied, Change, Claim, Error, Guard, Halt, Lease, Millis, NewRecord, Progress, Record,
+    RecordId, Result, Round, State, Store, StoreLayer, Transition,
 };
 use outbox_memory::MemoryStore;
 use outbox_testkit::{Backend, Capabilities};
@@ -26,6 +26,8 @@ pub(crate) struct JournalBackend {
     dir: PathBuf,
     /// Writes acknowledged but not yet in the file, at most; 0 for a sound journal.
     lag: usize,
+    /// Writes updates without their `interrupted` count (a column left out of an UPDATE).
+    forgets_interrupted: bool,
 }
 
 impl JournalBackend {
@@ -39,13 +41,24 @@ impl JournalBackend {
         Self::with_lag(8)
     }
 
+    /// A journal whose updates never change a record's `interrupted` count.
+    pub(crate) fn forgets_interrupted() -> Self {
+        let mut backend = Self::new();
+        backend.forgets_interrupted = true;
+        backend
+    }
+
     fn with_lag(lag: usize) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "outbox-testkit-journal-{}-{}",
             std::process::id(),
             fastrand::u64(..)
         ));
-        JournalBackend { dir, lag }
+        JournalBackend {
+            dir,
+            lag,
+            forgets_interrupted: false,
+        }
     }
 }
 
@@ -156,6 +169,35 @@ fn decode_transition(text: &str) -> Option<Transition> {
     Some(Transition { id, guard, change })
 }
 
+fn encode_claim(claim: &Claim) -> String {
+    format!(
+        "{},{},{},{}",
+        claim.now, claim.limit, claim.lease.token, claim.lease.until
+    )
+}
+
+fn decode_claim(text: &str) -> Option<Claim> {
+    let n: Vec<u64> = text
+        .split(',')
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    Some(Claim {
+        now: *n.first()?,
+        limit: usize::try_from(*n.get(1)?).ok()?,
+        lease: Lease {
+            token: *n.get(2)?,
+            until: *n.get(3)?,
+        },
+    })
+}
+
+fn encode_transitions(line: &mut String, transitions: &[Transition]) {
+    for t in transitions {
+        line.push(' ');
+        line.push_str(&encode_transition(t));
+    }
+}
+
 /// Replays one journal line onto `store`; `None` for a line that does not parse (a torn write).
 async fn replay(store: &MemoryStore, line: &str) -> Option<()> {
     let fields: Vec<&str> = line.split(' ').collect();
@@ -174,19 +216,28 @@ async fn replay(store: &MemoryStore, line: &str) -> Option<()> {
             store.enqueue(batch, now).await.ok()?;
         }
         "C" => {
-            let n: Vec<u64> = fields[1..5]
-                .iter()
-                .map(|f| f.parse().ok())
-                .collect::<Option<_>>()?;
-            let claim = Claim {
-                now: n[0],
-                limit: usize::try_from(n[1]).ok()?,
-                lease: Lease {
-                    token: n[2],
-                    until: n[3],
-                },
+            store.claim(decode_claim(fields.get(1)?)?).await.ok()?;
+        }
+        "O" => {
+            let claim = match *fields.get(1)? {
+                "-" => None,
+                claim => Some(decode_claim(claim)?),
             };
-            store.claim(claim).await.ok()?;
+            let transitions = fields[2..]
+                .iter()
+                .map(|f| decode_transition(f))
+                .collect::<Option<_>>()?;
+            store.round(transitions, claim).await.ok()?;
+        }
+        "H" => {
+            let halt = match *fields.get(1)? {
+                "-" => None,
+                since => Some(Halt {
+                    since: since.parse().ok()?,
+                    reason: parse_opt_str(fields.get(2)?)??,
+                }),
+            };
+            store.set_halt(halt).await.ok()?;
         }
         "R" => {
             let lease = Lease {
@@ -209,39 +260,6 @@ async fn replay(store: &MemoryStore, line: &str) -> Option<()> {
         "P" => {
             store.prune(fields.get(1)?.parse().ok()?).await.ok()?;
         }
-        "W" => {
-            let claim = if *fields.get(1)? == "-" {
-                None
-            } else {
-                let n: Vec<u64> = fields[1..5]
-                    .iter()
-                    .map(|f| f.parse().ok())
-                    .collect::<Option<_>>()?;
-                Some(Claim {
-                    now: n[0],
-                    limit: usize::try_from(n[1]).ok()?,
-                    lease: Lease {
-                        token: n[2],
-                        until: n[3],
-                    },
-                })
-            };
-            let transitions = fields[5..]
-                .iter()
-                .map(|f| decode_transition(f))
-                .collect::<Option<_>>()?;
-            store.round(transitions, claim).await.ok()?;
-        }
-        "H" => {
-            let halt = match *fields.get(1)? {
-                "-" => None,
-                since => Some(outbox_core::Halt {
-                    since: since.parse().ok()?,
-                    reason: String::from_utf8(unhex(fields.get(2)?)?).ok()?,
-                }),
-            };
-            store.set_halt(halt).await.ok()?;
-        }
         _ => return None,
     }
     Some(())
@@ -252,9 +270,24 @@ struct Journal {
     inner: MemoryStore,
     file: tokio::sync::Mutex<(File, Vec<String>)>,
     lag: usize,
+    forgets_interrupted: bool,
 }
 
 impl Journal {
+    /// The transitions as this journal writes them.
+    async fn as_written(&self, mut transitions: Vec<Transition>) -> Result<Vec<Transition>> {
+        if self.forgets_interrupted {
+            for t in &mut transitions {
+                if let Change::Update(p) = &mut t.change {
+                    if let Some(current) = self.inner.get(t.id).await? {
+                        p.interrupted = current.interrupted;
+                    }
+                }
+            }
+        }
+        Ok(transitions)
+    }
+
     /// Runs a write on the reference store and journals it, under one lock so the journal's
     /// order is the order of the writes.
     async fn write<T>(
@@ -275,7 +308,11 @@ impl Journal {
 }
 
 #[async_trait]
-impl Store for Journal {
+impl StoreLayer for Journal {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
+
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
         let mut line = format!("E {now}");
         for r in &records {
@@ -290,10 +327,7 @@ impl Store for Journal {
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
-        let line = format!(
-            "C {} {} {} {}",
-            claim.now, claim.limit, claim.lease.token, claim.lease.until
-        );
+        let line = format!("C {}", encode_claim(&claim));
         self.write(line, self.inner.claim(claim)).await
     }
 
@@ -306,71 +340,26 @@ impl Store for Journal {
     }
 
     async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
+        let transitions = self.as_written(transitions).await?;
         let mut line = "A".to_owned();
-        for t in &transitions {
-            line.push(' ');
-            line.push_str(&encode_transition(t));
-        }
+        encode_transitions(&mut line, &transitions);
         self.write(line, self.inner.apply(transitions)).await
     }
 
-    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.inner.expired(now, limit).await
-    }
-
-    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.inner.stepped_back(now, limit).await
-    }
-
-    async fn round(
-        &self,
-        outcomes: Vec<Transition>,
-        claim: Option<Claim>,
-    ) -> Result<outbox_core::Round> {
-        let mut line = match claim {
-            Some(c) => format!(
-                "W {} {} {} {}",
-                c.now, c.limit, c.lease.token, c.lease.until
-            ),
-            None => "W - - - -".to_owned(),
-        };
-        for t in &outcomes {
-            line.push(' ');
-            line.push_str(&encode_transition(t));
-        }
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        let outcomes = self.as_written(outcomes).await?;
+        let claim_text = claim.as_ref().map_or("-".into(), encode_claim);
+        let mut line = format!("O {claim_text}");
+        encode_transitions(&mut line, &outcomes);
         self.write(line, self.inner.round(outcomes, claim)).await
     }
 
-    async fn halt(&self) -> Result<Option<outbox_core::Halt>> {
-        self.inner.halt().await
-    }
-
-    async fn set_halt(&self, halt: Option<outbox_core::Halt>) -> Result<()> {
+    async fn set_halt(&self, halt: Option<Halt>) -> Result<()> {
         let line = match &halt {
-            Some(h) => format!("H {} {}", h.since, hex(h.reason.as_bytes())),
             None => "H -".to_owned(),
+            Some(h) => format!("H {} {}", h.since, opt_str(&Some(h.reason.clone()))),
         };
         self.write(line, self.inner.set_halt(halt)).await
-    }
-
-    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
-        self.inner.get(id).await
-    }
-
-    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
-        self.inner.list(query).await
-    }
-
-    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
-        self.inner.tombstones(after, limit).await
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        self.inner.stats().await
-    }
-
-    async fn next_due(&self) -> Result<Option<Millis>> {
-        self.inner.next_due().await
     }
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {
@@ -382,7 +371,9 @@ impl Store for Journal {
 #[async_trait]
 impl Backend for JournalBackend {
     fn name(&self) -> &'static str {
-        if self.lag == 0 {
+        if self.forgets_interrupted {
+            "journal-forgets-interrupted"
+        } else if self.lag == 0 {
             "journal"
         } else {
             "lossy-journal"
@@ -423,6 +414,7 @@ impl Backend for JournalBackend {
             inner,
             file: tokio::sync::Mutex::new((file, Vec::new())),
             lag: self.lag,
+            forgets_interrupted: self.forgets_interrupted,
         }))
     }
 }

@@ -1,0 +1,510 @@
+//! Store layers: a wrapper around a [`Store`] that changes a few operations and passes the rest
+//! through.
+//!
+//! A layer implements [`StoreLayer`]: it names the store it wraps ([`StoreLayer::inner`]) and
+//! overrides only the operations it changes; every other operation forwards to the inner store.
+//! The blanket `impl<L: StoreLayer> Store for L` makes any layer a full [`Store`], so layers
+//! stack and hand over as `Arc<dyn Store>` like any backend.
+//!
+//! Each call through a layer first asks [`StoreLayer::enter`], which may return a value held for
+//! the length of the call (and dropped when it ends), whichever operation it is: a layer that
+//! needs to act around *every* call (count it, time it, hold a resource) overrides that alone.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> outbox_core::Result<()> {
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use outbox_core::layer::{Operation, StoreLayer, Entered};
+//! use outbox_core::{async_trait, Claim, Lease, NewRecord, Record, Result, Store};
+//! use outbox_memory::MemoryStore;
+//!
+//! /// Counts every call and claims at most one record at a time.
+//! #[derive(Debug)]
+//! struct OneByOne {
+//!     inner: MemoryStore,
+//!     calls: AtomicU64,
+//! }
+//!
+//! #[async_trait]
+//! impl StoreLayer for OneByOne {
+//!     fn inner(&self) -> &dyn Store {
+//!         &self.inner
+//!     }
+//!
+//!     fn enter(&self, _op: Operation) -> Entered {
+//!         self.calls.fetch_add(1, Ordering::Relaxed);
+//!         Entered::none()
+//!     }
+//!
+//!     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
+//!         self.inner.claim(Claim { limit: claim.limit.min(1), ..claim }).await
+//!     }
+//! }
+//!
+//! let store = OneByOne { inner: MemoryStore::new(), calls: AtomicU64::new(0) };
+//! let store: &dyn Store = &store;
+//! store.enqueue(vec![NewRecord::new(b"a".to_vec()), NewRecord::new(b"b".to_vec())], 0).await?;
+//! let claim = Claim { now: 0, limit: 10, lease: Lease { token: 1, until: 100 } };
+//! assert_eq!(store.claim(claim).await?.len(), 1);
+//! assert_eq!(store.stats().await?.pending, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::any::Any;
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::machine::Transition;
+use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
+use crate::store::{Applied, Claim, Halt, ListQuery, Round, Stats, Store};
+
+/// One operation of the [`Store`] trait, as [`StoreLayer::enter`] is told it.
+///
+/// ```
+/// use outbox_core::layer::Operation;
+/// assert_eq!(Operation::Round.name(), "round");
+/// assert!(Operation::Round.writes() && !Operation::Stats.writes());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Operation {
+    /// [`Store::enqueue`].
+    Enqueue,
+    /// [`Store::claim`].
+    Claim,
+    /// [`Store::renew`].
+    Renew,
+    /// [`Store::apply`].
+    Apply,
+    /// [`Store::round`].
+    Round,
+    /// [`Store::expired`].
+    Expired,
+    /// [`Store::stepped_back`].
+    SteppedBack,
+    /// [`Store::get`].
+    Get,
+    /// [`Store::list`].
+    List,
+    /// [`Store::tombstones`].
+    Tombstones,
+    /// [`Store::stats`].
+    Stats,
+    /// [`Store::next_due`].
+    NextDue,
+    /// [`Store::halt`].
+    Halt,
+    /// [`Store::set_halt`].
+    SetHalt,
+    /// [`Store::prune`].
+    Prune,
+}
+
+impl Operation {
+    /// Every operation, in the trait's order.
+    pub const ALL: [Operation; 15] = [
+        Operation::Enqueue,
+        Operation::Claim,
+        Operation::Renew,
+        Operation::Apply,
+        Operation::Round,
+        Operation::Expired,
+        Operation::SteppedBack,
+        Operation::Get,
+        Operation::List,
+        Operation::Tombstones,
+        Operation::Stats,
+        Operation::NextDue,
+        Operation::Halt,
+        Operation::SetHalt,
+        Operation::Prune,
+    ];
+
+    /// The method's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::Enqueue => "enqueue",
+            Operation::Claim => "claim",
+            Operation::Renew => "renew",
+            Operation::Apply => "apply",
+            Operation::Round => "round",
+            Operation::Expired => "expired",
+            Operation::SteppedBack => "stepped_back",
+            Operation::Get => "get",
+            Operation::List => "list",
+            Operation::Tombstones => "tombstones",
+            Operation::Stats => "stats",
+            Operation::NextDue => "next_due",
+            Operation::Halt => "halt",
+            Operation::SetHalt => "set_halt",
+            Operation::Prune => "prune",
+        }
+    }
+
+    /// True for the operations that write (each a durable commit on a persistent store).
+    pub fn writes(self) -> bool {
+        matches!(
+            self,
+            Operation::Enqueue
+                | Operation::Claim
+                | Operation::Renew
+                | Operation::Apply
+                | Operation::Round
+                | Operation::SetHalt
+                | Operation::Prune
+        )
+    }
+}
+
+/// What [`StoreLayer::enter`] returns: a value held while the call runs and dropped when it
+/// ends (or nothing).
+///
+/// ```
+/// use outbox_core::layer::Entered;
+/// let _nothing = Entered::none();
+/// let _held = Entered::hold(String::from("dropped when the call ends"));
+/// ```
+#[must_use = "dropping it ends the call's scope at once"]
+pub struct Entered(Option<Box<dyn Any + Send>>);
+
+impl Entered {
+    /// Nothing to hold.
+    pub fn none() -> Self {
+        Entered(None)
+    }
+
+    /// Holds `value` until the call ends.
+    pub fn hold(value: impl Any + Send) -> Self {
+        Entered(Some(Box::new(value)))
+    }
+}
+
+impl Debug for Entered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Entered(held)"
+        } else {
+            "Entered(none)"
+        })
+    }
+}
+
+/// A wrapper around a store that overrides some operations and forwards the rest (see the
+/// [module documentation](self)). Every method but [`inner`](StoreLayer::inner) has a default
+/// that forwards to the inner store; the blanket implementation makes the layer a [`Store`].
+#[async_trait]
+pub trait StoreLayer: Debug + Send + Sync {
+    /// The store this layer wraps.
+    fn inner(&self) -> &dyn Store;
+
+    /// Called as every call enters the layer, before the operation (forwarded or overridden)
+    /// runs; the returned value is dropped when the call ends. Holds nothing by default.
+    fn enter(&self, op: Operation) -> Entered {
+        let _ = op;
+        Entered::none()
+    }
+
+    /// [`Store::enqueue`]; forwards by default.
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+        self.inner().enqueue(records, now).await
+    }
+
+    /// [`Store::claim`]; forwards by default.
+    async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
+        self.inner().claim(claim).await
+    }
+
+    /// [`Store::renew`]; forwards by default.
+    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
+        self.inner().renew(ids, lease).await
+    }
+
+    /// [`Store::apply`]; forwards by default.
+    async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
+        self.inner().apply(transitions).await
+    }
+
+    /// [`Store::round`]; forwards by default.
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        self.inner().round(outcomes, claim).await
+    }
+
+    /// [`Store::expired`]; forwards by default.
+    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.inner().expired(now, limit).await
+    }
+
+    /// [`Store::stepped_back`]; forwards by default.
+    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        self.inner().stepped_back(now, limit).await
+    }
+
+    /// [`Store::get`]; forwards by default.
+    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
+        self.inner().get(id).await
+    }
+
+    /// [`Store::list`]; forwards by default.
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
+        self.inner().list(query).await
+    }
+
+    /// [`Store::tombstones`]; forwards by default.
+    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
+        self.inner().tombstones(after, limit).await
+    }
+
+    /// [`Store::stats`]; forwards by default.
+    async fn stats(&self) -> Result<Stats> {
+        self.inner().stats().await
+    }
+
+    /// [`Store::next_due`]; forwards by default.
+    async fn next_due(&self) -> Result<Option<Millis>> {
+        self.inner().next_due().await
+    }
+
+    /// [`Store::halt`]; forwards by default.
+    async fn halt(&self) -> Result<Option<Halt>> {
+        self.inner().halt().await
+    }
+
+    /// [`Store::set_halt`]; forwards by default.
+    async fn set_halt(&self, halt: Option<Halt>) -> Result<()> {
+        self.inner().set_halt(halt).await
+    }
+
+    /// [`Store::prune`]; forwards by default.
+    async fn prune(&self, older_than: Millis) -> Result<u64> {
+        self.inner().prune(older_than).await
+    }
+}
+
+#[async_trait]
+impl<L: StoreLayer> Store for L {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+        let _entered = self.enter(Operation::Enqueue);
+        StoreLayer::enqueue(self, records, now).await
+    }
+
+    async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
+        let _entered = self.enter(Operation::Claim);
+        StoreLayer::claim(self, claim).await
+    }
+
+    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
+        let _entered = self.enter(Operation::Renew);
+        StoreLayer::renew(self, ids, lease).await
+    }
+
+    async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
+        let _entered = self.enter(Operation::Apply);
+        StoreLayer::apply(self, transitions).await
+    }
+
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        let _entered = self.enter(Operation::Round);
+        StoreLayer::round(self, outcomes, claim).await
+    }
+
+    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        let _entered = self.enter(Operation::Expired);
+        StoreLayer::expired(self, now, limit).await
+    }
+
+    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        let _entered = self.enter(Operation::SteppedBack);
+        StoreLayer::stepped_back(self, now, limit).await
+    }
+
+    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
+        let _entered = self.enter(Operation::Get);
+        StoreLayer::get(self, id).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
+        let _entered = self.enter(Operation::List);
+        StoreLayer::list(self, query).await
+    }
+
+    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
+        let _entered = self.enter(Operation::Tombstones);
+        StoreLayer::tombstones(self, after, limit).await
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let _entered = self.enter(Operation::Stats);
+        StoreLayer::stats(self).await
+    }
+
+    async fn next_due(&self) -> Result<Option<Millis>> {
+        let _entered = self.enter(Operation::NextDue);
+        StoreLayer::next_due(self).await
+    }
+
+    async fn halt(&self) -> Result<Option<Halt>> {
+        let _entered = self.enter(Operation::Halt);
+        StoreLayer::halt(self).await
+    }
+
+    async fn set_halt(&self, halt: Option<Halt>) -> Result<()> {
+        let _entered = self.enter(Operation::SetHalt);
+        StoreLayer::set_halt(self, halt).await
+    }
+
+    async fn prune(&self, older_than: Millis) -> Result<u64> {
+        let _entered = self.enter(Operation::Prune);
+        StoreLayer::prune(self, older_than).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::record::NewRecord;
+
+    /// A store that records which of its methods were called, to see the layer forward each.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        calls: Mutex<Vec<&'static str>>,
+    }
+
+    impl Recorder {
+        fn called(&self, name: &'static str) {
+            self.calls.lock().unwrap().push(name);
+        }
+    }
+
+    #[async_trait]
+    impl Store for Recorder {
+        async fn enqueue(&self, _: Vec<NewRecord>, _: Millis) -> Result<Vec<RecordId>> {
+            self.called("enqueue");
+            Ok(vec![RecordId(9)])
+        }
+        async fn claim(&self, _: Claim) -> Result<Vec<Record>> {
+            self.called("claim");
+            Ok(vec![])
+        }
+        async fn renew(&self, _: &[RecordId], _: Lease) -> Result<()> {
+            self.called("renew");
+            Ok(())
+        }
+        async fn apply(&self, _: Vec<Transition>) -> Result<Applied> {
+            self.called("apply");
+            Ok(Applied::default())
+        }
+        async fn round(&self, _: Vec<Transition>, _: Option<Claim>) -> Result<Round> {
+            self.called("round");
+            Ok(Round::default())
+        }
+        async fn expired(&self, _: Millis, _: usize) -> Result<Vec<Record>> {
+            self.called("expired");
+            Ok(vec![])
+        }
+        async fn stepped_back(&self, _: Millis, _: usize) -> Result<Vec<Record>> {
+            self.called("stepped_back");
+            Ok(vec![])
+        }
+        async fn get(&self, _: RecordId) -> Result<Option<Record>> {
+            self.called("get");
+            Ok(None)
+        }
+        async fn list(&self, _: &ListQuery) -> Result<Vec<Record>> {
+            self.called("list");
+            Ok(vec![])
+        }
+        async fn tombstones(&self, _: Option<RecordId>, _: usize) -> Result<Vec<Tombstone>> {
+            self.called("tombstones");
+            Ok(vec![])
+        }
+        async fn stats(&self) -> Result<Stats> {
+            self.called("stats");
+            Ok(Stats::default())
+        }
+        async fn next_due(&self) -> Result<Option<Millis>> {
+            self.called("next_due");
+            Ok(Some(5))
+        }
+        async fn halt(&self) -> Result<Option<Halt>> {
+            self.called("halt");
+            Ok(None)
+        }
+        async fn set_halt(&self, _: Option<Halt>) -> Result<()> {
+            self.called("set_halt");
+            Ok(())
+        }
+        async fn prune(&self, _: Millis) -> Result<u64> {
+            self.called("prune");
+            Ok(3)
+        }
+    }
+
+    /// Forwards everything, and notes each call it is entered for.
+    #[derive(Debug, Default)]
+    struct Pass {
+        inner: Recorder,
+        entered: Mutex<Vec<Operation>>,
+    }
+
+    impl StoreLayer for Pass {
+        fn inner(&self) -> &dyn Store {
+            &self.inner
+        }
+
+        fn enter(&self, op: Operation) -> Entered {
+            self.entered.lock().unwrap().push(op);
+            Entered::none()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_layer_forwards_every_operation_and_enters_each_once() {
+        let layer = Pass::default();
+        let store: &dyn Store = &layer;
+        let claim = Claim {
+            now: 0,
+            limit: 1,
+            lease: Lease { token: 1, until: 2 },
+        };
+        assert_eq!(store.enqueue(vec![], 0).await.unwrap(), vec![RecordId(9)]);
+        store.claim(claim).await.unwrap();
+        store.renew(&[], claim.lease).await.unwrap();
+        store.apply(vec![]).await.unwrap();
+        store.round(vec![], Some(claim)).await.unwrap();
+        store.expired(0, 1).await.unwrap();
+        store.stepped_back(0, 1).await.unwrap();
+        store.get(RecordId(1)).await.unwrap();
+        store.list(&ListQuery::new(1)).await.unwrap();
+        store.tombstones(None, 1).await.unwrap();
+        store.stats().await.unwrap();
+        assert_eq!(store.next_due().await.unwrap(), Some(5));
+        store.halt().await.unwrap();
+        store.set_halt(None).await.unwrap();
+        assert_eq!(store.prune(0).await.unwrap(), 3);
+        let names: Vec<&str> = Operation::ALL.iter().map(|op| op.name()).collect();
+        assert_eq!(*layer.inner.calls.lock().unwrap(), names);
+        assert_eq!(*layer.entered.lock().unwrap(), Operation::ALL.to_vec());
+    }
+
+    /// Drops flag the end of the call's scope.
+    struct Flag<'a>(&'a Mutex<bool>);
+
+    impl Drop for Flag<'_> {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap() = true;
+        }
+    }
+
+    #[test]
+    fn what_enter_holds_is_dropped_with_the_call() {
+        static DROPPED: Mutex<bool> = Mutex::new(false);
+        let entered = Entered::hold(Flag(&DROPPED));
+        assert!(!*DROPPED.lock().unwrap());
+        drop(entered);
+        assert!(*DROPPED.lock().unwrap());
+    }
+}

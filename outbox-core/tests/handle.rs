@@ -1,0 +1,212 @@
+//! The handle shared by an application's tasks: `shutdown` through an `Arc`, twice, after a
+//! timed-out first call; `Drop` still stopping the runner; `prune` by age.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{
+    sink_fn, Applied, Claim, Error, Halt, Lease, ListQuery, Millis, NewRecord, Outbox, Outcome,
+    Record, RecordId, Round, RunnerConfig, State, Stats, Store, TokioClock, Tombstone, Transition,
+};
+use outbox_memory::MemoryStore;
+
+const BASE: Millis = 1_700_000_000_000;
+
+/// A sink that takes `delay` per delivery, then delivers.
+fn slow(delay: Duration) -> impl outbox_core::Sink {
+    sink_fn(move |_: Record| async move {
+        tokio::time::sleep(delay).await;
+        Outcome::Delivered
+    })
+}
+
+async fn start(store: Arc<MemoryStore>, sink: impl outbox_core::Sink) -> Outbox {
+    Outbox::builder(store, sink)
+        .clock(Arc::new(TokioClock::starting_at(BASE)))
+        .config(RunnerConfig::default().with_seed(5))
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_holder_of_a_shared_handle_can_shut_it_down_and_a_second_call_is_fine() {
+    let store = Arc::new(MemoryStore::new());
+    let outbox = Arc::new(start(Arc::clone(&store), slow(Duration::from_secs(1))).await);
+    outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // Another task holds the handle too, and shuts it down while the delivery runs.
+    let other = Arc::clone(&outbox);
+    let stopper = tokio::spawn(async move { other.shutdown(Duration::from_secs(10)).await });
+    stopper.await.unwrap().unwrap();
+    // The delivery under way reported within the grace.
+    assert_eq!(store.stats().await.unwrap().delivered, 1);
+    outbox.shutdown(Duration::from_secs(10)).await.unwrap();
+    // Enqueuing still writes, but nothing delivers it any more.
+    outbox.enqueue(NewRecord::new(b"y".to_vec())).await.unwrap();
+    assert!(matches!(
+        outbox.flush(Duration::from_secs(1)).await,
+        Err(Error::Stopped)
+    ));
+    // The store stays readable through the handle.
+    assert_eq!(outbox.stats().await.unwrap().delivered, 1);
+}
+
+/// The memory store, with rounds that take 5 s (of the paused clock) once `slow` is set.
+#[derive(Debug, Default)]
+struct SlowRounds {
+    inner: MemoryStore,
+    slow: AtomicBool,
+}
+
+#[outbox_core::async_trait]
+impl Store for SlowRounds {
+    async fn enqueue(&self, r: Vec<NewRecord>, now: Millis) -> outbox_core::Result<Vec<RecordId>> {
+        self.inner.enqueue(r, now).await
+    }
+    async fn claim(&self, c: Claim) -> outbox_core::Result<Vec<Record>> {
+        self.inner.claim(c).await
+    }
+    async fn renew(&self, ids: &[RecordId], l: Lease) -> outbox_core::Result<()> {
+        self.inner.renew(ids, l).await
+    }
+    async fn apply(&self, t: Vec<Transition>) -> outbox_core::Result<Applied> {
+        self.inner.apply(t).await
+    }
+    async fn round(&self, t: Vec<Transition>, c: Option<Claim>) -> outbox_core::Result<Round> {
+        if self.slow.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        self.inner.round(t, c).await
+    }
+    async fn expired(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
+        self.inner.expired(now, limit).await
+    }
+    async fn stepped_back(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
+        self.inner.stepped_back(now, limit).await
+    }
+    async fn get(&self, id: RecordId) -> outbox_core::Result<Option<Record>> {
+        self.inner.get(id).await
+    }
+    async fn list(&self, q: &ListQuery) -> outbox_core::Result<Vec<Record>> {
+        self.inner.list(q).await
+    }
+    async fn tombstones(
+        &self,
+        a: Option<RecordId>,
+        l: usize,
+    ) -> outbox_core::Result<Vec<Tombstone>> {
+        self.inner.tombstones(a, l).await
+    }
+    async fn stats(&self) -> outbox_core::Result<Stats> {
+        self.inner.stats().await
+    }
+    async fn next_due(&self) -> outbox_core::Result<Option<Millis>> {
+        self.inner.next_due().await
+    }
+    async fn halt(&self) -> outbox_core::Result<Option<Halt>> {
+        self.inner.halt().await
+    }
+    async fn set_halt(&self, halt: Option<Halt>) -> outbox_core::Result<()> {
+        self.inner.set_halt(halt).await
+    }
+    async fn prune(&self, older_than: Millis) -> outbox_core::Result<u64> {
+        self.inner.prune(older_than).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_shutdown_waits_for_the_runner_the_first_one_gave_up_on() {
+    let store = Arc::new(SlowRounds::default());
+    let outbox = Outbox::builder(store.clone(), slow(Duration::from_secs(60)))
+        .clock(Arc::new(TokioClock::starting_at(BASE)))
+        .start()
+        .await
+        .unwrap();
+    let id = outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    store.slow.store(true, Ordering::SeqCst);
+    // The delivery is abandoned after the grace, but writing its release takes 5 s: the
+    // call gives up first.
+    assert!(matches!(
+        outbox.shutdown(Duration::from_millis(100)).await,
+        Err(Error::Timeout(_))
+    ));
+    assert_eq!(store.get(id).await.unwrap().unwrap().state, State::InFlight);
+    // The runner goes on ending in the background; a second call waits for it.
+    outbox.shutdown(Duration::from_secs(10)).await.unwrap();
+    let record = store.get(id).await.unwrap().unwrap();
+    assert_eq!(record.state, State::Pending, "released, nothing spent");
+    assert_eq!(record.attempts + record.unanswered + record.interrupted, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_tasks_shutting_down_at_once_both_see_the_runner_end() {
+    let store = Arc::new(MemoryStore::new());
+    let outbox = Arc::new(start(Arc::clone(&store), slow(Duration::from_secs(1))).await);
+    outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let outbox = Arc::clone(&outbox);
+            tokio::spawn(async move {
+                outbox.shutdown(Duration::from_secs(10)).await?;
+                // Each call returns only once the runner has ended and recorded the delivery.
+                Ok::<_, Error>(store_delivered(&outbox).await)
+            })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap(), 1);
+    }
+}
+
+async fn store_delivered(outbox: &Outbox) -> u64 {
+    outbox.store().stats().await.unwrap().delivered
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_handle_still_stops_the_runner_and_releases_its_records() {
+    let store = Arc::new(MemoryStore::new());
+    let outbox = start(Arc::clone(&store), slow(Duration::from_secs(3_600))).await;
+    let id = outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(store.get(id).await.unwrap().unwrap().state, State::InFlight);
+    drop(outbox);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let record = store.get(id).await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        State::Pending,
+        "released by the ending runner"
+    );
+    assert_eq!(record.attempts + record.unanswered + record.interrupted, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn prune_removes_what_is_older_than_the_age_given() {
+    let store = Arc::new(MemoryStore::new());
+    let sink = sink_fn(|_: Record| async { Outcome::rejected("HTTP 422") });
+    let outbox = start(Arc::clone(&store), sink).await;
+    outbox
+        .enqueue(NewRecord::new(b"old".to_vec()))
+        .await
+        .unwrap();
+    outbox.flush(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3_600)).await;
+    outbox
+        .enqueue(NewRecord::new(b"new".to_vec()))
+        .await
+        .unwrap();
+    outbox.flush(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(outbox.stats().await.unwrap().rejected, 2);
+    // Older than half an hour: the first only.
+    assert_eq!(outbox.prune(Duration::from_secs(1_800)).await.unwrap(), 1);
+    assert_eq!(outbox.stats().await.unwrap().rejected, 1);
+    // A retention longer than the clock has run is no cut at all.
+    assert_eq!(outbox.prune(Duration::MAX).await.unwrap(), 0);
+    assert_eq!(outbox.prune(Duration::ZERO).await.unwrap(), 1);
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}

@@ -1,0 +1,98 @@
+//! The runner's tracing spans: one per round, one per delivery inside it, with the record,
+//! its group, its counters and the outcome once known.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_core::{sink_fn, Millis, NewRecord, Outbox, Outcome, Record, TokioClock};
+use outbox_memory::MemoryStore;
+use tracing_subscriber::fmt::format::FmtSpan;
+
+const BASE: Millis = 1_700_000_000_000;
+
+/// Collects formatted lines.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    fn closed(&self, span: &str) -> Vec<String> {
+        String::from_utf8(self.0.lock().unwrap().clone())
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(span) && l.contains(": close"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_delivery_has_a_span_with_the_record_and_its_outcome_inside_its_round() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let sink = sink_fn(|record: Record| async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        if record.payload == b"ok" {
+            Outcome::Delivered
+        } else {
+            Outcome::transient("HTTP 503", None)
+        }
+    });
+    let outbox = Outbox::builder(Arc::new(MemoryStore::new()), sink)
+        .clock(Arc::new(TokioClock::starting_at(BASE)))
+        .start()
+        .await
+        .unwrap();
+    outbox
+        .enqueue_batch(vec![
+            NewRecord::new(b"ok".to_vec()).in_group("doc-1"),
+            NewRecord::new(b"busy".to_vec()),
+        ])
+        .await
+        .unwrap();
+    outbox.flush(Duration::from_secs(5)).await.unwrap();
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+
+    let deliveries = lines.closed("outbox.deliver{");
+    assert_eq!(deliveries.len(), 2, "{deliveries:#?}");
+    let first = &deliveries
+        .iter()
+        .find(|l| l.contains("record=1 "))
+        .unwrap_or_else(|| panic!("{deliveries:#?}"));
+    assert!(first.contains(r#"group="doc-1""#), "{first}");
+    assert!(
+        first.contains("attempts=0 unanswered=0 interrupted=0"),
+        "{first}"
+    );
+    assert!(first.contains(r#"outcome="delivered""#), "{first}");
+    assert!(first.contains("took_ms=30"), "{first}");
+    // The delivery runs inside the round that claimed it.
+    assert!(
+        first.contains("outbox.round{written=0 claimed=2}:outbox.deliver{"),
+        "{first}"
+    );
+    let second = deliveries
+        .iter()
+        .find(|l| l.contains("record=2 "))
+        .unwrap_or_else(|| panic!("{deliveries:#?}"));
+    assert!(!second.contains("group="), "{second}");
+    assert!(second.contains(r#"outcome="transient""#), "{second}");
+    assert!(second.contains(r#"detail="HTTP 503""#), "{second}");
+}

@@ -1,0 +1,414 @@
+//! Transitions as set-based writes: a batch is read in one query, worked out in memory in
+//! order (each guard checked with [`Guard::admits`](outbox_core::Guard::admits) against the
+//! record as the earlier transitions of the batch left it), and its net effect written with one
+//! statement per kind of write (the rows to delete, to rewrite, the tombstones, the delivered
+//! counter, the group heads to promote), whatever the batch's size. The batch's values travel
+//! as one JSON array, read with `json_each`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use outbox_core::{
+    Applied, Change, Claim, Record, RecordId, Result, Round, State, Tombstone, Transition,
+};
+use rusqlite::{params, Connection};
+
+use crate::error::db;
+use crate::json::{json_ids, json_number, json_text, json_texts};
+use crate::ops::{claim, count, ms, RawRecord};
+
+/// Sets `claimable` on the rows whose ids are in the JSON array `?1` and on the heads of the
+/// groups in the JSON array `?2`, from each row's state, deadline and place in its group.
+pub(crate) const REFRESH_SQL: &str = "UPDATE records SET claimable = (
+        state IN (0, 1) AND next_attempt_at IS NOT NULL AND (
+            grp IS NULL OR (member = 1 AND id = (
+                SELECT h.id FROM records AS h
+                WHERE h.grp = records.grp AND h.member = 1
+                ORDER BY h.id LIMIT 1)))
+    ) WHERE id IN (
+        SELECT value FROM json_each(?1)
+        UNION
+        SELECT (SELECT h.id FROM records AS h WHERE h.grp = g.value AND h.member = 1
+                ORDER BY h.id LIMIT 1)
+        FROM json_each(?2) AS g)";
+
+/// A row as a transition sees it: the record, and whether it still holds its group's order.
+struct Entry {
+    record: Record,
+    member: bool,
+}
+
+/// The net effect of a batch of transitions, worked out on the rows in memory and then
+/// written with one statement per kind of write.
+#[derive(Default)]
+struct Batch {
+    /// Every row the batch looked at, as it is now: `None` once removed (or never there).
+    rows: HashMap<RecordId, Option<Entry>>,
+    /// Rows of the file to rewrite.
+    changed: BTreeSet<RecordId>,
+    /// Rows of the file to delete.
+    deleted: BTreeSet<RecordId>,
+    /// New rows (requeued records).
+    inserted: BTreeSet<RecordId>,
+    /// Groups that lost or gained a member: their heads may have changed.
+    groups: BTreeSet<String>,
+    /// Groups a requeued record joined again: their former head must stop being claimable.
+    rejoined: BTreeSet<String>,
+    tombstones: Vec<Tombstone>,
+    delivered: u64,
+}
+
+impl Batch {
+    /// Reads the rows the transitions name, in one query.
+    fn load(conn: &Connection, transitions: &[Transition]) -> Result<Self> {
+        let ids = json_ids(transitions.iter().map(|t| ms(t.id.0)));
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, grp, payload, key, created_at, state, attempts, unanswered, \
+                 interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
+                 lease_until, member FROM records WHERE id IN (SELECT value FROM json_each(?1))",
+            )
+            .map_err(db)?;
+        let raws = stmt
+            .query_map([ids], |row| Ok((RawRecord::from_row(row)?, row.get(14)?)))
+            .map_err(db)?
+            .collect::<rusqlite::Result<Vec<(RawRecord, bool)>>>()
+            .map_err(db)?;
+        let mut batch = Batch::default();
+        for (raw, member) in raws {
+            let record = raw.into_record()?;
+            batch.rows.insert(record.id, Some(Entry { record, member }));
+        }
+        Ok(batch)
+    }
+
+    /// The row `id` if the guard admits the transition on it.
+    fn admitted(&mut self, transition: &Transition) -> Option<&mut Entry> {
+        self.rows
+            .get_mut(&transition.id)?
+            .as_mut()
+            .filter(|e| transition.guard.admits(&e.record))
+    }
+
+    /// Takes the row out of the file and out of its group's order.
+    fn remove(&mut self, id: RecordId) -> Option<Entry> {
+        let entry = self.rows.get_mut(&id)?.take()?;
+        self.changed.remove(&id);
+        if !self.inserted.remove(&id) {
+            self.deleted.insert(id);
+        }
+        if entry.member {
+            if let Some(group) = &entry.record.group {
+                self.groups.insert(group.clone());
+            }
+        }
+        Some(entry)
+    }
+
+    /// Works out one transition: the record's id, or `None` when it is skipped.
+    fn step(&mut self, conn: &Connection, transition: Transition) -> Result<Option<RecordId>> {
+        let id = transition.id;
+        let Some(entry) = self.admitted(&transition) else {
+            return Ok(None);
+        };
+        match transition.change {
+            Change::Delivered => {
+                self.remove(id);
+                self.delivered += 1;
+            }
+            Change::Discard {
+                reason,
+                at,
+                attempts,
+            } => {
+                if let Some(entry) = self.remove(id) {
+                    self.tombstones.push(Tombstone {
+                        id,
+                        group: entry.record.group,
+                        key: entry.record.key,
+                        reason,
+                        discarded_at: at,
+                        attempts,
+                    });
+                }
+            }
+            Change::Requeue { at } => {
+                if entry.record.state != State::Rejected {
+                    return Ok(None);
+                }
+                // Back in its own place, unless its group has a record in flight: two of a
+                // group must never be in flight.
+                if let Some(group) = &entry.record.group {
+                    let busy: bool = conn
+                        .prepare_cached(
+                            "SELECT EXISTS (SELECT 1 FROM records WHERE grp = ?1 AND state = 2)",
+                        )
+                        .map_err(db)?
+                        .query_row([group], |row| row.get(0))
+                        .map_err(db)?;
+                    if busy {
+                        return Ok(None);
+                    }
+                }
+                let fresh = Record::fresh(id, None, Vec::new(), String::new(), at).progress();
+                entry.record.set_progress(fresh);
+                entry.member = entry.record.group.is_some();
+                let group = entry.record.group.clone();
+                self.groups.extend(group.clone());
+                self.rejoined.extend(group);
+                if !self.inserted.contains(&id) {
+                    self.changed.insert(id);
+                }
+            }
+            Change::Update(progress) => {
+                entry.record.set_progress(progress);
+                // A rejected record stops holding its group's order; nothing puts it back.
+                let left = entry.member && !entry.record.state.holds_group();
+                if left {
+                    entry.member = false;
+                }
+                let group = left.then(|| entry.record.group.clone()).flatten();
+                self.groups.extend(group);
+                if !self.inserted.contains(&id) {
+                    self.changed.insert(id);
+                }
+            }
+        }
+        Ok(Some(id))
+    }
+
+    fn entries<'a>(&'a self, ids: &'a BTreeSet<RecordId>) -> impl Iterator<Item = &'a Entry> {
+        ids.iter()
+            .filter_map(|id| self.rows.get(id).and_then(Option::as_ref))
+    }
+
+    /// Writes the batch's net effect.
+    fn write(self, conn: &Connection) -> Result<()> {
+        if !self.deleted.is_empty() {
+            conn.prepare_cached(
+                "DELETE FROM records WHERE id IN (SELECT value FROM json_each(?1))",
+            )
+            .map_err(db)?
+            .execute([json_ids(self.deleted.iter().map(|id| ms(id.0)))])
+            .map_err(db)?;
+        }
+        if !self.changed.is_empty() {
+            rewrite(conn, self.entries(&self.changed))?;
+        }
+        if !self.inserted.is_empty() {
+            let mut insert = conn
+                .prepare_cached(
+                    "INSERT INTO records (id, grp, payload, key, created_at, state, attempts, \
+                     unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
+                     member) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                )
+                .map_err(db)?;
+            // Requeues are a person's verb, a few at a time: one insert each.
+            for Entry { record: r, member } in self.entries(&self.inserted) {
+                insert
+                    .execute(params![
+                        ms(r.id.0),
+                        r.group,
+                        r.payload,
+                        r.key,
+                        ms(r.created_at),
+                        r.state.code(),
+                        r.attempts,
+                        r.unanswered,
+                        r.interrupted,
+                        r.last_attempt_at.map(ms),
+                        r.next_attempt_at.map(ms),
+                        r.last_error,
+                        member,
+                    ])
+                    .map_err(db)?;
+            }
+        }
+        if !self.tombstones.is_empty() {
+            bury(conn, &self.tombstones)?;
+        }
+        if self.delivered > 0 {
+            conn.prepare_cached("UPDATE meta SET value = value + ?1 WHERE name = 'delivered'")
+                .map_err(db)?
+                .execute([count(self.delivered as usize)])
+                .map_err(db)?;
+        }
+        let touched: Vec<i64> = self
+            .changed
+            .iter()
+            .chain(&self.inserted)
+            .map(|id| ms(id.0))
+            .collect();
+        if !touched.is_empty() || !self.groups.is_empty() {
+            conn.prepare_cached(REFRESH_SQL)
+                .map_err(db)?
+                .execute([
+                    json_ids(touched),
+                    json_texts(self.groups.iter().map(String::as_str)),
+                ])
+                .map_err(db)?;
+        }
+        if !self.rejoined.is_empty() {
+            conn.prepare_cached(
+                "UPDATE records SET claimable = (
+                    state IN (0, 1) AND next_attempt_at IS NOT NULL AND member = 1 AND id = (
+                        SELECT h.id FROM records AS h
+                        WHERE h.grp = records.grp AND h.member = 1
+                        ORDER BY h.id LIMIT 1))
+                 WHERE grp IN (SELECT value FROM json_each(?1))",
+            )
+            .map_err(db)?
+            .execute([json_texts(self.rejoined.iter().map(String::as_str))])
+            .map_err(db)?;
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites the progress of rows in one statement.
+fn rewrite<'a>(conn: &Connection, entries: impl Iterator<Item = &'a Entry>) -> Result<()> {
+    let mut json = String::from("[");
+    for (i, Entry { record: r, member }) in entries.enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        let _ = write!(
+            json,
+            "[{},{},{},{},{},",
+            ms(r.id.0),
+            r.state.code(),
+            r.attempts,
+            r.unanswered,
+            r.interrupted
+        );
+        json_number(&mut json, r.last_attempt_at.map(ms));
+        json.push(',');
+        json_number(&mut json, r.next_attempt_at.map(ms));
+        json.push(',');
+        match &r.last_error {
+            Some(error) => json_text(&mut json, error),
+            None => json.push_str("null"),
+        }
+        let _ = write!(json, ",{}]", u8::from(*member));
+    }
+    json.push(']');
+    conn.prepare_cached(
+        "UPDATE records SET state = u.value ->> 1, attempts = u.value ->> 2, \
+         unanswered = u.value ->> 3, interrupted = u.value ->> 4, \
+         last_attempt_at = u.value ->> 5, next_attempt_at = u.value ->> 6, \
+         last_error = u.value ->> 7, member = u.value ->> 8, \
+         lease_token = NULL, lease_until = NULL \
+         FROM json_each(?1) AS u WHERE records.id = u.value ->> 0",
+    )
+    .map_err(db)?
+    .execute([json])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// Writes tombstones in one statement.
+fn bury(conn: &Connection, tombstones: &[Tombstone]) -> Result<()> {
+    let mut json = String::from("[");
+    for (i, t) in tombstones.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        let _ = write!(json, "[{},", ms(t.id.0));
+        match &t.group {
+            Some(group) => json_text(&mut json, group),
+            None => json.push_str("null"),
+        }
+        json.push(',');
+        json_text(&mut json, &t.key);
+        json.push(',');
+        json_text(&mut json, &t.reason);
+        let _ = write!(json, ",{},{}]", ms(t.discarded_at), t.attempts);
+    }
+    json.push(']');
+    conn.prepare_cached(
+        "INSERT INTO tombstones (id, grp, key, reason, discarded_at, attempts) \
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 \
+         FROM json_each(?1)",
+    )
+    .map_err(db)?
+    .execute([json])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// Applies each transition whose guard holds, in order, as one set of writes.
+pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<Applied> {
+    let mut applied = Applied::default();
+    if transitions.is_empty() {
+        return Ok(applied);
+    }
+    let mut batch = Batch::load(conn, &transitions)?;
+    for transition in transitions {
+        let id = transition.id;
+        if batch.step(conn, transition)?.is_none() {
+            applied.skipped.push(id);
+        }
+    }
+    batch.write(conn)?;
+    Ok(applied)
+}
+
+/// A round: the outcomes, then the claim, in the caller's one transaction.
+pub(crate) fn round(
+    conn: &Connection,
+    outcomes: Vec<Transition>,
+    next: Option<Claim>,
+) -> Result<Round> {
+    let applied = apply(conn, outcomes)?;
+    let claimed = match next {
+        Some(next) => claim(conn, next)?,
+        None => Vec::new(),
+    };
+    Ok(Round { applied, claimed })
+}
+
+#[cfg(test)]
+mod tests {
+    use outbox_core::{Guard, NewRecord, Progress};
+
+    use super::*;
+    use crate::ops::{get, insert, tombstones};
+
+    #[test]
+    fn text_travels_through_json_byte_for_byte() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        crate::schema::migrate(&mut conn, 0).expect("schema");
+        let ids = insert(&conn, vec![NewRecord::new(b"x".to_vec())], 1).expect("insert");
+        let error = "nul \0 \"quote\" \\ \u{1} é ✓".to_owned();
+        let progress = Progress {
+            state: State::Retrying,
+            attempts: 1,
+            unanswered: 0,
+            interrupted: 0,
+            last_attempt_at: Some(2),
+            next_attempt_at: Some(3),
+            last_error: Some(error.clone()),
+        };
+        let update = Transition {
+            id: ids[0],
+            guard: Guard::Idle,
+            change: Change::Update(progress),
+        };
+        apply(&conn, vec![update]).expect("update");
+        let record = get(&conn, ids[0]).expect("get").expect("record");
+        assert_eq!(record.last_error, Some(error.clone()));
+
+        let discard = Transition {
+            id: ids[0],
+            guard: Guard::Idle,
+            change: Change::Discard {
+                reason: error.clone(),
+                at: 4,
+                attempts: 1,
+            },
+        };
+        apply(&conn, vec![discard]).expect("discard");
+        let tombstone = &tombstones(&conn, None, 1).expect("tombstones")[0];
+        assert_eq!(tombstone.reason, error);
+    }
+}
