@@ -30,7 +30,11 @@ pub fn missing(program: &str, install: &str) -> Option<String> {
         std::env::var("CI").as_deref() != Ok("true"),
         "{reason}: CI must have it (.ci/run installs it)"
     );
-    eprintln!("\n*** SKIPPED: {reason}; this test did not run ***\n");
+    // Straight to the stderr handle: the harness captures `eprintln!`, and a skip must show.
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** SKIPPED: {reason}; this test did not run ***\n"
+    );
     Some(reason)
 }
 
