@@ -32,7 +32,11 @@ async fn server() -> Option<tokio_postgres::Client> {
                 std::env::var("OUTBOX_PG_REQUIRED").as_deref() != Ok("1"),
                 "OUTBOX_PG_REQUIRED=1 but no PostgreSQL server answers: {why}"
             );
-            eprintln!("\n*** SKIPPED: no PostgreSQL server answers ({why}) ***\n");
+            // Straight to the stderr handle: the harness captures `eprintln!`.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("\n*** SKIPPED: no PostgreSQL server answers ({why}) ***\n").as_bytes(),
+            );
             None
         }
     }
