@@ -1,0 +1,310 @@
+//! The one-shot commands (`stats`, `list`, `show` and the verbs) on an opened store.
+
+use std::io::{BufRead, Write};
+
+use outbox_core::{record::validate_group, ListQuery, Millis, RecordId, State, Store};
+use serde::Serialize;
+
+use crate::cli::{Command, PruneArgs, Selection};
+use crate::error::CliError;
+use crate::human;
+use crate::verbs::{self, Done, Verb};
+use crate::view::{self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView};
+
+/// At most this many per-record lines are printed by a verb on a filter; the summary line
+/// counts them all.
+const SHOWN: usize = 20;
+
+/// Where a command writes and reads: its standard streams, or buffers in tests.
+pub struct Io<'a> {
+    /// Results.
+    pub out: &'a mut dyn Write,
+    /// Questions and notes.
+    pub err: &'a mut dyn Write,
+    /// Answers to questions.
+    pub input: &'a mut dyn BufRead,
+}
+
+impl std::fmt::Debug for Io<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Io")
+    }
+}
+
+fn json(io: &mut Io<'_>, value: &impl Serialize) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    writeln!(io.out, "{text}")?;
+    Ok(())
+}
+
+/// Runs a one-shot command on `store` at `now`. `watch` and `serve` are not one-shot: they are
+/// refused here (see [`crate::run`]).
+pub async fn execute(
+    store: &dyn Store,
+    command: &Command,
+    now: Millis,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    match command {
+        Command::Stats(args) => {
+            let stats = view::stats(store, now).await?;
+            if args.json {
+                json(io, &stats)
+            } else {
+                write!(io.out, "{}", human::stats(&stats))?;
+                Ok(())
+            }
+        }
+        Command::List(args) => {
+            if let Some(group) = &args.group {
+                validate_group(group).map_err(|e| CliError::Usage(format!("--group: {e}")))?;
+            }
+            let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+            let listing =
+                view::list(store, args.state, args.group.as_deref(), args.after, limit).await?;
+            if args.json {
+                match &listing {
+                    Listing::Records(records, next) => json(
+                        io,
+                        &Page {
+                            records: records.iter().map(RecordView::from).collect(),
+                            next_after: next.map(|id| id.0),
+                        },
+                    ),
+                    Listing::Tombstones(tombstones, next) => json(
+                        io,
+                        &Page {
+                            records: tombstones.iter().map(TombstoneView::from).collect(),
+                            next_after: next.map(|id| id.0),
+                        },
+                    ),
+                }
+            } else {
+                write!(io.out, "{}", human::list(&listing, now))?;
+                Ok(())
+            }
+        }
+        Command::Show(args) => {
+            let found = view::find(store, args.id).await?;
+            match (&found, args.json) {
+                (Found::Record(r), true) => json(io, &RecordDetail::from(r)),
+                (Found::Tombstone(t), true) => json(io, &TombstoneView::from(t)),
+                (Found::Record(r), false) => Ok(write!(io.out, "{}", human::record(r, now))?),
+                (Found::Tombstone(t), false) => Ok(write!(io.out, "{}", human::tombstone(t, now))?),
+            }
+        }
+        Command::Retry(args) => verb(store, Verb::Retry, &args.selection, now, io).await,
+        Command::Requeue(args) => verb(store, Verb::Requeue, &args.selection, now, io).await,
+        Command::Discard(args) => {
+            if args.reason.trim().is_empty() {
+                return Err(CliError::Usage(
+                    "--reason must say why (it stays on the tombstone)".into(),
+                ));
+            }
+            let discard = Verb::Discard {
+                reason: args.reason.clone(),
+            };
+            verb(store, discard, &args.selection, now, io).await
+        }
+        Command::Prune(args) => prune(store, args, now, io).await,
+        Command::Watch(_) | Command::Serve(_) => Err(CliError::Usage(
+            "watch and serve run until stopped; start them with `outbox`".into(),
+        )),
+    }
+}
+
+fn describe(selection: &Selection) -> String {
+    let mut parts = Vec::new();
+    if let Some(state) = selection.state {
+        parts.push(format!("state {state}"));
+    }
+    if let Some(group) = &selection.group {
+        parts.push(format!("group {group}"));
+    }
+    parts.join(", ")
+}
+
+/// Asks a yes/no question on `io.err` and reads the answer from `io.input`.
+fn confirm(io: &mut Io<'_>, question: &str) -> Result<(), CliError> {
+    write!(io.err, "{question} [y/N] ")?;
+    io.err.flush()?;
+    let mut answer = String::new();
+    if io.input.read_line(&mut answer)? == 0 {
+        return Err(CliError::NotConfirmed(
+            "no answer on standard input, so nothing was changed (pass --yes to skip the \
+             question)"
+                .into(),
+        ));
+    }
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Ok(()),
+        _ => Err(CliError::NotConfirmed(
+            "not confirmed; nothing was changed".into(),
+        )),
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        "record"
+    } else {
+        "records"
+    }
+}
+
+async fn verb(
+    store: &dyn Store,
+    verb: Verb,
+    selection: &Selection,
+    now: Millis,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let name = verb.name();
+    let records = match selection.id {
+        Some(id) => match view::find(store, id).await? {
+            Found::Record(record) => vec![record],
+            Found::Tombstone(_) => {
+                return Err(CliError::NotApplicable(format!(
+                    "cannot {name} #{}: it was discarded (only its tombstone is left)",
+                    id.0
+                )))
+            }
+        },
+        None => {
+            if selection.state.is_none() && selection.group.is_none() {
+                return Err(CliError::Usage(format!(
+                    "say which records to {name}: a record id, or --state and/or --group"
+                )));
+            }
+            if let Some(group) = &selection.group {
+                validate_group(group).map_err(|e| CliError::Usage(format!("--group: {e}")))?;
+            }
+            let mut query = ListQuery::new(500);
+            query.state = selection.state;
+            query.group = selection.group.clone();
+            let mut records = Vec::new();
+            view::for_each(store, query, |r| records.push(r.clone())).await?;
+            records
+        }
+    };
+    let mut transitions = Vec::new();
+    let mut refused: Vec<(RecordId, String)> = Vec::new();
+    for record in &records {
+        match verb.transition(record, now) {
+            Ok(t) => transitions.push(t),
+            Err(why) => refused.push((record.id, why)),
+        }
+    }
+    if let (Some(id), Some((_, why))) = (selection.id, refused.first()) {
+        return Err(CliError::NotApplicable(format!(
+            "cannot {name} #{}: {why}",
+            id.0
+        )));
+    }
+    if selection.id.is_none() {
+        let filter = describe(selection);
+        if !refused.is_empty() {
+            writeln!(
+                io.err,
+                "{} matching {} cannot be {name}{} as they are now (in flight, or in a state \
+                 the verb does not apply to) and are left alone",
+                refused.len(),
+                plural(refused.len()),
+                if name.ends_with('e') { "d" } else { "ed" },
+            )?;
+        }
+        if transitions.is_empty() {
+            writeln!(io.out, "no record to {name} ({filter})")?;
+            return Ok(());
+        }
+        if !selection.yes {
+            let n = transitions.len();
+            confirm(io, &format!("{name} {n} {} ({filter})?", plural(n)))?;
+        }
+    }
+    let total = transitions.len();
+    let done = verbs::apply(store, &verb, transitions).await?;
+    for d in done.iter().take(SHOWN) {
+        writeln!(io.out, "{}", d.line())?;
+    }
+    if done.len() > SHOWN {
+        writeln!(io.out, "… and {} more", done.len() - SHOWN)?;
+    }
+    let changed = done.iter().filter(|d| d.changed()).count();
+    if selection.id.is_none() {
+        writeln!(
+            io.out,
+            "{name}: {changed} of {total} {} changed",
+            plural(total)
+        )?;
+    }
+    if changed < total {
+        // Skipped lines past the first SHOWN were not printed: name them all here.
+        let skipped: Vec<String> = done
+            .iter()
+            .filter_map(|d| match d {
+                Done::Skipped { id, .. } => Some(format!("#{}", id.0)),
+                _ => None,
+            })
+            .collect();
+        return Err(CliError::Partial(format!(
+            "{} of {total} {} left unchanged: {}",
+            total - changed,
+            plural(total),
+            skipped.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+async fn prune(
+    store: &dyn Store,
+    args: &PruneArgs,
+    now: Millis,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let age = u64::try_from(args.older_than.as_millis()).unwrap_or(u64::MAX);
+    let cutoff = now.saturating_sub(age);
+    // Count what `Store::prune` will remove, by its rule, to ask about a number.
+    let mut rejected = 0usize;
+    view::for_each(store, ListQuery::new(500).state(State::Rejected), |r| {
+        if r.last_attempt_at.is_some_and(|t| t < cutoff) {
+            rejected += 1;
+        }
+    })
+    .await?;
+    let mut tombstones = 0usize;
+    let mut after = None;
+    loop {
+        let page = store.tombstones(after, 500).await?;
+        tombstones += page.iter().filter(|t| t.discarded_at < cutoff).count();
+        match page.last() {
+            Some(last) if page.len() == 500 => after = Some(last.id),
+            _ => break,
+        }
+    }
+    let what = format!(
+        "{rejected} rejected {} and {tombstones} {} from before {}",
+        plural(rejected),
+        if tombstones == 1 {
+            "tombstone"
+        } else {
+            "tombstones"
+        },
+        human::local(cutoff)
+    );
+    if rejected + tombstones == 0 {
+        writeln!(
+            io.out,
+            "nothing to prune: no rejected record or tombstone from before {}",
+            human::local(cutoff)
+        )?;
+        return Ok(());
+    }
+    if !args.yes {
+        confirm(io, &format!("prune {what}?"))?;
+    }
+    let pruned = store.prune(cutoff).await?;
+    writeln!(io.out, "pruned {pruned} (asked about {what})")?;
+    Ok(())
+}

@@ -1,0 +1,354 @@
+//! The human-readable output of the read commands: aligned tables, local times and "in 3m".
+
+use std::fmt::Write as _;
+
+use chrono::{Local, TimeZone};
+use outbox_core::{Millis, Record, Tombstone};
+
+use crate::view::{Listing, StatsView};
+
+/// The widest `last error` cell of a table; the rest is cut with `…` (`show` prints it whole).
+const ERROR_WIDTH: usize = 60;
+
+/// A wall-clock time in the local time zone, to the second.
+///
+/// ```
+/// // With TZ=UTC: 2026-12-01 08:00:00.
+/// let text = outbox_cli::human::local(1_795_939_200_000);
+/// assert_eq!(text.len(), "2026-12-01 08:00:00".len());
+/// ```
+pub fn local(at: Millis) -> String {
+    i64::try_from(at)
+        .ok()
+        .and_then(|ms| Local.timestamp_millis_opt(ms).single())
+        .map_or_else(
+            || format!("{at} ms after 1970"),
+            |t| t.format("%Y-%m-%d %H:%M:%S").to_string(),
+        )
+}
+
+/// A span in its two largest units: `45s`, `3m 12s`, `2h 5m`, `3d 4h`.
+///
+/// ```
+/// use outbox_cli::human::span;
+/// assert_eq!(span(192_000), "3m 12s");
+/// assert_eq!(span(7_200_000), "2h");
+/// assert_eq!(span(400), "0s");
+/// ```
+pub fn span(ms: u64) -> String {
+    let s = ms / 1000;
+    let (big, big_unit, small, small_unit) = match s {
+        0..60 => return format!("{s}s"),
+        60..3600 => (s / 60, "m", s % 60, "s"),
+        3600..86_400 => (s / 3600, "h", s % 3600 / 60, "m"),
+        _ => (s / 86_400, "d", s % 86_400 / 3600, "h"),
+    };
+    if small == 0 {
+        format!("{big}{big_unit}")
+    } else {
+        format!("{big}{big_unit} {small}{small_unit}")
+    }
+}
+
+/// An interval as given: `500ms`, `1s`, `2m`.
+pub fn span_precise(interval: std::time::Duration) -> String {
+    let ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+    if ms % 1000 == 0 {
+        span(ms)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// `in 3m`, `3m ago` or `now`, from `now`'s point of view.
+pub fn relative(at: Millis, now: Millis) -> String {
+    if at > now && at - now >= 1000 {
+        format!("in {}", span(at - now))
+    } else if now > at && now - at >= 1000 {
+        format!("{} ago", span(now - at))
+    } else {
+        "now".to_owned()
+    }
+}
+
+/// A time with its distance from now: `2026-12-01 08:03:00 (in 3m)`.
+pub fn when(at: Millis, now: Millis) -> String {
+    format!("{} ({})", local(at), relative(at, now))
+}
+
+fn cut(text: &str, width: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= width {
+        flat
+    } else {
+        let mut short: String = flat.chars().take(width - 1).collect();
+        short.push('…');
+        short
+    }
+}
+
+/// The `stats` report.
+pub fn stats(view: &StatsView) -> String {
+    let c = &view.counts;
+    let now = view.now;
+    let mut out = String::new();
+    let rows: [(&str, u64, String); 8] = [
+        ("pending", c.pending, String::new()),
+        ("retrying", c.retrying, String::new()),
+        ("in-flight", c.in_flight, String::new()),
+        (
+            "needs-attention",
+            c.needs_attention,
+            if c.needs_attention > 0 {
+                "waiting for a person: outbox retry".to_owned()
+            } else {
+                String::new()
+            },
+        ),
+        (
+            "held back",
+            view.held,
+            if view.held > 0 {
+                "behind a needs-attention record of their group".to_owned()
+            } else {
+                String::new()
+            },
+        ),
+        (
+            "rejected",
+            c.rejected,
+            if c.rejected > 0 {
+                "refused by the server: outbox requeue".to_owned()
+            } else {
+                String::new()
+            },
+        ),
+        (
+            "discarded",
+            c.discarded,
+            "tombstones until pruned".to_owned(),
+        ),
+        (
+            "delivered",
+            c.delivered,
+            "since the outbox was created".to_owned(),
+        ),
+    ];
+    for (name, count, note) in rows {
+        let line = format!("{name:<18}{count:>8}   {note}");
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out.push('\n');
+    let oldest = match view.oldest_created_at {
+        Some(at) => format!("enqueued {}", when(at, now)),
+        None => "none: nothing is owed a delivery".to_owned(),
+    };
+    let next_due = match view.next_due {
+        Some(at) if at <= now => format!("now: due since {}", when(at, now)),
+        Some(at) => when(at, now),
+        None => "none".to_owned(),
+    };
+    let runner = match &view.halt {
+        Some(halt) => format!(
+            "HALTED since {}: {} (the application must resume it)",
+            when(halt.since, now),
+            halt.reason
+        ),
+        None => "not halted".to_owned(),
+    };
+    let _ = writeln!(out, "{:<21}{oldest}", "oldest undelivered");
+    let _ = writeln!(out, "{:<21}{next_due}", "next due");
+    let _ = writeln!(out, "{:<21}{runner}", "runner");
+    if view.common_errors.is_empty() {
+        let _ = writeln!(out, "{:<21}none", "common errors");
+    }
+    for (i, e) in view.common_errors.iter().enumerate() {
+        let label = if i == 0 { "common errors" } else { "" };
+        let _ = writeln!(
+            out,
+            "{label:<21}{:>4} × {}",
+            e.count,
+            cut(&e.error, ERROR_WIDTH)
+        );
+    }
+    out
+}
+
+/// Lays out rows under headers, columns padded to their widest cell, no trailing spaces.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (cell, w) in cells.zip(&widths) {
+            let pad = w.saturating_sub(cell.chars().count());
+            text.push_str(cell);
+            text.extend(std::iter::repeat_n(' ', pad + 2));
+        }
+        let _ = writeln!(out, "{}", text.trim_end());
+    };
+    line(&mut headers.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+fn record_row(r: &Record, now: Millis) -> Vec<String> {
+    let next = match (r.next_attempt_at, r.lease) {
+        (_, Some(lease)) => format!("lease ends {}", relative(lease.until, now)),
+        (Some(at), None) => when(at, now),
+        (None, None) => "-".to_owned(),
+    };
+    vec![
+        r.id.0.to_string(),
+        r.group.clone().unwrap_or_else(|| "-".into()),
+        r.state.to_string(),
+        format!("{}/{}/{}", r.attempts, r.unanswered, r.interrupted),
+        next,
+        span(now.saturating_sub(r.created_at)),
+        r.last_error
+            .as_deref()
+            .map_or_else(|| "-".into(), |e| cut(e, ERROR_WIDTH)),
+    ]
+}
+
+fn tombstone_row(t: &Tombstone, now: Millis) -> Vec<String> {
+    vec![
+        t.id.0.to_string(),
+        t.group.clone().unwrap_or_else(|| "-".into()),
+        when(t.discarded_at, now),
+        t.attempts.to_string(),
+        cut(&t.reason, ERROR_WIDTH),
+    ]
+}
+
+/// The `list` table.
+pub fn list(listing: &Listing, now: Millis) -> String {
+    let (mut out, count, next) = match listing {
+        Listing::Records(records, next) => {
+            let rows: Vec<_> = records.iter().map(|r| record_row(r, now)).collect();
+            let headers = [
+                "ID",
+                "GROUP",
+                "STATE",
+                "A/U/I",
+                "NEXT ATTEMPT",
+                "AGE",
+                "LAST ERROR",
+            ];
+            (table(&headers, &rows), rows.len(), next)
+        }
+        Listing::Tombstones(tombstones, next) => {
+            let rows: Vec<_> = tombstones.iter().map(|t| tombstone_row(t, now)).collect();
+            let headers = ["ID", "GROUP", "DISCARDED", "ATTEMPTS", "REASON"];
+            (table(&headers, &rows), rows.len(), next)
+        }
+    };
+    let noun = if count == 1 { "record" } else { "records" };
+    match next {
+        Some(after) => {
+            let _ = writeln!(out, "\n{count} {noun}; the next page: --after {}", after.0);
+        }
+        None if count == 0 => out = "no records match\n".to_owned(),
+        None => {
+            let _ = writeln!(out, "\n{count} {noun}");
+        }
+    }
+    if matches!(listing, Listing::Records(..)) && count > 0 {
+        out.push_str("A/U/I: answered failures (the spent budget) / unanswered / interrupted\n");
+    }
+    out
+}
+
+/// The `show` report for a record still in the queue.
+pub fn record(r: &Record, now: Millis) -> String {
+    let mut out = String::new();
+    let mut field = |name: &str, value: String| {
+        let _ = writeln!(out, "{name:<15}{value}");
+    };
+    field("record", format!("#{}", r.id.0));
+    field("state", r.state.to_string());
+    field("group", r.group.clone().unwrap_or_else(|| "-".into()));
+    field("key", r.key.clone());
+    field("created", when(r.created_at, now));
+    field(
+        "attempts",
+        format!(
+            "{} answered, {} unanswered, {} interrupted",
+            r.attempts, r.unanswered, r.interrupted
+        ),
+    );
+    field(
+        "last attempt",
+        r.last_attempt_at
+            .map_or_else(|| "never".into(), |t| when(t, now)),
+    );
+    let next = match (r.next_attempt_at, r.lease) {
+        (_, Some(lease)) => format!("in flight, lease ends {}", when(lease.until, now)),
+        (Some(at), None) => when(at, now),
+        (None, None) => "never on its own".into(),
+    };
+    field("next attempt", next);
+    field(
+        "last error",
+        r.last_error.clone().unwrap_or_else(|| "-".into()),
+    );
+    out.push('\n');
+    out.push_str(&payload(&r.payload));
+    out
+}
+
+/// The `show` report for a discarded record.
+pub fn tombstone(t: &Tombstone, now: Millis) -> String {
+    let mut out = String::new();
+    let mut field = |name: &str, value: String| {
+        let _ = writeln!(out, "{name:<15}{value}");
+    };
+    field("record", format!("#{}", t.id.0));
+    field(
+        "state",
+        "discarded (a tombstone; the payload is gone)".into(),
+    );
+    field("group", t.group.clone().unwrap_or_else(|| "-".into()));
+    field("key", t.key.clone());
+    field("discarded", when(t.discarded_at, now));
+    field("attempts", format!("{} answered", t.attempts));
+    field("reason", t.reason.clone());
+    out
+}
+
+/// A payload: pretty JSON when it parses, text when it is UTF-8, else a hex dump.
+fn payload(bytes: &[u8]) -> String {
+    let size = bytes.len();
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
+            if let Ok(pretty) = serde_json::to_string_pretty(&value) {
+                return format!("payload ({size} bytes, JSON)\n{pretty}\n");
+            }
+        }
+        let text = text.strip_suffix('\n').unwrap_or(text);
+        return format!("payload ({size} bytes, UTF-8 text)\n{text}\n");
+    }
+    let mut out = format!("payload ({size} bytes, not UTF-8: hex)\n");
+    for (i, chunk) in bytes.chunks(16).enumerate() {
+        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        let ascii: String = chunk
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_graphic() || b == b' ' {
+                    char::from(b)
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{:08x}  {:<48}  {ascii}", i * 16, hex.join(" "));
+    }
+    out
+}

@@ -1,0 +1,185 @@
+// The outbox page: reads the JSON API of `outbox serve` and presses its verbs.
+"use strict";
+
+const token = document.querySelector('meta[name="outbox-token"]').content;
+const view = { state: "", group: "", after: "", next: null };
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key.startsWith("data-")) node.setAttribute(key, value);
+    else node[key] = value;
+  }
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(child ?? ""));
+  }
+  return node;
+}
+
+function span(s) {
+  return s < 60 ? s + "s" : s < 3600 ? Math.floor(s / 60) + "m" : s < 86400 ? Math.floor(s / 3600) + "h" : Math.floor(s / 86400) + "d";
+}
+
+function ago(ms) {
+  const delta = Math.round((ms - Date.now()) / 1000);
+  return Math.abs(delta) < 1 ? "now" : delta > 0 ? "in " + span(delta) : span(-delta) + " ago";
+}
+
+// A local time, short: the time of day for today, else the date too; then "in 3m" / "3m ago".
+function when(ms) {
+  if (ms === null || ms === undefined) return "-";
+  const d = new Date(ms);
+  const two = (n) => String(n).padStart(2, "0");
+  const time = two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+  const today = d.toDateString() === new Date().toDateString();
+  const date = d.getFullYear() + "-" + two(d.getMonth() + 1) + "-" + two(d.getDate());
+  return (today ? time : date + " " + time) + " (" + ago(ms) + ")";
+}
+
+function say(text, bad) {
+  const status = document.getElementById("status");
+  status.textContent = text;
+  status.className = bad ? "bad" : "";
+}
+
+async function getJson(path) {
+  const response = await fetch(path, { headers: { "Accept": "application/json" } });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+async function loadStats() {
+  const s = await getJson("/api/stats");
+  const counts = document.getElementById("counts");
+  counts.replaceChildren();
+  const names = [["pending", s.counts.pending], ["retrying", s.counts.retrying],
+    ["in-flight", s.counts.in_flight], ["needs-attention", s.counts.needs_attention],
+    ["rejected", s.counts.rejected], ["discarded", s.counts.discarded]];
+  for (const [name, count] of names) {
+    const button = el("button", { type: "button", className: view.state === name ? "active" : "" },
+      el("b", {}, String(count)), name);
+    button.dataset.count = name;
+    button.addEventListener("click", () => setFilter(view.state === name ? "" : name, view.group));
+    counts.append(button);
+  }
+  counts.append(el("span", {}, el("b", {}, String(s.counts.delivered)), " delivered, ",
+    String(s.held), " held back"));
+  const facts = document.getElementById("facts");
+  facts.replaceChildren(
+    "oldest undelivered: " + when(s.oldest_created_at) + " · next due: " + when(s.next_due) + " · ",
+    s.halt ? el("span", { className: "halted" }, "runner HALTED since " + when(s.halt.since) + ": " + s.halt.reason)
+           : "runner not halted");
+}
+
+function actions(record) {
+  const buttons = [];
+  if (record.state === "discarded" || record.state === "in-flight") return buttons;
+  if (record.state === "rejected") buttons.push("requeue"); else buttons.push("retry");
+  buttons.push("discard");
+  return buttons.map((action) => {
+    const button = el("button", { type: "button" }, action);
+    button.dataset.action = action;
+    button.dataset.id = String(record.id);
+    button.addEventListener("click", (event) => { event.stopPropagation(); act(record.id, action); });
+    return button;
+  });
+}
+
+async function loadList() {
+  const query = new URLSearchParams({ state: view.state, group: view.group, after: view.after, limit: "50" });
+  const page = await getJson("/api/records?" + query);
+  view.next = page.next_after;
+  const tombstones = view.state === "discarded";
+  const head = tombstones ? ["id", "group", "discarded", "attempts", "reason"]
+    : ["id", "group", "state", "a/u/i", "next attempt", "age", "last error", ""];
+  document.getElementById("head").replaceChildren(el("tr", {}, ...head.map((h) => el("th", {}, h))));
+  const rows = document.getElementById("rows");
+  rows.replaceChildren();
+  for (const r of page.records) {
+    const cells = tombstones
+      ? [r.id, r.group ?? "-", when(r.discarded_at), r.attempts, r.reason]
+      : [r.id, r.group ?? "-", el("span", { className: "state-" + r.state }, r.state),
+         r.attempts + "/" + r.unanswered + "/" + r.interrupted,
+         r.lease_until !== null ? "lease ends " + when(r.lease_until) : when(r.next_attempt_at),
+         el("span", { title: new Date(r.created_at).toLocaleString() }, span(Math.max(0, Math.round((Date.now() - r.created_at) / 1000)))),
+         el("span", { title: r.last_error ?? "" }, r.last_error ?? "-"),
+         el("span", {}, ...actions(r))];
+    const tr = el("tr", { className: "row" }, ...cells.map((c, i) =>
+      el("td", { className: !tombstones && i === 6 ? "error" : "" }, c instanceof Node ? c : String(c))));
+    tr.dataset.record = String(r.id);
+    tr.addEventListener("click", () => showDetail(r.id));
+    rows.append(tr);
+  }
+  if (page.records.length === 0) rows.append(el("tr", {}, el("td", { colSpan: head.length }, "no records match")));
+  document.getElementById("next").disabled = page.next_after === null;
+  document.getElementById("first").disabled = view.after === "";
+}
+
+async function showDetail(id) {
+  const detail = document.getElementById("detail");
+  try {
+    const r = await getJson("/api/records/" + id);
+    const fields = Object.entries(r).filter(([key]) => key !== "payload");
+    const dl = el("dl", {});
+    for (const [key, value] of fields) {
+      const text = key.endsWith("_at") || key === "lease_until" ? when(value) : value ?? "-";
+      dl.append(el("dt", {}, key), el("dd", {}, String(text)));
+    }
+    let payload = r.payload ?? "";
+    if (r.payload_encoding === "utf-8") {
+      try { payload = JSON.stringify(JSON.parse(payload), null, 2); } catch (_) { /* plain text */ }
+    }
+    detail.replaceChildren(el("h2", {}, "record #" + r.id), dl, ...actions(r),
+      r.state === "discarded" ? "" : el("pre", {}, payload));
+    detail.hidden = false;
+  } catch (err) {
+    say(err.message, true);
+  }
+}
+
+async function act(id, action) {
+  const body = action === "discard" ? JSON.stringify({ reason: document.getElementById("reason").value }) : "";
+  try {
+    const response = await fetch("/api/records/" + id + "/" + action, {
+      method: "POST",
+      headers: { "X-Outbox-Token": token, "Content-Type": "application/json" },
+      body,
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    await refresh();
+    if (action !== "discard") await showDetail(answer.id); else document.getElementById("detail").hidden = true;
+    say(answer.message, false);
+  } catch (err) {
+    say(err.message, true);
+  }
+}
+
+function setFilter(state, group) {
+  view.state = state;
+  view.group = group;
+  view.after = "";
+  const form = document.getElementById("filter");
+  form.state.value = state;
+  form.group.value = group;
+  refresh();
+}
+
+async function refresh() {
+  try {
+    await Promise.all([loadStats(), loadList()]);
+  } catch (err) {
+    say(err.message, true);
+  }
+}
+
+document.getElementById("filter").addEventListener("submit", (event) => {
+  event.preventDefault();
+  setFilter(event.target.state.value, event.target.group.value.trim());
+});
+document.getElementById("next").addEventListener("click", () => {
+  if (view.next !== null) { view.after = String(view.next); refresh(); }
+});
+document.getElementById("first").addEventListener("click", () => { view.after = ""; refresh(); });
+refresh();

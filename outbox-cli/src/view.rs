@@ -1,0 +1,359 @@
+//! What the read commands report, as plain values: the `--json` shapes (documented in the crate
+//! docs) and the input of the human-readable output and of the web page.
+
+use std::collections::HashMap;
+
+use outbox_core::{ListQuery, Millis, Record, RecordId, State, Stats, Store, Tombstone};
+use serde::Serialize;
+
+use crate::cli::StateFilter;
+use crate::error::CliError;
+
+/// How many of the most common `last_error` values `stats` reports.
+pub const COMMON_ERRORS: usize = 5;
+
+/// Records read per page when a command walks a whole state.
+const PAGE: usize = 500;
+
+/// `stats` counts errors over at most this many records of each failed state, so a huge
+/// backlog (and `watch`, which asks every second) reads a bounded amount.
+pub const ERROR_SAMPLE: usize = 10_000;
+
+/// The queue at one moment (`stats --json`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StatsView {
+    /// The time the ages are measured from.
+    pub now: Millis,
+    /// Records per state.
+    pub counts: Counts,
+    /// Records waiting behind a needs-attention record of their group.
+    pub held: u64,
+    /// Pending + retrying + in-flight + needs-attention.
+    pub undelivered: u64,
+    /// Enqueue time of the oldest undelivered record.
+    pub oldest_created_at: Option<Millis>,
+    /// `now - oldest_created_at`.
+    pub oldest_age_ms: Option<u64>,
+    /// The earliest deadline of a record that can be claimed.
+    pub next_due: Option<Millis>,
+    /// The runner's persisted halt.
+    pub halt: Option<HaltView>,
+    /// The most common `last_error` values of retrying, needs-attention and rejected records
+    /// (the first 10,000 of each state), most frequent first.
+    pub common_errors: Vec<ErrorCount>,
+}
+
+/// Records per state.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    #[allow(missing_docs)]
+    pub pending: u64,
+    #[allow(missing_docs)]
+    pub retrying: u64,
+    #[allow(missing_docs)]
+    pub in_flight: u64,
+    #[allow(missing_docs)]
+    pub needs_attention: u64,
+    #[allow(missing_docs)]
+    pub rejected: u64,
+    /// Tombstones not yet pruned.
+    pub discarded: u64,
+    /// Delivered since the store was created.
+    pub delivered: u64,
+}
+
+/// The runner's halt.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct HaltView {
+    /// Why.
+    pub reason: String,
+    /// Since when.
+    pub since: Millis,
+}
+
+/// One `last_error` value and how many records have it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ErrorCount {
+    /// The text.
+    pub error: String,
+    /// How many records.
+    pub count: u64,
+}
+
+/// One record without its payload (`list --json`, and the base of `show --json`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct RecordView {
+    #[allow(missing_docs)]
+    pub id: u64,
+    #[allow(missing_docs)]
+    pub group: Option<String>,
+    /// `pending`, `retrying`, `in-flight`, `needs-attention` or `rejected`.
+    pub state: &'static str,
+    /// Answered failures (the spent budget).
+    pub attempts: u32,
+    /// Failures no server answered.
+    pub unanswered: u32,
+    /// Deliveries that never reported (the process died).
+    pub interrupted: u32,
+    #[allow(missing_docs)]
+    pub created_at: Millis,
+    #[allow(missing_docs)]
+    pub last_attempt_at: Option<Millis>,
+    /// `null`: never on its own (needs-attention, rejected) or in flight.
+    pub next_attempt_at: Option<Millis>,
+    #[allow(missing_docs)]
+    pub last_error: Option<String>,
+    /// While in flight: when the lease expires.
+    pub lease_until: Option<Millis>,
+    /// The idempotency key.
+    pub key: String,
+    /// Payload size in bytes.
+    pub payload_bytes: usize,
+}
+
+impl From<&Record> for RecordView {
+    fn from(r: &Record) -> Self {
+        RecordView {
+            id: r.id.0,
+            group: r.group.clone(),
+            state: r.state.as_str(),
+            attempts: r.attempts,
+            unanswered: r.unanswered,
+            interrupted: r.interrupted,
+            created_at: r.created_at,
+            last_attempt_at: r.last_attempt_at,
+            next_attempt_at: r.next_attempt_at,
+            last_error: r.last_error.clone(),
+            lease_until: r.lease.map(|l| l.until),
+            key: r.key.clone(),
+            payload_bytes: r.payload.len(),
+        }
+    }
+}
+
+/// One record with its payload (`show --json`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct RecordDetail {
+    #[serde(flatten)]
+    #[allow(missing_docs)]
+    pub record: RecordView,
+    /// `utf-8` when the payload is UTF-8 text (JSON included), else `hex`.
+    pub payload_encoding: &'static str,
+    /// The payload as text, or as lowercase hex digits.
+    pub payload: String,
+}
+
+impl From<&Record> for RecordDetail {
+    fn from(r: &Record) -> Self {
+        let (payload_encoding, payload) = match std::str::from_utf8(&r.payload) {
+            Ok(text) => ("utf-8", text.to_owned()),
+            Err(_) => ("hex", hex(&r.payload)),
+        };
+        RecordDetail {
+            record: r.into(),
+            payload_encoding,
+            payload,
+        }
+    }
+}
+
+/// What stays of a discarded record (`list --state discarded --json`, `show --json`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct TombstoneView {
+    #[allow(missing_docs)]
+    pub id: u64,
+    #[allow(missing_docs)]
+    pub group: Option<String>,
+    /// Always `discarded`.
+    pub state: &'static str,
+    #[allow(missing_docs)]
+    pub key: String,
+    /// Why, and by whom.
+    pub reason: String,
+    #[allow(missing_docs)]
+    pub discarded_at: Millis,
+    /// Answered failures it had spent.
+    pub attempts: u32,
+}
+
+impl From<&Tombstone> for TombstoneView {
+    fn from(t: &Tombstone) -> Self {
+        TombstoneView {
+            id: t.id.0,
+            group: t.group.clone(),
+            state: "discarded",
+            key: t.key.clone(),
+            reason: t.reason.clone(),
+            discarded_at: t.discarded_at,
+            attempts: t.attempts,
+        }
+    }
+}
+
+/// A page of records or tombstones (`list --json`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Page<T> {
+    /// The entries, in id order.
+    pub records: Vec<T>,
+    /// Pass as `--after` for the next page; `null` when this page was the last.
+    pub next_after: Option<u64>,
+}
+
+/// Lowercase hex digits.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads the stats and the most common errors.
+pub async fn stats(store: &dyn Store, now: Millis) -> Result<StatsView, CliError> {
+    let stats: Stats = store.stats().await?;
+    let mut errors: HashMap<String, u64> = HashMap::new();
+    for state in [State::Retrying, State::NeedsAttention, State::Rejected] {
+        if stats.count(state) == 0 {
+            continue;
+        }
+        let mut query = ListQuery::new(PAGE).state(state);
+        let mut read = 0;
+        while read < ERROR_SAMPLE {
+            let page = store.list(&query).await?;
+            for error in page.iter().filter_map(|r| r.last_error.as_ref()) {
+                *errors.entry(error.clone()).or_default() += 1;
+            }
+            read += page.len();
+            match page.last() {
+                Some(last) if page.len() == query.limit => query.after = Some(last.id),
+                _ => break,
+            }
+        }
+    }
+    let mut common_errors: Vec<ErrorCount> = errors
+        .into_iter()
+        .map(|(error, count)| ErrorCount { error, count })
+        .collect();
+    common_errors.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.error.cmp(&b.error)));
+    common_errors.truncate(COMMON_ERRORS);
+    Ok(StatsView {
+        now,
+        counts: Counts {
+            pending: stats.pending,
+            retrying: stats.retrying,
+            in_flight: stats.in_flight,
+            needs_attention: stats.needs_attention,
+            rejected: stats.rejected,
+            discarded: stats.discarded,
+            delivered: stats.delivered,
+        },
+        held: stats.held,
+        undelivered: stats.undelivered(),
+        oldest_created_at: stats.oldest_created_at,
+        oldest_age_ms: stats.oldest_created_at.map(|t| now.saturating_sub(t)),
+        next_due: stats.next_due,
+        halt: stats.halt.map(|h| HaltView {
+            reason: h.reason,
+            since: h.since,
+        }),
+        common_errors,
+    })
+}
+
+/// Calls `each` on every record matching `query`, a page at a time.
+pub async fn for_each(
+    store: &dyn Store,
+    mut query: ListQuery,
+    mut each: impl FnMut(&Record),
+) -> Result<(), CliError> {
+    loop {
+        let page = store.list(&query).await?;
+        page.iter().for_each(&mut each);
+        match page.last() {
+            Some(last) if page.len() == query.limit => query.after = Some(last.id),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// A page of `list`: records, or tombstones for [`StateFilter::Discarded`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// Records in id order, and the id to continue after when the page was full.
+    Records(Vec<Record>, Option<RecordId>),
+    /// Tombstones in id order, and the id to continue after when the page was full.
+    Tombstones(Vec<Tombstone>, Option<RecordId>),
+}
+
+/// Reads one page of `list`.
+pub async fn list(
+    store: &dyn Store,
+    state: Option<StateFilter>,
+    group: Option<&str>,
+    after: Option<RecordId>,
+    limit: usize,
+) -> Result<Listing, CliError> {
+    match state {
+        Some(StateFilter::Discarded) => {
+            // Tombstones are paged by id only: filter the group here, reading on until the
+            // page is full or the tombstones run out.
+            let mut found = Vec::new();
+            let mut cursor = after;
+            loop {
+                let batch = store.tombstones(cursor, PAGE).await?;
+                let full = batch.len() == PAGE;
+                cursor = batch.last().map(|t| t.id).or(cursor);
+                for t in batch {
+                    if group.is_none_or(|g| t.group.as_deref() == Some(g)) {
+                        found.push(t);
+                        if found.len() == limit {
+                            let next = found.last().map(|t| t.id);
+                            return Ok(Listing::Tombstones(found, next));
+                        }
+                    }
+                }
+                if !full {
+                    return Ok(Listing::Tombstones(found, None));
+                }
+            }
+        }
+        Some(StateFilter::Row(state)) => {
+            let mut query = ListQuery::new(limit).state(state);
+            query.group = group.map(str::to_owned);
+            query.after = after;
+            page(store, &query).await
+        }
+        None => {
+            let mut query = ListQuery::new(limit);
+            query.group = group.map(str::to_owned);
+            query.after = after;
+            page(store, &query).await
+        }
+    }
+}
+
+async fn page(store: &dyn Store, query: &ListQuery) -> Result<Listing, CliError> {
+    let records = store.list(query).await?;
+    let next = (records.len() == query.limit)
+        .then(|| records.last().map(|r| r.id))
+        .flatten();
+    Ok(Listing::Records(records, next))
+}
+
+/// A record, or the tombstone left by its discard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// Still in the queue.
+    Record(Record),
+    /// Discarded, not yet pruned.
+    Tombstone(Tombstone),
+}
+
+/// Finds a record or its tombstone; [`CliError::NoSuchRecord`] when neither is there.
+pub async fn find(store: &dyn Store, id: RecordId) -> Result<Found, CliError> {
+    if let Some(record) = store.get(id).await? {
+        return Ok(Found::Record(record));
+    }
+    let before = id.0.checked_sub(1).map(RecordId);
+    let tombstone = store.tombstones(before, 1).await?.into_iter().next();
+    match tombstone {
+        Some(t) if t.id == id => Ok(Found::Tombstone(t)),
+        _ => Err(CliError::NoSuchRecord(id)),
+    }
+}
