@@ -471,12 +471,19 @@ impl Scheduler {
                     (Some(probe), Some(hold)) => Some(probe.max(hold)),
                     (probe, hold) => probe.or(hold),
                 };
-                let due = match (self.next_due, not_before) {
+                // A trigger that arrived during a hold or a probe wait is served when it ends.
+                let next_due = if self.wanted {
+                    Some(self.now.wall)
+                } else {
+                    self.next_due
+                };
+                let due = match (next_due, not_before) {
                     (Some(due), Some(not_before)) => Some(due.max(not_before)),
                     (due, None) => due,
                     (None, Some(_)) => None,
                 };
-                earliest(due.map(|wall| self.mono_of(wall).max(self.quiet_until)));
+                let not_before = self.quiet_until.max(self.retry_io_at.unwrap_or(0));
+                earliest(due.map(|wall| self.mono_of(wall).max(not_before)));
             }
             None => {}
         }
@@ -524,8 +531,10 @@ impl Scheduler {
                 .config
                 .safety_poll
                 .map(|p| mono.saturating_add(duration_ms(p)));
-            self.recover_at = mono;
-            self.wanted = true;
+            // The poll looks for leases other processes left to expire (records it recovers
+            // wake the runner) and reads the next deadline again; it claims nothing itself.
+            self.recover_at = mono.saturating_add(duration_ms(self.config.lease / 3));
+            self.chores.push_back(Io::RecoverExpired);
             self.next_due_stale = true;
         }
         if self.far_leases_at.is_some_and(|t| t <= mono) {
