@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    sink_fn, Applied, Claim, Error, Halt, Lease, ListQuery, Millis, NewRecord, Outbox, Outcome,
-    Record, RecordId, Round, RunnerConfig, State, Stats, Store, TokioClock, Tombstone, Transition,
+    sink_fn, Claim, Error, Millis, NewRecord, Outbox, Outcome, Record, Round, RunnerConfig, State,
+    Store, TokioClock, Transition,
 };
 use outbox_memory::MemoryStore;
 
@@ -61,58 +61,16 @@ struct SlowRounds {
 }
 
 #[outbox_core::async_trait]
-impl Store for SlowRounds {
-    async fn enqueue(&self, r: Vec<NewRecord>, now: Millis) -> outbox_core::Result<Vec<RecordId>> {
-        self.inner.enqueue(r, now).await
+impl outbox_core::layer::StoreLayer for SlowRounds {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
     }
-    async fn claim(&self, c: Claim) -> outbox_core::Result<Vec<Record>> {
-        self.inner.claim(c).await
-    }
-    async fn renew(&self, ids: &[RecordId], l: Lease) -> outbox_core::Result<()> {
-        self.inner.renew(ids, l).await
-    }
-    async fn apply(&self, t: Vec<Transition>) -> outbox_core::Result<Applied> {
-        self.inner.apply(t).await
-    }
+
     async fn round(&self, t: Vec<Transition>, c: Option<Claim>) -> outbox_core::Result<Round> {
         if self.slow.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
         self.inner.round(t, c).await
-    }
-    async fn expired(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
-        self.inner.expired(now, limit).await
-    }
-    async fn stepped_back(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
-        self.inner.stepped_back(now, limit).await
-    }
-    async fn get(&self, id: RecordId) -> outbox_core::Result<Option<Record>> {
-        self.inner.get(id).await
-    }
-    async fn list(&self, q: &ListQuery) -> outbox_core::Result<Vec<Record>> {
-        self.inner.list(q).await
-    }
-    async fn tombstones(
-        &self,
-        a: Option<RecordId>,
-        l: usize,
-    ) -> outbox_core::Result<Vec<Tombstone>> {
-        self.inner.tombstones(a, l).await
-    }
-    async fn stats(&self) -> outbox_core::Result<Stats> {
-        self.inner.stats().await
-    }
-    async fn next_due(&self) -> outbox_core::Result<Option<Millis>> {
-        self.inner.next_due().await
-    }
-    async fn halt(&self) -> outbox_core::Result<Option<Halt>> {
-        self.inner.halt().await
-    }
-    async fn set_halt(&self, halt: Option<Halt>) -> outbox_core::Result<()> {
-        self.inner.set_halt(halt).await
-    }
-    async fn prune(&self, older_than: Millis) -> outbox_core::Result<u64> {
-        self.inner.prune(older_than).await
     }
 }
 

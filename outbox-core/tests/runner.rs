@@ -825,30 +825,22 @@ struct Counting {
 }
 
 #[async_trait]
-impl Store for Counting {
-    async fn enqueue(&self, r: Vec<NewRecord>, now: Millis) -> outbox_core::Result<Vec<RecordId>> {
-        self.inner.enqueue(r, now).await
+impl outbox_core::layer::StoreLayer for Counting {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
     }
+
     async fn claim(&self, c: outbox_core::Claim) -> outbox_core::Result<Vec<Record>> {
         self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.claim(c).await
     }
-    async fn renew(&self, ids: &[RecordId], l: Lease) -> outbox_core::Result<()> {
-        self.inner.renew(ids, l).await
-    }
+
     async fn apply(
         &self,
         t: Vec<outbox_core::Transition>,
     ) -> outbox_core::Result<outbox_core::Applied> {
         self.applies.fetch_add(1, Ordering::SeqCst);
         self.inner.apply(t).await
-    }
-    async fn expired(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
-        self.expired_reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.expired(now, limit).await
-    }
-    async fn stepped_back(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
-        self.inner.stepped_back(now, limit).await
     }
 
     async fn round(
@@ -863,34 +855,9 @@ impl Store for Counting {
         self.inner.round(outcomes, claim).await
     }
 
-    async fn halt(&self) -> outbox_core::Result<Option<outbox_core::Halt>> {
-        self.inner.halt().await
-    }
-
-    async fn set_halt(&self, halt: Option<outbox_core::Halt>) -> outbox_core::Result<()> {
-        self.inner.set_halt(halt).await
-    }
-    async fn get(&self, id: RecordId) -> outbox_core::Result<Option<Record>> {
-        self.inner.get(id).await
-    }
-    async fn list(&self, q: &ListQuery) -> outbox_core::Result<Vec<Record>> {
-        self.inner.list(q).await
-    }
-    async fn tombstones(
-        &self,
-        a: Option<RecordId>,
-        l: usize,
-    ) -> outbox_core::Result<Vec<outbox_core::Tombstone>> {
-        self.inner.tombstones(a, l).await
-    }
-    async fn stats(&self) -> outbox_core::Result<outbox_core::Stats> {
-        self.inner.stats().await
-    }
-    async fn next_due(&self) -> outbox_core::Result<Option<Millis>> {
-        self.inner.next_due().await
-    }
-    async fn prune(&self, o: Millis) -> outbox_core::Result<u64> {
-        self.inner.prune(o).await
+    async fn expired(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
+        self.expired_reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.expired(now, limit).await
     }
 }
 

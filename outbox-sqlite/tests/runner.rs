@@ -1,117 +1,18 @@
 //! The SQLite store under the runner: a record enqueued in the application's own transaction
 //! is delivered once the handle is notified, with no polling.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    async_trait, sink_fn, Applied, Claim, Clock, Error, Event, Halt, Lease, ListQuery, Millis,
-    NewRecord, Outbox, Outcome, Record, RecordId, Result, Round, RunnerConfig, Stats, Store,
-    TokioClock, Tombstone, Transition,
+    sink_fn, Clock, Event, NewRecord, Outbox, Outcome, Record, RecordId, RunnerConfig, Store,
+    TokioClock,
 };
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::Connection;
 use tokio::sync::{broadcast, mpsc};
 
 const T0: u64 = 1_700_000_000_000;
-
-/// Holds tokio's paused clock still while the store works. The store's writer answers from a
-/// thread of its own, and a task waiting on another thread looks idle to tokio, whose paused
-/// clock would then leap to the next timer in the middle of a store call. A running blocking
-/// task holds the clock, so each call runs on the blocking pool. (The testkit's runner
-/// scenarios wrap their stores the same way.)
-#[derive(Debug)]
-struct HoldClock(Arc<dyn Store>);
-
-impl HoldClock {
-    async fn run<T, F, Fut>(&self, call: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(Arc<dyn Store>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T>>,
-    {
-        let store = Arc::clone(&self.0);
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || handle.block_on(call(store)))
-            .await
-            .map_err(Error::backend)?
-    }
-}
-
-#[async_trait]
-impl Store for HoldClock {
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
-        self.run(move |s| async move { s.enqueue(records, now).await })
-            .await
-    }
-
-    async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
-        self.run(move |s| async move { s.claim(claim).await }).await
-    }
-
-    async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
-        let ids = ids.to_vec();
-        self.run(move |s| async move { s.renew(&ids, lease).await })
-            .await
-    }
-
-    async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
-        self.run(move |s| async move { s.apply(transitions).await })
-            .await
-    }
-
-    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
-        self.run(move |s| async move { s.round(outcomes, claim).await })
-            .await
-    }
-
-    async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.run(move |s| async move { s.expired(now, limit).await })
-            .await
-    }
-
-    async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
-        self.run(move |s| async move { s.stepped_back(now, limit).await })
-            .await
-    }
-
-    async fn get(&self, id: RecordId) -> Result<Option<Record>> {
-        self.run(move |s| async move { s.get(id).await }).await
-    }
-
-    async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
-        let query = query.clone();
-        self.run(move |s| async move { s.list(&query).await }).await
-    }
-
-    async fn tombstones(&self, after: Option<RecordId>, limit: usize) -> Result<Vec<Tombstone>> {
-        self.run(move |s| async move { s.tombstones(after, limit).await })
-            .await
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        self.run(|s| async move { s.stats().await }).await
-    }
-
-    async fn next_due(&self) -> Result<Option<Millis>> {
-        self.run(|s| async move { s.next_due().await }).await
-    }
-
-    async fn halt(&self) -> Result<Option<Halt>> {
-        self.run(|s| async move { s.halt().await }).await
-    }
-
-    async fn set_halt(&self, halt: Option<Halt>) -> Result<()> {
-        self.run(move |s| async move { s.set_halt(halt).await })
-            .await
-    }
-
-    async fn prune(&self, older_than: Millis) -> Result<u64> {
-        self.run(move |s| async move { s.prune(older_than).await })
-            .await
-    }
-}
 
 /// The id of the next delivered record. On the paused clock, a runner that is never woken
 /// sleeps through the hour and the wait fails.
@@ -148,7 +49,7 @@ async fn a_record_enqueued_in_the_callers_transaction_is_delivered_after_notify(
         }
     });
     let clock = TokioClock::starting_at(T0);
-    let held: Arc<dyn Store> = Arc::new(HoldClock(store.clone()));
+    let held: Arc<dyn Store> = outbox_testkit::PausedClockStore::wrap(store.clone());
     let outbox = Outbox::builder(held, sink)
         .clock(Arc::new(clock))
         // No safety poll: only the notification can wake the runner.
