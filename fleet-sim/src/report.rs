@@ -243,10 +243,10 @@ pub fn report(params: &Params, runs: &[Run], chart: &str, timing: Option<&str>) 
          left to send leaves it. Every random draw comes from the seed.\n\
          - What the runner does with each answer decides the shape of the load: a no-answer \
          takes the device's link down, and one record then probes on the backoff while the \
-         others wait; a 429 is an answer, so only the record answered waits (its \
-         `Retry-After`, never below its local schedule) while the link stays up and the \
-         device's other records are still sent; a device coming online, or a probe answered, \
-         makes the records that waited for the link due at once.\n",
+         others wait; a 429 with `Retry-After` holds the whole device: its round stops and \
+         nothing more is sent until the `Retry-After` (never below the local schedule) has \
+         passed; a device coming online, or a probe answered, makes the records that waited \
+         for the link due at once.\n",
     );
     out
 }

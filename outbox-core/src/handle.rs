@@ -362,7 +362,9 @@ impl Outbox {
         self.shared.halted.load(Ordering::SeqCst)
     }
 
-    /// Subscribes to events from now on.
+    /// Subscribes to events from now on. The stream ends (`RecvError::Closed`) once the last
+    /// handle is dropped; a shutdown alone does not end it, since the handle can still enqueue
+    /// and its verbs still send events.
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.shared.events.subscribe()
     }

@@ -145,6 +145,8 @@ pub(super) async fn shared_runner(
     });
     let _ = signal.wait_for(|s| *s == Signal::Stop).await;
     outbox.shutdown(Duration::from_secs(60)).await?;
+    // The event stream ends when the last handle goes (shutdown takes `&self`).
+    drop(outbox);
     let _ = listener.await;
     ledger(format_args!("done"));
     Ok(())

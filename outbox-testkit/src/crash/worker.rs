@@ -171,6 +171,8 @@ async fn worker_main<B: Backend>(role: &str, backend: B) -> Result<(), Failure> 
     }
     drain(&outbox).await?;
     outbox.shutdown(Duration::from_secs(60)).await?;
+    // The event stream ends when the last handle goes (shutdown takes `&self`).
+    drop(outbox);
     let _ = listener.await;
     ledger(format_args!("done"));
     Ok(())
