@@ -73,10 +73,12 @@ async fn create_and_open_are_distinct_calls() {
     assert!(store.get(ids[0]).await.expect("get").is_some());
     store.close().await;
 
-    // Nothing of the build under a temporary name is left behind.
+    // Nothing of the build under a temporary name is left behind (the database's own WAL
+    // files may outlive a close that could not checkpoint under load; they are not the build's).
     let names: Vec<String> = fs::read_dir(dir.path())
         .expect("list")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "outbox.db-wal" && name != "outbox.db-shm")
         .collect();
     assert_eq!(names, vec!["outbox.db".to_owned()]);
 }

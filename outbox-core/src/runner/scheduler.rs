@@ -311,8 +311,6 @@ pub struct Scheduler {
     finished: bool,
     /// A trigger arrived: look for due work.
     wanted: bool,
-    /// The safety poll asks for one claim, held back like a deadline.
-    polled: bool,
     actions: VecDeque<Action>,
     /// Store calls the scheduler wants made, in order, before it claims again.
     chores: VecDeque<Io>,
@@ -377,7 +375,6 @@ impl Scheduler {
             aborted: false,
             finished: false,
             wanted: true,
-            polled: false,
             actions: VecDeque::new(),
             chores: VecDeque::new(),
             pending: None,
@@ -475,7 +472,7 @@ impl Scheduler {
                     (probe, hold) => probe.or(hold),
                 };
                 // A trigger that arrived during a hold or a probe wait is served when it ends.
-                let next_due = if self.wanted || self.polled {
+                let next_due = if self.wanted {
                     Some(self.now.wall)
                 } else {
                     self.next_due
@@ -534,10 +531,10 @@ impl Scheduler {
                 .config
                 .safety_poll
                 .map(|p| mono.saturating_add(duration_ms(p)));
-            // The poll looks for leases other processes left to expire and claims once, as a
-            // deadline would (after a quiet period or a server's Retry-After, not through them).
-            self.recover_at = mono;
-            self.polled = true;
+            // The poll looks for leases other processes left to expire (records it recovers
+            // wake the runner) and reads the next deadline again; it claims nothing itself.
+            self.recover_at = mono.saturating_add(duration_ms(self.config.lease / 3));
+            self.chores.push_back(Io::RecoverExpired);
             self.next_due_stale = true;
         }
         if self.far_leases_at.is_some_and(|t| t <= mono) {
@@ -928,7 +925,6 @@ impl Scheduler {
                 return;
             }
             self.wanted = false;
-            self.polled = false;
             let lease = Lease {
                 token: self.tokens.u64(..),
                 until: self.now.wall.saturating_add(duration_ms(self.config.lease)),
@@ -956,7 +952,7 @@ impl Scheduler {
         }
         self.wanted
             || (self.quiet_until <= self.now.mono
-                && (self.polled || self.next_due.is_some_and(|due| due <= self.now.wall)))
+                && self.next_due.is_some_and(|due| due <= self.now.wall))
     }
 
     fn drive_round(&mut self) {

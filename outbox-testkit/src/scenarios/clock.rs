@@ -141,6 +141,8 @@ pub async fn runner_step_back_across_restart(backend: &dyn Backend) -> ScenarioR
     let id = outbox.enqueue(NewRecord::new(b"step".to_vec())).await?;
     tokio::time::sleep(Duration::from_millis(100)).await;
     outbox.shutdown(Duration::from_secs(5)).await?;
+    // The handle holds the store too: a store one process may open must be let go of.
+    drop(outbox);
     drop(store);
     ensure_eq(sink.times().len(), 1, "one attempt before the restart")?;
     clock.step_back(DAY);
@@ -187,6 +189,8 @@ pub async fn runner_halt_survives_restart(backend: &dyn Backend) -> ScenarioResu
         || format!("the halt and its reason are in the stats: {halt:?}"),
     )?;
     outbox.shutdown(Duration::from_secs(5)).await?;
+    // The handle holds the store too: a store one process may open must be let go of.
+    drop(outbox);
     drop(store);
     let sent = sink.times().len();
     let store = open(backend, &location).await?;
