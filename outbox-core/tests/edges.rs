@@ -2,9 +2,12 @@
 //! comes back, a credential refused with several requests in flight, a fleet failing at once.
 //! All on tokio's paused clock and the memory store.
 
+mod support;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::LogCapture;
 
 use outbox_core::{
     async_trait, Clock, Event, LinkState, Millis, NewRecord, Outbox, Outcome, Record, RunnerConfig,
@@ -357,39 +360,6 @@ impl Sink for SlowRefusals {
         } else {
             Outcome::halt("HTTP 401")
         }
-    }
-}
-
-/// Collects formatted log lines.
-#[derive(Clone, Default)]
-struct LogCapture(Arc<Mutex<Vec<u8>>>);
-
-impl LogCapture {
-    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
-        let sink = self.clone();
-        tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || sink.clone())
-            .finish()
-    }
-
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8(self.0.lock().unwrap().clone())
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl std::io::Write for LogCapture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 

@@ -1,9 +1,12 @@
 //! The runner on the memory store, under tokio's paused clock: no test waits on the wall clock.
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::LogCapture;
 
 use outbox_core::{
     async_trait, Backoff, Error, Event, Jitter, Lease, ListQuery, Millis, NewRecord, Outbox,
@@ -678,39 +681,6 @@ async fn manual_verbs_retry_discard_and_prune() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(r.outbox.prune(Duration::from_secs(1)).await.unwrap(), 2);
     assert_eq!(r.outbox.stats().await.unwrap().rejected, 0);
-}
-
-/// Collects formatted log lines.
-#[derive(Clone, Default)]
-struct LogCapture(Arc<Mutex<Vec<u8>>>);
-
-impl LogCapture {
-    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
-        let sink = self.clone();
-        tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || sink.clone())
-            .finish()
-    }
-
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8(self.0.lock().unwrap().clone())
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl std::io::Write for LogCapture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[tokio::test(start_paused = true)]
