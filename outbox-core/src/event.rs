@@ -6,7 +6,7 @@ use crate::record::{Millis, RecordId};
 ///
 /// Every event is sent after the store write it describes has returned, so an observer that
 /// reads the store on an event sees that write. The runner sends a record's events in order;
-/// `Enqueued` comes from the enqueuing task, so a runner that is already awake may send
+/// `Enqueued` (or `Superseded`) comes from the enqueuing task, so a runner that is already awake may send
 /// `Attempted` (even `Delivered`) for the record before it. A record enqueued inside the
 /// caller's own transaction and announced with `Outbox::notify` gets no `Enqueued` event.
 ///
@@ -21,6 +21,14 @@ pub enum Event {
     /// A record was durably enqueued.
     Enqueued {
         /// The record.
+        id: RecordId,
+        /// Its group.
+        group: Option<String>,
+    },
+    /// A write replaced the payload of this earlier, still waiting record (see
+    /// [`NewRecord::replacing`](crate::NewRecord::replacing)): merged, not lost.
+    Superseded {
+        /// The record that now carries the newer write.
         id: RecordId,
         /// Its group.
         group: Option<String>,
@@ -100,6 +108,7 @@ impl Event {
     pub fn record(&self) -> Option<RecordId> {
         match self {
             Event::Enqueued { id, .. }
+            | Event::Superseded { id, .. }
             | Event::Attempted { id, .. }
             | Event::Delivered { id }
             | Event::Retrying { id, .. }

@@ -167,16 +167,20 @@ impl Outbox {
     /// Durably enqueues a batch, all or nothing, and wakes the runner once.
     pub async fn enqueue_batch(&self, records: Vec<NewRecord>) -> Result<Vec<RecordId>> {
         let groups: Vec<Option<String>> = records.iter().map(|r| r.group.clone()).collect();
-        let ids = self
+        let enqueued = self
             .shared
             .store
             .enqueue(records, self.shared.now())
             .await?;
-        for (id, group) in ids.iter().zip(groups) {
-            self.shared.emit(Event::Enqueued { id: *id, group });
+        for (index, (id, group)) in enqueued.iter().zip(groups).enumerate() {
+            self.shared.emit(if enqueued.replaced(index) {
+                Event::Superseded { id: *id, group }
+            } else {
+                Event::Enqueued { id: *id, group }
+            });
         }
         self.notify();
-        Ok(ids)
+        Ok(enqueued.ids)
     }
 
     /// Wakes the runner: call it after enqueuing inside your own database transaction.

@@ -81,7 +81,8 @@ const FIRST: u16 = 100;
 /// The classification table as a value: which statuses reject a record, and what a 403 means.
 ///
 /// The order is fixed: 2xx is [`Outcome::Delivered`]; 401 and 407 are [`Outcome::Halt`] (the
-/// credential, not the record); 409 is [`Outcome::Conflict`]; 403 follows [`Forbidden`]; a
+/// credential, not the record); 409 and 412 (a failed precondition, see
+/// [`NewRecord::expecting`](crate::NewRecord::expecting)) are [`Outcome::Conflict`]; 403 follows [`Forbidden`]; a
 /// status in the terminal set (by default [`TERMINAL`]) is [`Outcome::Rejected`]; **every other
 /// status** (1xx, 3xx, 408, 421, 423, 425, 429, 451, 5xx, unregistered codes, 600 and above)
 /// is [`Outcome::Transient`] with the parsed `Retry-After`.
@@ -93,8 +94,9 @@ const FIRST: u16 = 100;
 /// let strict = Classifier::new().on_forbidden(Forbidden::Halt).reject(409).reject(451);
 /// assert!(matches!(strict.classify(&Response::new(403)), Outcome::Halt { .. }));
 /// assert!(matches!(strict.classify(&Response::new(451)), Outcome::Rejected { .. }));
-/// // 409 keeps its own meaning: a conflict for the resolver.
+/// // 409 keeps its own meaning: a conflict for the resolver; so does a failed precondition.
 /// assert!(matches!(strict.classify(&Response::new(409)), Outcome::Conflict { .. }));
+/// assert!(matches!(strict.classify(&Response::new(412)), Outcome::Conflict { .. }));
 ///
 /// let lenient = Classifier::new().retry(404);
 /// assert!(matches!(lenient.classify(&Response::new(404)), Outcome::Transient { .. }));
@@ -136,7 +138,7 @@ impl Classifier {
         statuses.into_iter().fold(self, Classifier::reject)
     }
 
-    /// Adds `status` to the terminal set. 2xx, 401, 407 and 409 keep their own meaning, and a
+    /// Adds `status` to the terminal set. 2xx, 401, 407, 409 and 412 keep their own meaning, and a
     /// status outside 100–599 is never terminal; `reject(403)` is
     /// `on_forbidden(Forbidden::Reject)`.
     pub const fn reject(mut self, status: u16) -> Self {
@@ -173,7 +175,7 @@ impl Classifier {
     /// True when `status` rejects a record under this table.
     pub const fn is_terminal(&self, status: u16) -> bool {
         match status {
-            200..=299 | 401 | 407 | 409 => false,
+            200..=299 | 401 | 407 | 409 | 412 => false,
             403 => matches!(self.forbidden, Forbidden::Reject),
             _ => match slot(status) {
                 Some((word, bit)) => self.terminal[word] & bit != 0,
@@ -215,6 +217,9 @@ impl Classifier {
             200..=299 => Outcome::Delivered,
             401 | 407 => Outcome::halt(text),
             409 => Outcome::conflict(text),
+            // The record's precondition (`If-Match`) no longer holds: the entity changed
+            // elsewhere since the write was made. Never an overwrite, never a retry loop.
+            412 => Outcome::conflict(format!("{text} precondition failed")),
             403 if self.forbidden == Forbidden::Halt => Outcome::halt(text),
             _ if self.is_terminal(status) => Outcome::rejected(text),
             _ => Outcome::transient(
@@ -244,7 +249,7 @@ const fn slot(status: u16) -> Option<(usize, u64)> {
 /// |---|---|
 /// | 2xx | [`Outcome::Delivered`] |
 /// | 401, 407 | [`Outcome::Halt`]: the credential, not the record |
-/// | 409 | [`Outcome::Conflict`] |
+/// | 409, 412 | [`Outcome::Conflict`] |
 /// | 400, 404, 405, 410, 411, 413, 414, 415, 422 ([`TERMINAL`]) | [`Outcome::Rejected`] |
 /// | every other status (1xx, 3xx, 403, 408, 421, 429, 451, 5xx, unknown) | [`Outcome::Transient`] with the parsed `Retry-After` |
 ///

@@ -59,7 +59,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::machine::Transition;
 use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
-use crate::store::{Applied, Claim, Halt, ListQuery, Round, Stats, Store};
+use crate::store::{Applied, Claim, Enqueued, Halt, ListQuery, Round, Stats, Store};
 
 /// One operation of the [`Store`] trait, as [`StoreLayer::enter`] is told it.
 ///
@@ -207,7 +207,7 @@ pub trait StoreLayer: Debug + Send + Sync {
     }
 
     /// [`Store::enqueue`]; forwards by default.
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         self.inner().enqueue(records, now).await
     }
 
@@ -284,7 +284,7 @@ pub trait StoreLayer: Debug + Send + Sync {
 
 #[async_trait]
 impl<L: StoreLayer> Store for L {
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         let _entered = self.enter(Operation::Enqueue);
         StoreLayer::enqueue(self, records, now).await
     }
@@ -381,9 +381,9 @@ mod tests {
 
     #[async_trait]
     impl Store for Recorder {
-        async fn enqueue(&self, _: Vec<NewRecord>, _: Millis) -> Result<Vec<RecordId>> {
+        async fn enqueue(&self, _: Vec<NewRecord>, _: Millis) -> Result<Enqueued> {
             self.called("enqueue");
-            Ok(vec![RecordId(9)])
+            Ok(Enqueued::fresh(vec![RecordId(9)]))
         }
         async fn claim(&self, _: Claim) -> Result<Vec<Record>> {
             self.called("claim");

@@ -128,6 +128,68 @@ fn previous_delay(record: &Record) -> Option<Duration> {
     }
 }
 
+/// The age policy for a claimed record: when the policy has a `max_age` and the record was
+/// enqueued longer ago than that, it is not sent but parked in needs-attention with the reason
+/// "stale: created N days ago"; nothing is spent. The park counts as its last report, so after
+/// a person's retry the record is sent: a record whose last report came after it turned stale
+/// is never parked for its age again. `None` when the record may be sent.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_core::{machine, Change, Event, Record, RecordId, RetryPolicy, State};
+///
+/// const DAY: u64 = 86_400_000;
+/// let policy = RetryPolicy::default().with_max_age(Duration::from_secs(3 * 86_400));
+/// let record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+/// assert!(machine::on_stale(&record, &policy, 2 * DAY).is_none());
+/// let step = machine::on_stale(&record, &policy, 4 * DAY).unwrap();
+/// assert_eq!(step.event, Event::Parked { id: RecordId(1), reason: "stale: created 4 days ago".into() });
+/// let Change::Update(p) = step.transition.change else { unreachable!() };
+/// assert_eq!((p.state, p.attempts, p.last_attempt_at), (State::NeedsAttention, 0, Some(4 * DAY)));
+/// ```
+pub fn on_stale(record: &Record, policy: &RetryPolicy, now: Millis) -> Option<Step> {
+    let stale_at = record
+        .created_at
+        .saturating_add(duration_ms(policy.max_age?));
+    let reported_since = record.last_attempt_at.is_some_and(|t| t >= stale_at);
+    if now <= stale_at || reported_since {
+        return None;
+    }
+    let reason = format!(
+        "stale: created {} ago",
+        age_text(now.saturating_sub(record.created_at))
+    );
+    Some(Step::new(
+        Transition {
+            id: record.id,
+            guard: lease_guard(record),
+            change: Change::Update(Progress {
+                state: State::NeedsAttention,
+                last_attempt_at: Some(now),
+                next_attempt_at: None,
+                last_error: Some(reason.clone()),
+                ..record.progress()
+            }),
+        },
+        Event::Parked {
+            id: record.id,
+            reason,
+        },
+    ))
+}
+
+/// An age in its largest whole unit: "4 days", "1 hour", "30 seconds".
+fn age_text(ms: Millis) -> String {
+    let secs = ms / 1_000;
+    let (n, unit) = match secs {
+        s if s >= 86_400 => (s / 86_400, "day"),
+        s if s >= 3_600 => (s / 3_600, "hour"),
+        s if s >= 60 => (s / 60, "minute"),
+        s => (s, "second"),
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
 /// The meaning of one delivery report for a record that was claimed (in flight).
 ///
 /// `outcome` should already have been through a conflict resolver; a remaining

@@ -207,6 +207,9 @@ pub enum Ceiling {
 ///   one unrelated crash never does.
 /// - `max_retry_after`: **1 hour**: a server's `Retry-After` wins over the local schedule up to
 ///   this, which covers a maintenance window without trusting a server that asks for days.
+/// - `max_age`: **none**: a write is sent however long it waited. Set it
+///   ([`RetryPolicy::with_max_age`]) when a write that waited too long should be looked at
+///   before it goes out.
 ///
 /// ```
 /// use std::time::Duration;
@@ -232,6 +235,10 @@ pub struct RetryPolicy {
     pub max_interruptions: u32,
     /// The longest `Retry-After` honoured; a server asking for more is retried after this.
     pub max_retry_after: Duration,
+    /// The age policy: a record still undelivered this long after it was enqueued is not sent
+    /// but parked in needs-attention ("stale: created 4 days ago") when it is next claimed, so
+    /// a person or the app decides; a retry then sends it. `None` (the default) for no limit.
+    pub max_age: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -247,6 +254,7 @@ impl Default for RetryPolicy {
             at_ceiling: Ceiling::NeedsAttention,
             max_interruptions: 3,
             max_retry_after: Duration::from_secs(3600),
+            max_age: None,
         }
     }
 }
@@ -302,6 +310,19 @@ impl RetryPolicy {
     /// Replaces `max_retry_after`.
     pub fn with_max_retry_after(mut self, max_retry_after: Duration) -> Self {
         self.max_retry_after = max_retry_after;
+        self
+    }
+
+    /// Sets the age policy (see [`RetryPolicy::max_age`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use outbox_core::RetryPolicy;
+    /// let policy = RetryPolicy::default().with_max_age(Duration::from_secs(3 * 86_400));
+    /// assert_eq!(policy.max_age, Some(Duration::from_secs(259_200)));
+    /// ```
+    pub fn with_max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = Some(max_age);
         self
     }
 

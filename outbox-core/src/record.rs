@@ -25,7 +25,9 @@ impl fmt::Display for RecordId {
     }
 }
 
-/// A write to enqueue: the payload, an optional ordering group and a stable idempotency key.
+/// A write to enqueue: the payload, an optional ordering group and a stable idempotency key;
+/// optionally the entity version it was written against ([`NewRecord::expecting`]) and a key
+/// under which a later write replaces it while it waits ([`NewRecord::replacing`]).
 ///
 /// ```
 /// use outbox_core::NewRecord;
@@ -43,6 +45,13 @@ pub struct NewRecord {
     /// Sent with every delivery of this record so the server can drop a duplicate after a
     /// crash. Random by default; set your own with [`NewRecord::with_key`].
     pub key: String,
+    /// The version of the entity this write was made against: a sink sends it as a
+    /// precondition (`HttpSink` as `If-Match`) so the server can refuse a write made stale by
+    /// a change elsewhere. Set with [`NewRecord::expecting`].
+    pub expected_version: Option<String>,
+    /// The coalescing key: a later write with the same key replaces this one while it waits.
+    /// Set with [`NewRecord::replacing`].
+    pub replaces: Option<String>,
 }
 
 impl NewRecord {
@@ -52,7 +61,43 @@ impl NewRecord {
             group: None,
             payload: payload.into(),
             key: random_key(),
+            expected_version: None,
+            replaces: None,
         }
+    }
+
+    /// Marks the write as made against `version` of its entity (an ETag, a row version): the
+    /// sink sends it as a precondition, and a server whose entity has moved on answers with a
+    /// conflict (HTTP 412) instead of overwriting the newer data. At most 1,024 bytes of
+    /// visible ASCII.
+    ///
+    /// ```
+    /// use outbox_core::NewRecord;
+    /// let record = NewRecord::new(b"title=Plans".to_vec()).in_group("note-7").expecting("3");
+    /// assert_eq!(record.expected_version.as_deref(), Some("3"));
+    /// ```
+    pub fn expecting(mut self, version: impl Into<String>) -> Self {
+        self.expected_version = Some(version.into());
+        self
+    }
+
+    /// Lets this write replace an earlier one with the same coalescing `key` that has not gone
+    /// out yet: the store rewrites the earlier record's payload, idempotency key and expected
+    /// version in place (it keeps its id, its place in its group and its schedule) instead of
+    /// queueing a second request. The earlier write is replaced only while it is pending or
+    /// retrying, in the same group, and the last record of that group; one in flight, waiting
+    /// for a person, or followed by another write of its group is left alone, and this write
+    /// queues behind it. Each replacement is counted in [`Stats::superseded`](crate::Stats)
+    /// and announced with [`Event::Superseded`](crate::Event::Superseded).
+    ///
+    /// ```
+    /// use outbox_core::NewRecord;
+    /// let edit = NewRecord::new(b"body v2".to_vec()).in_group("note-7").replacing("note-7/body");
+    /// assert_eq!(edit.replaces.as_deref(), Some("note-7/body"));
+    /// ```
+    pub fn replacing(mut self, key: impl Into<String>) -> Self {
+        self.replaces = Some(key.into());
+        self
     }
 
     /// Puts the record in an ordering group (for example an entity id).
@@ -95,13 +140,17 @@ pub const MAX_GROUP_LEN: usize = 1024;
 
 impl NewRecord {
     /// Checks what every backend must refuse, the same way on all of them: a payload over
-    /// `max_payload` bytes, and a group key that is empty, holds a NUL byte or is longer than
-    /// [`MAX_GROUP_LEN`] bytes. Backends call it before they write anything.
+    /// `max_payload` bytes; a group key or coalescing key that is empty, holds a NUL byte or
+    /// is longer than [`MAX_GROUP_LEN`] bytes; an expected version that is empty, longer than
+    /// that or not visible ASCII (it travels in a header). Backends call it before they write
+    /// anything.
     ///
     /// ```
     /// use outbox_core::{Error, NewRecord};
     /// assert!(NewRecord::new(b"ok".to_vec()).in_group("doc-1").validate(1024).is_ok());
     /// assert!(matches!(NewRecord::new(vec![]).in_group("a\0b").validate(1024), Err(Error::InvalidGroup { .. })));
+    /// assert!(matches!(NewRecord::new(vec![]).replacing("").validate(1024), Err(Error::InvalidGroup { .. })));
+    /// assert!(matches!(NewRecord::new(vec![]).expecting("v 3").validate(1024), Err(Error::InvalidGroup { .. })));
     /// assert!(matches!(NewRecord::new(vec![0; 5]).validate(4), Err(Error::PayloadTooLarge { .. })));
     /// ```
     pub fn validate(&self, max_payload: usize) -> crate::Result<()> {
@@ -113,6 +162,12 @@ impl NewRecord {
         }
         if let Some(group) = &self.group {
             validate_group(group)?;
+        }
+        if let Some(key) = &self.replaces {
+            validate_name("coalescing key", key)?;
+        }
+        if let Some(version) = &self.expected_version {
+            validate_version(version)?;
         }
         Ok(())
     }
@@ -132,19 +187,39 @@ impl NewRecord {
 /// assert!(validate_group(&"x".repeat(1025)).is_err());
 /// ```
 pub fn validate_group(group: &str) -> crate::Result<()> {
-    let reason = if group.is_empty() {
-        "a group key must not be empty (use no group instead)".to_owned()
-    } else if group.contains('\0') {
-        "a group key must not contain a NUL byte".to_owned()
-    } else if group.len() > MAX_GROUP_LEN {
+    validate_name("group key", group)
+}
+
+/// The rule for every key a backend indexes (group and coalescing keys).
+fn validate_name(what: &str, name: &str) -> crate::Result<()> {
+    let reason = if name.is_empty() {
+        format!("a {what} must not be empty (use none instead)")
+    } else if name.contains('\0') {
+        format!("a {what} must not contain a NUL byte")
+    } else if name.len() > MAX_GROUP_LEN {
         format!(
-            "a group key may be at most {MAX_GROUP_LEN} bytes, this one has {}",
-            group.len()
+            "a {what} may be at most {MAX_GROUP_LEN} bytes, this one has {}",
+            name.len()
         )
     } else {
         return Ok(());
     };
     Err(crate::Error::InvalidGroup { reason })
+}
+
+/// An expected version travels in a header: 1 to [`MAX_GROUP_LEN`] bytes of visible ASCII.
+fn validate_version(version: &str) -> crate::Result<()> {
+    if version.is_empty()
+        || version.len() > MAX_GROUP_LEN
+        || !version.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(crate::Error::InvalidGroup {
+            reason: format!(
+                "an expected version must be 1 to {MAX_GROUP_LEN} bytes of visible ASCII, not {version:?}"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// 128 random bits as 32 lowercase hex digits.
@@ -211,6 +286,10 @@ pub struct Record {
     pub last_error: Option<String>,
     /// Present while in flight.
     pub lease: Option<Lease>,
+    /// The entity version the write was made against (see [`NewRecord::expecting`]).
+    pub expected_version: Option<String>,
+    /// The coalescing key (see [`NewRecord::replacing`]).
+    pub replaces: Option<String>,
 }
 
 impl Record {
@@ -236,7 +315,56 @@ impl Record {
             next_attempt_at: Some(now),
             last_error: None,
             lease: None,
+            expected_version: None,
+            replaces: None,
         }
+    }
+
+    /// The record `enqueue` creates from `new` under `id` at `now`: [`Record::fresh`] with the
+    /// precondition and coalescing key as well.
+    ///
+    /// ```
+    /// use outbox_core::{NewRecord, Record, RecordId};
+    /// let new = NewRecord::new(b"x".to_vec()).expecting("7").replacing("doc-1");
+    /// let record = Record::enqueued(RecordId(1), new, 500);
+    /// assert_eq!((record.expected_version.as_deref(), record.replaces.as_deref()), (Some("7"), Some("doc-1")));
+    /// ```
+    pub fn enqueued(id: RecordId, new: NewRecord, now: Millis) -> Self {
+        Record {
+            expected_version: new.expected_version,
+            replaces: new.replaces,
+            ..Record::fresh(id, new.group, new.payload, new.key, now)
+        }
+    }
+
+    /// Whether a write `new` with this record's coalescing key may replace this record in
+    /// place: the one rule of coalescing, applied by every store. `last_of_group` says whether
+    /// no later record holds this record's group (rejected ones aside). The store looks only at
+    /// the latest record with the key.
+    ///
+    /// ```
+    /// use outbox_core::{NewRecord, Record, RecordId};
+    /// let waiting = Record::enqueued(RecordId(1), NewRecord::new(vec![]).in_group("n").replacing("k"), 0);
+    /// let next = NewRecord::new(vec![]).in_group("n").replacing("k");
+    /// assert!(waiting.replaceable_by(&next, true));
+    /// assert!(!waiting.replaceable_by(&next, false)); // a later write of the group follows it
+    /// assert!(!waiting.replaceable_by(&next.clone().in_group("m"), true));
+    /// ```
+    pub fn replaceable_by(&self, new: &NewRecord, last_of_group: bool) -> bool {
+        new.replaces.is_some()
+            && self.replaces == new.replaces
+            && self.group == new.group
+            && matches!(self.state, State::Pending | State::Retrying)
+            && last_of_group
+    }
+
+    /// Rewrites this record with the write `new` that replaces it: its payload, idempotency
+    /// key (the server must not take the new payload for a duplicate of the old one) and
+    /// expected version. Id, group, creation time and schedule stay.
+    pub fn supersede(&mut self, new: NewRecord) {
+        self.payload = new.payload;
+        self.key = new.key;
+        self.expected_version = new.expected_version;
     }
 
     /// The mutable part of the record: what a transition rewrites.

@@ -113,6 +113,9 @@ pub struct Stats {
     pub discarded: u64,
     /// Delivered since the store was created (a persisted counter).
     pub delivered: u64,
+    /// Writes merged into an earlier waiting write of the same coalescing key since the store
+    /// was created (a persisted counter; see [`NewRecord::replacing`]).
+    pub superseded: u64,
     /// Records waiting behind a needs-attention record of their group.
     pub held: u64,
     /// Enqueue time of the oldest record still owed a delivery (pending, retrying, in flight
@@ -194,6 +197,75 @@ impl Stats {
     }
 }
 
+/// What [`Store::enqueue`] did: the id each record landed in, and which of them replaced an
+/// earlier waiting write (see [`NewRecord::replacing`]). It reads as the slice of ids.
+///
+/// ```
+/// use outbox_core::{Enqueued, RecordId};
+/// let enqueued = Enqueued { ids: vec![RecordId(4), RecordId(4)], superseded: vec![1] };
+/// assert_eq!(enqueued[0], RecordId(4));
+/// assert!(enqueued.replaced(1) && !enqueued.replaced(0));
+/// assert_eq!(Vec::from(enqueued), vec![RecordId(4), RecordId(4)]);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Enqueued {
+    /// One id per enqueued record, in order: a fresh id, or the id of the earlier write the
+    /// record replaced.
+    pub ids: Vec<RecordId>,
+    /// Positions (in `ids`) of the records that replaced an earlier write, ascending.
+    pub superseded: Vec<usize>,
+}
+
+impl Enqueued {
+    /// Fresh records only, nothing replaced.
+    pub fn fresh(ids: Vec<RecordId>) -> Self {
+        Enqueued {
+            ids,
+            superseded: Vec::new(),
+        }
+    }
+
+    /// Whether the record at position `index` replaced an earlier write.
+    pub fn replaced(&self, index: usize) -> bool {
+        self.superseded.binary_search(&index).is_ok()
+    }
+}
+
+impl std::ops::Deref for Enqueued {
+    type Target = [RecordId];
+    fn deref(&self) -> &[RecordId] {
+        &self.ids
+    }
+}
+
+impl From<Enqueued> for Vec<RecordId> {
+    fn from(enqueued: Enqueued) -> Self {
+        enqueued.ids
+    }
+}
+
+impl IntoIterator for Enqueued {
+    type Item = RecordId;
+    type IntoIter = std::vec::IntoIter<RecordId>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.ids.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Enqueued {
+    type Item = &'a RecordId;
+    type IntoIter = std::slice::Iter<'a, RecordId>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.ids.iter()
+    }
+}
+
+impl PartialEq<Vec<RecordId>> for Enqueued {
+    fn eq(&self, other: &Vec<RecordId>) -> bool {
+        &self.ids == other
+    }
+}
+
 /// What [`Store::apply`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -236,6 +308,13 @@ pub struct Round {
 /// - **Round**: [`Store::round`] applies a round's outcomes and then claims, in one atomic
 ///   transaction and one durable commit: a crash leaves both or neither. A drain makes one
 ///   commit per round.
+/// - **Coalescing**: an enqueued record with a coalescing key
+///   ([`NewRecord::replacing`]) looks at the latest record (highest id) with that key; when
+///   [`Record::replaceable_by`] allows it, that record is rewritten with
+///   [`Record::supersede`] in the same transaction instead of a new one being inserted, its id
+///   is returned in the record's place and counted in [`Enqueued::superseded`] and in the
+///   persisted [`Stats::superseded`]. Records of one batch coalesce with each other too.
+///   [`NewRecord::expecting`] and the coalescing key are persisted with the record.
 /// - **Requeue**: [`Change::Requeue`](crate::Change::Requeue) applies only to a rejected
 ///   record whose group has no record in flight; the record keeps its id and takes its place
 ///   in its group again.
@@ -253,9 +332,9 @@ pub struct Round {
 /// The trait is object safe: `Arc<dyn Store>` works.
 #[async_trait]
 pub trait Store: Debug + Send + Sync {
-    /// Durably enqueues a batch, all or nothing, as pending records due at `now`; returns their
-    /// ids in order.
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>>;
+    /// Durably enqueues a batch, all or nothing, as pending records due at `now` (or as
+    /// replacements of earlier waiting writes, see the contract); returns their ids in order.
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued>;
 
     /// Claims due records under a lease (see the contract).
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>>;

@@ -32,4 +32,4 @@ mod credentials;
 mod sink;
 
 pub use credentials::{CredentialSource, Token};
-pub use sink::{HttpSink, Target, IDEMPOTENCY_KEY, REASON_BYTES};
+pub use sink::{if_match, HttpSink, Target, CREATED_AT, IDEMPOTENCY_KEY, REASON_BYTES};

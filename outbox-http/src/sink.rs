@@ -7,7 +7,7 @@ use std::time::Duration;
 use outbox_core::http::{Classifier, Forbidden, Response};
 use outbox_core::{async_trait, Error, Outcome, Record, Result, Sink};
 use reqwest::header::{
-    HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, DATE, RETRY_AFTER,
+    HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, DATE, IF_MATCH, RETRY_AFTER,
 };
 use reqwest::{Client, Method, Url};
 
@@ -15,6 +15,28 @@ use crate::credentials::CredentialSource;
 
 /// The header that carries each record's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The header that carries when the record was enqueued, in milliseconds since the Unix epoch
+/// on the enqueuing device's clock, so a server can tell a write made a week ago from one made
+/// now.
+pub const CREATED_AT: &str = "outbox-created-at";
+
+/// The `If-Match` value for a record's expected version: the version as an entity tag, quoted
+/// unless it already is one (`"v3"`, `W/"v3"`).
+///
+/// ```
+/// use outbox_http::if_match;
+/// assert_eq!(if_match("3"), "\"3\"");
+/// assert_eq!(if_match("\"abc\""), "\"abc\"");
+/// assert_eq!(if_match("W/\"abc\""), "W/\"abc\"");
+/// ```
+pub fn if_match(version: &str) -> String {
+    if version.starts_with('"') || version.starts_with("W/\"") {
+        version.to_owned()
+    } else {
+        format!("\"{version}\"")
+    }
+}
 
 /// Longest part of an error response body kept in the record's `last_error`; the sink never
 /// reads further, however long the body is.
@@ -41,6 +63,14 @@ type Route = dyn Fn(&Record) -> Target + Send + Sync;
 /// - classification: [`Classifier::new`]: only [`outbox_core::http::TERMINAL`] rejects a
 ///   record, 403 is retried.
 /// - no `Authorization` header until [`HttpSink::credentials`] gives a source.
+///
+/// ## What each request carries
+/// - the payload as the body, the record's key in [`IDEMPOTENCY_KEY`] and its enqueue time in
+///   [`CREATED_AT`];
+/// - for a record made against an entity version ([`outbox_core::NewRecord::expecting`]),
+///   `If-Match` with that version ([`if_match`]): a server whose entity changed since answers
+///   412, which is a conflict for the resolver (by default the record waits for a person with
+///   the reason), never an overwrite and never a retry.
 ///
 /// ## What each failure becomes
 /// - a status: the classifier's outcome, with the first [`REASON_BYTES`] of the body appended
@@ -218,6 +248,13 @@ impl HttpSink {
             )
         })?;
         headers.insert(IDEMPOTENCY_KEY, key);
+        headers.insert(CREATED_AT, HeaderValue::from(record.created_at));
+        if let Some(version) = &record.expected_version {
+            let value = HeaderValue::try_from(if_match(version)).map_err(|_| {
+                format!("expected version {version:?} is not a valid header value")
+            })?;
+            headers.insert(IF_MATCH, value);
+        }
         if let Some(value) = self.credentials.as_ref().and_then(|c| c.authorization()) {
             // The value itself stays out of the reason: it is a secret.
             let mut value = HeaderValue::try_from(value)

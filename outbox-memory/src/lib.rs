@@ -25,7 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
+    Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
     Result, Round, State, Stats, Store, Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
 };
 
@@ -85,8 +85,11 @@ struct Inner {
     leases: BTreeSet<(Millis, RecordId)>,
     /// Members of each group that hold its order (every state but rejected), by id.
     groups: HashMap<String, BTreeSet<RecordId>>,
+    /// Records of each coalescing key, by id.
+    coalescing: HashMap<String, BTreeSet<RecordId>>,
     tombstones: BTreeMap<RecordId, Tombstone>,
     delivered: u64,
+    superseded: u64,
     halt: Option<Halt>,
 }
 
@@ -151,6 +154,14 @@ impl Inner {
         self.unindex(id);
         let record = self.records.remove(&id)?;
         self.leave_group(id, record.group.as_ref());
+        if let Some(key) = &record.replaces {
+            if let Some(ids) = self.coalescing.get_mut(key) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.coalescing.remove(key);
+                }
+            }
+        }
         Some(record)
     }
 
@@ -159,8 +170,39 @@ impl Inner {
         if let Some(group) = &record.group {
             self.groups.entry(group.clone()).or_default().insert(id);
         }
+        if let Some(key) = &record.replaces {
+            self.coalescing.entry(key.clone()).or_default().insert(id);
+        }
         self.records.insert(id, record);
         self.index(id);
+    }
+
+    /// Enqueues one record, or rewrites the waiting record it replaces; true for the latter.
+    fn enqueue(&mut self, new: NewRecord, now: Millis) -> (RecordId, bool) {
+        let target = new
+            .replaces
+            .as_ref()
+            .and_then(|key| self.coalescing.get(key))
+            .and_then(|ids| ids.last())
+            .and_then(|id| self.records.get(id))
+            .filter(|latest| {
+                let last_of_group = latest.group.as_ref().is_none_or(|g| {
+                    self.groups.get(g).and_then(|m| m.last()) == Some(&latest.id)
+                });
+                latest.replaceable_by(&new, last_of_group)
+            })
+            .map(|latest| latest.id);
+        if let Some(id) = target {
+            if let Some(record) = self.records.get_mut(&id) {
+                record.supersede(new);
+                self.superseded += 1;
+                return (id, true);
+            }
+        }
+        self.last_id += 1;
+        let id = RecordId(self.last_id);
+        self.insert(Record::enqueued(id, new, now));
+        (id, false)
     }
 
     fn claim(&mut self, claim: Claim) -> Vec<Record> {
@@ -281,17 +323,18 @@ impl Inner {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         NewRecord::validate_all(&records, self.max_payload)?;
         let mut inner = self.lock();
-        let mut ids = Vec::with_capacity(records.len());
-        for new in records {
-            inner.last_id += 1;
-            let id = RecordId(inner.last_id);
-            inner.insert(Record::fresh(id, new.group, new.payload, new.key, now));
-            ids.push(id);
+        let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
+        for (index, new) in records.into_iter().enumerate() {
+            let (id, replaced) = inner.enqueue(new, now);
+            enqueued.ids.push(id);
+            if replaced {
+                enqueued.superseded.push(index);
+            }
         }
-        Ok(ids)
+        Ok(enqueued)
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
@@ -386,6 +429,7 @@ impl Store for MemoryStore {
         let mut stats = Stats {
             discarded: inner.tombstones.len() as u64,
             delivered: inner.delivered,
+            superseded: inner.superseded,
             next_due: inner.due.first().map(|(at, _)| *at),
             halt: inner.halt.clone(),
             ..Stats::default()

@@ -61,6 +61,14 @@ macro_rules! __with_scenarios {
                 "a rejected record moves to a fresh id behind its group's queue with a fresh budget; any other record is refused";
             store group_key_validated () 60
                 "an empty, NUL-containing or 1,025-byte group refuses the batch (`InvalidGroup`); 1,024 bytes are kept";
+            store coalescing_replaces_in_place () 60
+                "ten edits of one key are one record with the last payload, nine merged; a write behind it in its group is not overtaken; parked records never replaced";
+            store coalescing_leaves_in_flight_alone () 60
+                "an edit while the previous one is in flight queues behind it; both go out in order";
+            store coalescing_under_concurrent_enqueue () 60
+                "80 concurrent edits of one key: one record plus 79 merged, none lost";
+            store writes_survive_restart (Persistent) 60
+                "expected version, coalescing key and the merged count survive a restart; coalescing goes on after it";
             store ceiling_survives_reopen (Persistent) 60
                 "a parked record is still parked after a restart";
             store restart_preserves_records (Persistent) 60
@@ -93,6 +101,8 @@ macro_rules! __with_scenarios {
                 "the wall clock set back a day while a record waits: retried within its wait";
             store runner_step_back_across_restart () 60
                 "the same across a restart: the wait it was given, counted from the start";
+            store runner_stale_parked () 60
+                "with `max_age` 3 days a record created 4 days ago is parked as stale, not sent; a retry sends it";
             store runner_halt_survives_restart () 60
                 "a 401 halts once; the halt is persisted, a restart sends nothing until `resume`";
             crash crash_sigkill (Persistent) 600

@@ -978,6 +978,14 @@ impl Scheduler {
             let Some(record) = round.queue.pop_front() else {
                 break;
             };
+            if let Some(step) = machine::on_stale(&record, &self.policy, self.now.wall) {
+                // Waited longer than the age policy allows: a person decides, not the sink.
+                self.writes.push(step.into());
+                if self.commit_at.is_none() {
+                    self.commit_at = Some(self.now.mono.saturating_add(COMMIT_DELAY));
+                }
+                continue;
+            }
             self.actions.push_back(Action::Emit(Event::Attempted {
                 id: record.id,
                 attempts: record.attempts,

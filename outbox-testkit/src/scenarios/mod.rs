@@ -36,6 +36,7 @@ mod queue;
 mod restart;
 mod runner;
 mod stats;
+mod writes;
 
 pub use clock::{
     runner_halt_survives_restart, runner_step_back_across_restart, runner_step_back_while_waiting,
@@ -63,6 +64,10 @@ pub use runner::{
     runner_recovers_interrupted, runner_retry_after,
 };
 pub use stats::stats_exact;
+pub use writes::{
+    coalescing_leaves_in_flight_alone, coalescing_replaces_in_place,
+    coalescing_under_concurrent_enqueue, runner_stale_parked, writes_survive_restart,
+};
 
 pub use crate::crash::{
     crash_loop_parks_record, crash_sigkill, killed_runner_taken_over, shared_runners,
@@ -125,7 +130,7 @@ pub(crate) async fn enqueue(
     let count = records.len();
     let ids = store.enqueue(records, now).await?;
     ensure_eq(ids.len(), count, "enqueue returns one id per record")?;
-    Ok(ids)
+    Ok(ids.ids)
 }
 
 pub(crate) async fn claim(

@@ -12,7 +12,7 @@ use crate::harness::Verdict;
 use crate::harness::{ensure, ensure_eq, skip_unless, Capability, Failure, ScenarioResult};
 
 /// Drops `store` and opens `location` again.
-async fn reopen(
+pub(super) async fn reopen(
     backend: &dyn Backend,
     location: &str,
     store: Arc<dyn Store>,

@@ -74,6 +74,7 @@ pub async fn stats_exact(backend: &dyn Backend) -> ScenarioResult {
         rejected: 1,
         discarded: 1,
         delivered: 2,
+        superseded: 0,
         held: 2,
         oldest_created_at: Some(T0),
         next_due: Some(T0 + 7_000),
