@@ -15,7 +15,7 @@ use rusqlite::{params, Connection};
 
 use crate::error::db;
 use crate::json::{json_ids, json_number, json_text, json_texts};
-use crate::ops::{claim, count, ms, RawRecord};
+use crate::ops::{claim, columns, count, ms, RawRecord, COLUMN_COUNT};
 
 /// Sets `claimable` on the rows whose ids are in the JSON array `?1` and on the heads of the
 /// groups in the JSON array `?2`, from each row's state, deadline and place in its group.
@@ -63,14 +63,16 @@ impl Batch {
     fn load(conn: &Connection, transitions: &[Transition]) -> Result<Self> {
         let ids = json_ids(transitions.iter().map(|t| ms(t.id.0)));
         let mut stmt = conn
-            .prepare_cached(
-                "SELECT id, grp, payload, key, created_at, state, attempts, unanswered, \
-                 interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
-                 lease_until, member FROM records WHERE id IN (SELECT value FROM json_each(?1))",
-            )
+            .prepare_cached(concat!(
+                "SELECT ",
+                columns!(),
+                ", member FROM records WHERE id IN (SELECT value FROM json_each(?1))"
+            ))
             .map_err(db)?;
         let raws = stmt
-            .query_map([ids], |row| Ok((RawRecord::from_row(row)?, row.get(14)?)))
+            .query_map([ids], |row| {
+                Ok((RawRecord::from_row(row)?, row.get(COLUMN_COUNT)?))
+            })
             .map_err(db)?
             .collect::<rusqlite::Result<Vec<(RawRecord, bool)>>>()
             .map_err(db)?;
@@ -200,7 +202,8 @@ impl Batch {
                 .prepare_cached(
                     "INSERT INTO records (id, grp, payload, key, created_at, state, attempts, \
                      unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
-                     member) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                     member, expected_version, replaces) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                 )
                 .map_err(db)?;
             // Requeues are a person's verb, a few at a time: one insert each.
@@ -220,6 +223,8 @@ impl Batch {
                         r.next_attempt_at.map(ms),
                         r.last_error,
                         member,
+                        r.expected_version,
+                        r.replaces,
                     ])
                     .map_err(db)?;
             }

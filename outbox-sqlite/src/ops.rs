@@ -15,17 +15,28 @@
 use std::collections::HashSet;
 
 use outbox_core::{
-    Claim, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, State, Stats,
-    Tombstone,
+    Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, State,
+    Stats, Tombstone,
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::error::{corrupt, db};
 use crate::json::json_ids;
 
-const COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, unanswered, \
-                       interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
-                       lease_until";
+/// The columns a [`RawRecord`] is read from, in its order.
+macro_rules! columns {
+    () => {
+        "id, grp, payload, key, created_at, state, attempts, unanswered, interrupted, \
+         last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
+         expected_version, replaces"
+    };
+}
+pub(crate) use columns;
+
+/// How many columns [`columns!`] names: the index of the first column a query adds after them.
+pub(crate) const COLUMN_COUNT: usize = 16;
+
+const COLUMNS: &str = columns!();
 
 // Every `LIMIT` here is a bound value plus zero. SQLite's planner reads a bare bound `LIMIT`
 // value, and a statement whose plan read a bound value is parsed and planned again each time
@@ -49,8 +60,8 @@ pub(crate) const CLAIM_SQL: &str = concat!(
     "UPDATE records SET state = 2, lease_token = ?3, lease_until = ?4, claimable = 0 \
      WHERE id IN (",
     due_sql!(),
-    ") RETURNING id, grp, payload, key, created_at, state, attempts, unanswered, \
-     interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, lease_until"
+    ") RETURNING ",
+    columns!()
 );
 
 /// The head of a group: the first entry of the group index.
@@ -59,10 +70,12 @@ pub(crate) const HEAD_SQL: &str =
 
 /// Expired leases, earliest first, from the lease index. Named, because without statistics
 /// the planner may prefer another index and then sort every in-flight record.
-pub(crate) const EXPIRED_SQL: &str = "SELECT id, grp, payload, key, created_at, state, \
-     attempts, unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
-     lease_token, lease_until FROM records INDEXED BY records_lease WHERE state = 2 AND lease_until <= ?1 \
-     ORDER BY lease_until, id LIMIT ?2 + 0";
+pub(crate) const EXPIRED_SQL: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM records INDEXED BY records_lease WHERE state = 2 AND lease_until <= ?1 \
+     ORDER BY lease_until, id LIMIT ?2 + 0"
+);
 
 /// The earliest deadline among claimable rows: the first claimable entry of the deadline index.
 pub(crate) const NEXT_DUE_SQL: &str = "SELECT next_attempt_at FROM records \
@@ -71,11 +84,30 @@ pub(crate) const NEXT_DUE_SQL: &str = "SELECT next_attempt_at FROM records \
 /// Pending and retrying records scheduled from a time after `now` (see
 /// [`Store::stepped_back`](outbox_core::Store::stepped_back)): the part of the deadline index
 /// after `now`, claimable or not, so the due backlog is never read.
-pub(crate) const STEPPED_BACK_SQL: &str = "SELECT id, grp, payload, key, created_at, state, \
-     attempts, unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
-     lease_token, lease_until FROM records INDEXED BY records_deadline \
+pub(crate) const STEPPED_BACK_SQL: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM records INDEXED BY records_deadline \
      WHERE state IN (0, 1) AND claimable IN (0, 1) AND next_attempt_at > ?1 \
-     AND (last_attempt_at IS NULL OR last_attempt_at > ?1) ORDER BY id LIMIT ?2 + 0";
+     AND (last_attempt_at IS NULL OR last_attempt_at > ?1) ORDER BY id LIMIT ?2 + 0"
+);
+
+/// The latest record (highest id) with a coalescing key: the last entry of the coalescing
+/// index for the key, which holds only the records that have one.
+pub(crate) const LATEST_SQL: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM records WHERE replaces = ?1 ORDER BY id DESC LIMIT 1"
+);
+
+/// Whether a record of the group `?1` with an id above `?2` holds the group's order (any
+/// state but rejected): a range of the group index.
+pub(crate) const FOLLOWED_SQL: &str =
+    "SELECT EXISTS (SELECT 1 FROM records WHERE grp = ?1 AND member = 1 AND id > ?2)";
+
+/// Rewrites a record that a later write of its coalescing key replaced.
+const SUPERSEDE_SQL: &str =
+    "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4 WHERE id = ?1";
 
 /// Millisecond times are stored as SQLite integers (signed 64-bit); times past year 292 million
 /// are stored as the largest one.
@@ -117,6 +149,8 @@ pub(crate) struct RawRecord {
     last_error: Option<String>,
     lease_token: Option<i64>,
     lease_until: Option<i64>,
+    expected_version: Option<String>,
+    replaces: Option<String>,
 }
 
 impl RawRecord {
@@ -136,6 +170,8 @@ impl RawRecord {
             last_error: row.get(11)?,
             lease_token: row.get(12)?,
             lease_until: row.get(13)?,
+            expected_version: row.get(14)?,
+            replaces: row.get(15)?,
         })
     }
 
@@ -171,6 +207,8 @@ impl RawRecord {
                 .transpose()?,
             last_error: self.last_error,
             lease,
+            expected_version: self.expected_version,
+            replaces: self.replaces,
         })
     }
 }
@@ -204,33 +242,57 @@ pub(crate) fn take_ids(conn: &Connection, n: usize) -> Result<u64> {
     Ok(read_ms(last, "last_id")? + 1 - n as u64)
 }
 
-/// Inserts fresh records due at `now`; the caller validated them.
-pub(crate) fn insert(
-    conn: &Connection,
-    records: Vec<NewRecord>,
-    now: Millis,
-) -> Result<Vec<RecordId>> {
+/// Enqueues records due at `now`; the caller validated them. A record with a coalescing key
+/// replaces the latest record with that key where [`Record::replaceable_by`] allows it (see
+/// [`coalesce`]); every other record is inserted fresh. A batch without coalescing keys takes
+/// its ids in one step and runs no query but its inserts (and the group-head lookups).
+pub(crate) fn insert(conn: &Connection, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
     if records.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Enqueued::default());
     }
-    let first = take_ids(conn, records.len())?;
+    // Without coalescing every record gets a fresh id, known up front; with it, a fresh id is
+    // taken as each record turns out to need one, so ids still grow in enqueue order.
+    let coalescing = records.iter().any(|r| r.replaces.is_some());
+    let mut next = if coalescing {
+        None
+    } else {
+        Some(take_ids(conn, records.len())?)
+    };
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO records (id, grp, payload, key, created_at, state, next_attempt_at, \
-             member, claimable) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?5, ?6, ?7)",
+             member, claimable, expected_version, replaces) \
+             VALUES (?1, ?2, ?3, ?4, ?5, 0, ?5, ?6, ?7, ?8, ?9)",
         )
         .map_err(db)?;
     let mut head = conn.prepare_cached(HEAD_SQL).map_err(db)?;
     // Groups that already have a member, in the file or earlier in this batch.
-    let mut held: HashSet<&str> = HashSet::new();
-    let mut ids = Vec::with_capacity(records.len());
-    for (record, id) in records.iter().zip(first..) {
+    let mut held: HashSet<String> = HashSet::new();
+    let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
+    for (index, record) in records.into_iter().enumerate() {
+        let record = match coalesce(conn, record)? {
+            Coalesced::Replaced(id) => {
+                // The replaced record keeps its place: its group had a member already.
+                enqueued.ids.push(id);
+                enqueued.superseded.push(index);
+                continue;
+            }
+            Coalesced::Fresh(record) => record,
+        };
+        let id = match &mut next {
+            Some(next) => {
+                let id = *next;
+                *next += 1;
+                id
+            }
+            None => take_ids(conn, 1)?,
+        };
         // A record is its group's head when no earlier record holds the group.
         let claimable = match record.group.as_deref() {
             None => true,
             Some(group) if held.contains(group) => false,
             Some(group) => {
-                held.insert(group);
+                held.insert(group.to_owned());
                 head.query_row([group], |_| Ok(()))
                     .optional()
                     .map_err(db)?
@@ -246,11 +308,74 @@ pub(crate) fn insert(
                 ms(now),
                 record.group.is_some(),
                 claimable,
+                record.expected_version,
+                record.replaces,
             ])
             .map_err(db)?;
-        ids.push(RecordId(id));
+        enqueued.ids.push(RecordId(id));
     }
-    Ok(ids)
+    if !enqueued.superseded.is_empty() {
+        conn.prepare_cached(
+            "INSERT INTO meta (name, value) VALUES ('superseded', ?1) \
+             ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+        )
+        .map_err(db)?
+        .execute([count(enqueued.superseded.len())])
+        .map_err(db)?;
+    }
+    Ok(enqueued)
+}
+
+/// What [`coalesce`] did with a write.
+enum Coalesced {
+    /// It replaced the record with this id.
+    Replaced(RecordId),
+    /// Nothing to replace: the write, to be inserted as a fresh record.
+    Fresh(NewRecord),
+}
+
+/// Replaces the latest record with `new`'s coalescing key by `new` when
+/// [`Record::replaceable_by`] allows it; otherwise hands `new` back to be inserted. A record
+/// without a coalescing key costs no query.
+///
+/// The latest record is the last entry of the coalescing index for the key; whether it is the
+/// last of its group is a range of the group index.
+fn coalesce(conn: &Connection, new: NewRecord) -> Result<Coalesced> {
+    let Some(key) = new.replaces.as_deref() else {
+        return Ok(Coalesced::Fresh(new));
+    };
+    let latest = conn
+        .prepare_cached(LATEST_SQL)
+        .map_err(db)?
+        .query_row([key], RawRecord::from_row)
+        .optional()
+        .map_err(db)?;
+    let Some(latest) = latest else {
+        return Ok(Coalesced::Fresh(new));
+    };
+    let mut latest = latest.into_record()?;
+    let last_of_group = match &latest.group {
+        None => true,
+        Some(group) => !conn
+            .prepare_cached(FOLLOWED_SQL)
+            .map_err(db)?
+            .query_row(params![group, ms(latest.id.0)], |row| row.get::<_, bool>(0))
+            .map_err(db)?,
+    };
+    if !latest.replaceable_by(&new, last_of_group) {
+        return Ok(Coalesced::Fresh(new));
+    }
+    latest.supersede(new);
+    conn.prepare_cached(SUPERSEDE_SQL)
+        .map_err(db)?
+        .execute(params![
+            ms(latest.id.0),
+            latest.payload,
+            latest.key,
+            latest.expected_version,
+        ])
+        .map_err(db)?;
+    Ok(Coalesced::Replaced(latest.id))
 }
 
 /// Claims up to `limit` due records under the lease, in `(next_attempt_at, id)` order.
@@ -451,6 +576,10 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
     stats.delivered = read_ms(
         single("SELECT value FROM meta WHERE name = 'delivered'")?.unwrap_or(0),
         "delivered",
+    )?;
+    stats.superseded = read_ms(
+        single("SELECT value FROM meta WHERE name = 'superseded'")?.unwrap_or(0),
+        "superseded",
     )?;
     stats.held = read_ms(
         single(

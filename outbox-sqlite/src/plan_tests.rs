@@ -211,3 +211,82 @@ fn statements_with_a_limit_are_prepared_once_not_per_call() {
         assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
     }
 }
+
+#[test]
+fn the_latest_record_of_a_coalescing_key_is_an_index_seek() {
+    let plan = plan(&outbox(), ops::LATEST_SQL);
+    assert!(
+        plan.contains("SEARCH records USING INDEX records_replaces (replaces=?)"),
+        "{plan}"
+    );
+    assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
+}
+
+#[test]
+fn whether_a_record_is_the_last_of_its_group_is_a_range_of_the_group_index() {
+    let plan = plan(&outbox(), ops::FOLLOWED_SQL);
+    assert!(
+        plan.contains("SEARCH records USING COVERING INDEX records_group (grp=? AND id>?)"),
+        "{plan}"
+    );
+}
+
+/// Virtual machine steps of one latest-record lookup for `key`.
+fn latest_steps(conn: &Connection, key: &str) -> i32 {
+    let mut stmt = conn.prepare(ops::LATEST_SQL).expect("prepare");
+    let rows = stmt
+        .query_map([key], |row| row.get::<_, i64>(0))
+        .expect("query")
+        .count();
+    assert_eq!(rows, 1);
+    stmt.get_status(StatementStatus::VmStep)
+}
+
+#[test]
+fn coalescing_costs_the_same_whatever_the_records_of_other_keys() {
+    let conn = outbox();
+    let keyed = |key: String| NewRecord::new(b"edit".to_vec()).replacing(key);
+    ops::insert(&conn, vec![keyed("doc-1".into())], 1_000).expect("the record");
+    let small = latest_steps(&conn, "doc-1");
+
+    // Ten thousand records without a key and ten thousand of other keys, some after it.
+    let plain: Vec<NewRecord> = (0..10_000)
+        .map(|_| NewRecord::new(b"plain".to_vec()))
+        .collect();
+    ops::insert(&conn, plain, 1_000).expect("plain records");
+    let others: Vec<NewRecord> = (0..10_000)
+        .map(|i| keyed(format!("doc-{}", i + 2)))
+        .collect();
+    ops::insert(&conn, others, 1_000).expect("other keys");
+    let large = latest_steps(&conn, "doc-1");
+    assert!(large <= small + 20, "steps grew from {small} to {large}");
+}
+
+#[test]
+fn records_without_a_coalescing_key_run_no_coalescing_query() {
+    let conn = outbox();
+    let plain: Vec<NewRecord> = (0..50)
+        .map(|i| NewRecord::new(b"plain".to_vec()).in_group(format!("g{}", i % 5)))
+        .collect();
+    let enqueued = ops::insert(&conn, plain, 1_000).expect("plain records");
+    assert!(enqueued.superseded.is_empty());
+    let runs = |sql: &str| {
+        conn.prepare_cached(sql)
+            .expect("cached")
+            .get_status(StatementStatus::Run)
+    };
+    assert_eq!(runs(ops::LATEST_SQL), 0);
+    assert_eq!(runs(ops::FOLLOWED_SQL), 0);
+
+    // The counting itself works: a keyed record in a group runs each once.
+    let keyed = NewRecord::new(b"edit".to_vec())
+        .in_group("g1")
+        .replacing("k");
+    ops::insert(&conn, vec![keyed.clone()], 1_000).expect("first edit");
+    assert_eq!(runs(ops::LATEST_SQL), 1, "no record with the key yet");
+    assert_eq!(runs(ops::FOLLOWED_SQL), 0, "nothing to look behind");
+    let enqueued = ops::insert(&conn, vec![keyed], 1_001).expect("second edit");
+    assert_eq!(enqueued.superseded, vec![0]);
+    assert_eq!(runs(ops::LATEST_SQL), 2);
+    assert_eq!(runs(ops::FOLLOWED_SQL), 1);
+}

@@ -29,7 +29,10 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 ///   `AUTOINCREMENT` (whose `sqlite_sequence` row every insert rewrote), the index on the state
 ///   that only stats used is gone, and one deadline index holds every pending and retrying
 ///   record, claimable ones first; the runner's halt is kept in a `halt` table.
-pub const SCHEMA_VERSION: u32 = 3;
+/// - 4: each record keeps the version its write was made against (`expected_version`) and its
+///   coalescing key (`replaces`), a partial index on the key finds the latest record with it,
+///   and `meta` counts the writes merged by coalescing (`superseded`).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The tables every version has.
 const TABLES: [&str; 3] = ["records", "tombstones", "meta"];
@@ -184,6 +187,7 @@ pub(crate) fn migrate(conn: &mut Connection, from: u32) -> Result<()> {
             1 => to_v1(&tx)?,
             2 => to_v2(&tx)?,
             3 => to_v3(&tx)?,
+            4 => to_v4(&tx)?,
             _ => unreachable_step(step)?,
         }
         tx.pragma_update(None, "user_version", step).map_err(db)?;
@@ -347,6 +351,26 @@ fn to_v3(conn: &Connection) -> Result<()> {
             reason TEXT NOT NULL,
             since INTEGER NOT NULL
         );",
+    )
+    .map_err(db)
+}
+
+/// Version 4: the precondition and the coalescing key on each record (`NULL` on the records
+/// already there), the coalescing index, and the count of merged writes.
+///
+/// The index is partial: a record without a coalescing key adds no index entry, so an enqueue
+/// that does not coalesce writes no more pages than before.
+fn to_v4(conn: &Connection) -> Result<()> {
+    for column in ["expected_version", "replaces"] {
+        if !has_column(conn, "records", column)? {
+            conn.execute_batch(&format!("ALTER TABLE records ADD COLUMN {column} TEXT"))
+                .map_err(db)?;
+        }
+    }
+    conn.execute_batch(
+        "CREATE INDEX IF NOT EXISTS records_replaces ON records(replaces, id)
+            WHERE replaces IS NOT NULL;
+        INSERT OR IGNORE INTO meta (name, value) VALUES ('superseded', 0);",
     )
     .map_err(db)
 }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
-    Round, Stats, Store, Tombstone, Transition,
+    Applied, Claim, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
+    Result, Round, Stats, Store, Tombstone, Transition,
 };
 use rusqlite::{Connection, OpenFlags, Transaction};
 use tokio::sync::oneshot;
@@ -246,7 +246,10 @@ impl SqliteStore {
     }
 
     /// Enqueues records inside the caller's own transaction, so a business write and its
-    /// outbox records commit (or roll back) together. Returns their ids.
+    /// outbox records commit (or roll back) together. Returns their ids, and which of them
+    /// replaced an earlier waiting write: a record with a coalescing key
+    /// ([`NewRecord::replacing`]) coalesces here as in [`Store::enqueue`], inside the caller's
+    /// transaction, so the replacement commits or rolls back with it too.
     ///
     /// This is a blocking call on the caller's connection, like the rest of its transaction.
     /// The records become visible, and due, when the caller commits; then wake the runner
@@ -258,7 +261,9 @@ impl SqliteStore {
     /// that connection a busy timeout, since the store's own writes hold the write lock for
     /// moments, and prefer an immediate transaction
     /// (`TransactionBehavior::Immediate`): in WAL mode a deferred transaction that read before
-    /// the store committed cannot then write, and fails with `SQLITE_BUSY`.
+    /// the store committed cannot then write, and fails with `SQLITE_BUSY`. A record with a
+    /// coalescing key reads the latest record of its key before it writes, so in a deferred
+    /// transaction that has written nothing yet it is such a read.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -278,6 +283,15 @@ impl SqliteStore {
     /// tx.commit().unwrap();
     ///
     /// assert!(store.get(ids[0]).await?.is_some());
+    ///
+    /// // Two edits of one title in one transaction: the second replaces the first.
+    /// let tx = conn.transaction().unwrap();
+    /// let edit = |title: &[u8]| NewRecord::new(title.to_vec()).in_group("doc-1").replacing("doc-1/title");
+    /// let edits = store.enqueue_in(&tx, vec![edit(b"Plans"), edit(b"Plans v2")], 2_000)?;
+    /// tx.commit().unwrap();
+    /// assert_eq!(edits[1], edits[0]);
+    /// assert_eq!(edits.superseded, vec![1]);
+    /// assert_eq!(store.get(edits[0]).await?.unwrap().payload, b"Plans v2");
     /// # Ok(())
     /// # }
     /// ```
@@ -286,7 +300,7 @@ impl SqliteStore {
         tx: &Transaction<'_>,
         records: Vec<NewRecord>,
         now: Millis,
-    ) -> Result<Vec<RecordId>> {
+    ) -> Result<Enqueued> {
         NewRecord::validate_all(&records, self.config.max_payload)?;
         check_outbox(tx)?;
         ops::insert(tx, records, now)
@@ -397,11 +411,11 @@ fn build(temp: &Path, config: &SqliteConfig) -> Result<()> {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         NewRecord::validate_all(&records, self.config.max_payload)?;
         if records.is_empty() {
             // Nothing to make durable: no transaction, no sync.
-            return Ok(Vec::new());
+            return Ok(Enqueued::default());
         }
         self.writer
             .write(move |conn| ops::insert(conn, records, now))

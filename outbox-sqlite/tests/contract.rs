@@ -1,7 +1,7 @@
 //! The parts of this round's Store contract that live in the file: the halt across a reopen,
 //! requeued records on fresh ids that are never reused, a round that commits all or nothing,
-//! group keys refused on every enqueue path before anything is written, and a drain that
-//! commits once per round.
+//! group keys refused on every enqueue path before anything is written, a drain that commits
+//! once per round, and coalescing in the caller's transaction, undone with it.
 
 use std::path::Path;
 
@@ -293,4 +293,89 @@ async fn a_drain_of_rounds_commits_once_per_round() {
     assert_eq!(store.write_transactions() - before, rounds);
     let stats = store.stats().await.expect("stats");
     assert_eq!((stats.delivered, stats.undelivered()), (100, 0));
+}
+
+#[tokio::test]
+async fn coalescing_in_the_callers_transaction_rolls_back_with_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("coalesce.db");
+    let store = create(&path).await;
+    let edit = |body: &[u8], version: &str| {
+        NewRecord::new(body.to_vec())
+            .in_group("note")
+            .replacing("note/body")
+            .expecting(version)
+    };
+    let first = store
+        .enqueue(vec![edit(b"v1", "1")], 1_000)
+        .await
+        .expect("enqueue")
+        .ids[0];
+
+    // A replacement inside a transaction that rolls back: the record and the count stay.
+    let mut conn = Connection::open(&path).expect("connection");
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .expect("busy timeout");
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .expect("begin");
+    let enqueued = store
+        .enqueue_in(&tx, vec![edit(b"v2", "2")], 1_001)
+        .expect("enqueue in");
+    assert_eq!(
+        (enqueued.ids.clone(), enqueued.superseded),
+        (vec![first], vec![0])
+    );
+    tx.rollback().expect("rollback");
+    let record = store.get(first).await.expect("get").expect("record");
+    assert_eq!(
+        (
+            record.payload.as_slice(),
+            record.expected_version.as_deref()
+        ),
+        (b"v1".as_slice(), Some("1"))
+    );
+    assert_eq!(store.stats().await.expect("stats").superseded, 0);
+
+    // Committed, with a second edit of the batch and a fresh write between: the batch
+    // coalesces with the file and with itself, and a later write of the group is not overtaken.
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .expect("begin");
+    let batch = vec![
+        edit(b"v2", "2"),
+        edit(b"v3", "3"),
+        NewRecord::new(b"delete".to_vec()).in_group("note"),
+        edit(b"v4", "4"),
+        edit(b"v5", "5"),
+    ];
+    let enqueued = store.enqueue_in(&tx, batch, 1_002).expect("enqueue in");
+    tx.commit().expect("commit");
+    let ids = enqueued.ids.clone();
+    assert_eq!((ids[0], ids[1]), (first, first));
+    assert!(
+        ids[2] > first && ids[3] > ids[2] && ids[4] == ids[3],
+        "{ids:?}"
+    );
+    assert_eq!(enqueued.superseded, vec![0, 1, 4]);
+    let stats = store.stats().await.expect("stats");
+    assert_eq!((stats.pending, stats.superseded), (3, 3));
+    let last = store.get(ids[3]).await.expect("get").expect("record");
+    assert_eq!(
+        (
+            last.payload.as_slice(),
+            last.expected_version.as_deref(),
+            last.replaces.as_deref(),
+            last.created_at
+        ),
+        (b"v5".as_slice(), Some("5"), Some("note/body"), 1_002)
+    );
+    // Only the group's head is claimable, carrying the last edit before the delete.
+    let claimed = store.claim(claim(2_000, 10, 1)).await.expect("claim");
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(
+        (claimed[0].id, claimed[0].payload.as_slice()),
+        (first, b"v3".as_slice())
+    );
+    assert_eq!(claimed[0].expected_version.as_deref(), Some("3"));
 }

@@ -1,10 +1,11 @@
-//! Files written with every earlier schema, built here by hand (frozen copies of versions 1 and
-//! 2, not the crate's own migration code), filled, and upgraded by `open` with nothing lost:
-//! ids still above every id ever handed out, the current indexes and no halt.
+//! Files written with every earlier schema, built here by hand (frozen copies of versions 1, 2
+//! and 3, not the crate's own migration code), filled, and upgraded by `open` with nothing
+//! lost: ids still above every id ever handed out, the current indexes, no halt, no
+//! precondition or coalescing key on the records already there, and no merged writes counted.
 
 use std::path::Path;
 
-use outbox_core::{Claim, Lease, ListQuery, Record, RecordId, State, Store};
+use outbox_core::{Claim, Enqueued, Lease, ListQuery, Record, RecordId, State, Store};
 use outbox_sqlite::{SqliteConfig, SqliteStore, APPLICATION_ID, SCHEMA_VERSION};
 use rusqlite::{params, Connection};
 
@@ -61,6 +62,50 @@ const SECOND_SCHEMA: &str = "
     PRAGMA user_version = 2;
 ";
 
+/// What version 3 of this crate did to a version 2 file: ids from a counter in `meta` (the
+/// table copied without `AUTOINCREMENT`), no state index, one deadline index, the halt table.
+const THIRD_SCHEMA: &str = "
+    INSERT INTO meta (name, value) VALUES ('last_id', max(
+        coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'records'), 0),
+        coalesce((SELECT max(id) FROM records), 0),
+        coalesce((SELECT max(id) FROM tombstones), 0)));
+    CREATE TABLE records_v3 (
+        id INTEGER PRIMARY KEY,
+        grp TEXT,
+        payload BLOB NOT NULL,
+        key TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        state INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        unanswered INTEGER NOT NULL DEFAULT 0,
+        interrupted INTEGER NOT NULL DEFAULT 0,
+        last_attempt_at INTEGER,
+        next_attempt_at INTEGER,
+        last_error TEXT,
+        lease_token INTEGER,
+        lease_until INTEGER,
+        member INTEGER NOT NULL DEFAULT 0,
+        claimable INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO records_v3 (id, grp, payload, key, created_at, state, attempts,
+        unanswered, interrupted, last_attempt_at, next_attempt_at, last_error,
+        lease_token, lease_until, member, claimable)
+    SELECT id, grp, payload, key, created_at, state, attempts, unanswered,
+        interrupted, last_attempt_at, next_attempt_at, last_error, lease_token,
+        lease_until, member, claimable FROM records;
+    DROP TABLE records;
+    ALTER TABLE records_v3 RENAME TO records;
+    CREATE INDEX records_group ON records(grp, id) WHERE member = 1;
+    CREATE INDEX records_deadline ON records(claimable, next_attempt_at) WHERE state IN (0, 1);
+    CREATE INDEX records_lease ON records(lease_until, id) WHERE state = 2;
+    CREATE TABLE halt (
+        only INTEGER PRIMARY KEY CHECK (only = 1),
+        reason TEXT NOT NULL,
+        since INTEGER NOT NULL
+    );
+    PRAGMA user_version = 3;
+";
+
 /// One row of the first schema, in column order from `grp` on.
 struct Row {
     group: Option<&'static str>,
@@ -100,6 +145,9 @@ fn expected(id: u64, row: &Row) -> Record {
         next_attempt_at: row.next_attempt_at,
         last_error: row.last_error.map(str::to_owned),
         lease: row.lease,
+        // Unknown before version 4: none on every record already there.
+        expected_version: None,
+        replaces: None,
     }
 }
 
@@ -192,6 +240,21 @@ fn build_second_schema(path: &Path) -> Vec<Record> {
     records
 }
 
+/// A version 3 file: the version 2 file, upgraded as version 3 of this crate did.
+fn build_third_schema(path: &Path) -> Vec<Record> {
+    let records = build_second_schema(path);
+    let mut conn = Connection::open(path).expect("open");
+    // Version 3 ran each step in one transaction.
+    let tx = conn.transaction().expect("begin");
+    tx.execute_batch(THIRD_SCHEMA).expect("third schema");
+    tx.commit().expect("commit");
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .expect("version");
+    assert_eq!(version, 3);
+    records
+}
+
 /// The layout of the current version, read from the file's schema.
 fn check_layout(path: &Path) {
     let conn = Connection::open(path).expect("open");
@@ -213,9 +276,24 @@ fn check_layout(path: &Path) {
     indexes.sort();
     assert_eq!(
         indexes,
-        ["records_deadline", "records_group", "records_lease"],
+        [
+            "records_deadline",
+            "records_group",
+            "records_lease",
+            "records_replaces"
+        ],
         "no index that only stats use"
     );
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('records')")
+        .expect("prepare")
+        .query_map([], |row| row.get(0))
+        .expect("columns")
+        .collect::<rusqlite::Result<_>>()
+        .expect("rows");
+    for column in ["expected_version", "replaces"] {
+        assert!(columns.iter().any(|c| c == column), "{column}: {columns:?}");
+    }
 }
 
 async fn check_upgraded(store: &SqliteStore, records: &[Record]) {
@@ -234,6 +312,7 @@ async fn check_upgraded(store: &SqliteStore, records: &[Record]) {
     assert_eq!(stats.rejected, 1);
     assert_eq!(stats.discarded, 1);
     assert_eq!(stats.delivered, 7);
+    assert_eq!(stats.superseded, 0, "no merged writes before the upgrade");
     assert_eq!(stats.held, 1);
     assert_eq!(stats.next_due, Some(101));
     assert_eq!(stats.oldest_created_at, Some(101));
@@ -302,6 +381,55 @@ async fn upgraded_with_nothing_lost(path: &Path, records: &[Record]) {
         .await
         .expect("enqueue");
     assert_eq!(next, vec![RecordId(11)]);
+
+    // The upgraded file coalesces: a second edit of a key replaces the first, and the count
+    // of merged writes survives a reopen.
+    let edit = |body: &str| {
+        outbox_core::NewRecord::new(body.as_bytes().to_vec())
+            .in_group("g2")
+            .replacing("g2/body")
+            .expecting("1")
+    };
+    let first = store
+        .enqueue(vec![edit("v1")], 4_000)
+        .await
+        .expect("enqueue");
+    assert_eq!(
+        (first.clone(), first.superseded.len()),
+        (Enqueued::fresh(vec![RecordId(12)]), 0)
+    );
+    let second = store
+        .enqueue(vec![edit("v2")], 4_001)
+        .await
+        .expect("enqueue");
+    assert_eq!(second.ids, vec![RecordId(12)]);
+    assert_eq!(second.superseded, vec![0]);
+    store.close().await;
+    let store = SqliteStore::open(&path, SqliteConfig::default())
+        .await
+        .expect("reopen");
+    assert_eq!(store.stats().await.expect("stats").superseded, 1);
+    let record = store
+        .get(RecordId(12))
+        .await
+        .expect("get")
+        .expect("the coalesced record");
+    assert_eq!(
+        (
+            record.payload.as_slice(),
+            record.expected_version.as_deref(),
+            record.replaces.as_deref(),
+            record.created_at
+        ),
+        (b"v2".as_slice(), Some("1"), Some("g2/body"), 4_000)
+    );
+    // The records from before the upgrade still carry neither.
+    let old = store
+        .get(RecordId(1))
+        .await
+        .expect("get")
+        .expect("record 1");
+    assert_eq!((old.expected_version, old.replaces), (None, None));
 }
 
 #[tokio::test]
@@ -318,6 +446,28 @@ async fn a_second_schema_file_is_upgraded_with_nothing_lost() {
     let path = dir.path().join("v2.db");
     let records = build_second_schema(&path);
     upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn a_third_schema_file_is_upgraded_with_nothing_lost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v3.db");
+    let records = build_third_schema(&path);
+    upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn two_stores_upgrading_a_third_schema_file_at_once_converge() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v3.db");
+    let records = build_third_schema(&path);
+    let (a, b) = tokio::join!(
+        SqliteStore::open(&path, SqliteConfig::default()),
+        SqliteStore::open(&path, SqliteConfig::default()),
+    );
+    let (a, b) = (a.expect("first"), b.expect("second"));
+    check_upgraded(&a, &records).await;
+    check_upgraded(&b, &records).await;
 }
 
 #[tokio::test]

@@ -285,5 +285,5 @@ async fn a_claim_with_nothing_due_does_not_need_the_write_lock() {
         })
         .await
         .expect("claim");
-    assert_eq!(claimed.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
+    assert_eq!(ids, claimed.iter().map(|r| r.id).collect::<Vec<_>>());
 }
