@@ -5,11 +5,11 @@
 //! optional field is a presence byte (0 or 1) followed by the value; a string or byte string is a
 //! `u32` length followed by its bytes. The record id is the table key and is not repeated.
 //!
-//! Record layout 2 (current):
+//! Record layout 3 (current, from schema version 4):
 //!
 //! | field | encoding |
 //! |---|---|
-//! | layout | `u8` = 2 |
+//! | layout | `u8` = 3 |
 //! | created_at | `u64` |
 //! | state | `u8` ([`State::code`]) |
 //! | attempts, unanswered, interrupted | 3 × `u32` |
@@ -17,18 +17,22 @@
 //! | last_error | optional string |
 //! | lease | optional (`u64` token, `u64` until) |
 //! | group | optional string |
+//! | expected_version | optional string |
+//! | replaces (the coalescing key) | optional string |
 //! | key | string |
 //! | payload | byte string |
 //!
-//! Record layout 1 (schema version 1) is the same without `unanswered` and `interrupted`.
+//! Record layout 2 (schema versions 2 and 3) is the same without `expected_version` and
+//! `replaces`, which read as `None`; record layout 1 (schema version 1) also lacks `unanswered`
+//! and `interrupted`, which read as 0.
 //!
 //! Halt layout 1 (the `runner` table's `halt` entry, from schema version 3): layout `u8` = 1,
 //! `since` as `u64`, the reason as a string.
 
-use outbox_core::{Error, Halt, Lease, Record, RecordId, State, Tombstone};
+use outbox_core::{Error, Halt, Lease, NewRecord, Record, RecordId, State, Tombstone};
 
 /// The record layout this build writes.
-pub(crate) const RECORD_LAYOUT: u8 = 2;
+pub(crate) const RECORD_LAYOUT: u8 = 3;
 /// The tombstone layout this build writes.
 pub(crate) const TOMBSTONE_LAYOUT: u8 = 1;
 /// The halt layout this build writes.
@@ -36,15 +40,53 @@ pub(crate) const HALT_LAYOUT: u8 = 1;
 
 /// Encodes a record in the current layout.
 pub(crate) fn encode_record(record: &Record) -> Vec<u8> {
-    encode_with(record, &record.key, &record.payload)
+    encode_parts(
+        record,
+        Written {
+            key: &record.key,
+            payload: &record.payload,
+            expected_version: record.expected_version.as_deref(),
+            replaces: record.replaces.as_deref(),
+        },
+    )
 }
 
-/// Encodes `record` with `key` and `payload` in place of its own (which are not read), so an
-/// enqueue encodes a caller's record straight from its borrowed bytes instead of copying them
-/// into a [`Record`] first.
-pub(crate) fn encode_with(record: &Record, key: &str, payload: &[u8]) -> Vec<u8> {
+/// Encodes `shell` with the caller's fields taken from `new` in place of its own (which are
+/// not read), so an enqueue encodes a caller's record straight from its borrowed bytes instead
+/// of copying them into a [`Record`] first.
+pub(crate) fn encode_new(shell: &Record, new: &NewRecord) -> Vec<u8> {
+    encode_parts(
+        shell,
+        Written {
+            key: &new.key,
+            payload: &new.payload,
+            expected_version: new.expected_version.as_deref(),
+            replaces: new.replaces.as_deref(),
+        },
+    )
+}
+
+/// The fields of a record its writer chose, borrowed from wherever they live.
+struct Written<'a> {
+    key: &'a str,
+    payload: &'a [u8],
+    expected_version: Option<&'a str>,
+    replaces: Option<&'a str>,
+}
+
+fn encode_parts(record: &Record, written: Written<'_>) -> Vec<u8> {
+    let Written {
+        key,
+        payload,
+        expected_version,
+        replaces,
+    } = written;
     let mut out = Writer(Vec::with_capacity(
-        64 + payload.len() + key.len() + record.group.as_ref().map_or(0, String::len),
+        64 + payload.len()
+            + key.len()
+            + record.group.as_ref().map_or(0, String::len)
+            + expected_version.map_or(0, str::len)
+            + replaces.map_or(0, str::len),
     ));
     out.u8(RECORD_LAYOUT);
     out.u64(record.created_at);
@@ -64,6 +106,8 @@ pub(crate) fn encode_with(record: &Record, key: &str, payload: &[u8]) -> Vec<u8>
         None => out.u8(0),
     }
     out.opt_str(record.group.as_deref());
+    out.opt_str(expected_version);
+    out.opt_str(replaces);
     out.bytes(key.as_bytes());
     out.bytes(payload);
     out.0
@@ -117,11 +161,39 @@ pub(crate) fn encode_record_v1(record: &Record) -> Vec<u8> {
     out.0
 }
 
+/// Encodes a record in layout 2, as schema versions 2 and 3 wrote it (no expected version, no
+/// coalescing key).
+#[cfg(test)]
+pub(crate) fn encode_record_v2(record: &Record) -> Vec<u8> {
+    let mut out = Writer(Vec::new());
+    out.u8(2);
+    out.u64(record.created_at);
+    out.u8(record.state.code());
+    out.u32(record.attempts);
+    out.u32(record.unanswered);
+    out.u32(record.interrupted);
+    out.opt_u64(record.last_attempt_at);
+    out.opt_u64(record.next_attempt_at);
+    out.opt_str(record.last_error.as_deref());
+    match record.lease {
+        Some(lease) => {
+            out.u8(1);
+            out.u64(lease.token);
+            out.u64(lease.until);
+        }
+        None => out.u8(0),
+    }
+    out.opt_str(record.group.as_deref());
+    out.bytes(record.key.as_bytes());
+    out.bytes(&record.payload);
+    out.0
+}
+
 /// Decodes a record of any known layout; damaged bytes give [`Error::Corrupted`].
 pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
     let mut r = Reader::new(bytes, id, "record");
     let layout = r.u8()?;
-    if layout != 1 && layout != RECORD_LAYOUT {
+    if !(1..=RECORD_LAYOUT).contains(&layout) {
         return Err(r.damaged(&format!("unknown record layout {layout}")));
     }
     let created_at = r.u64()?;
@@ -145,6 +217,11 @@ pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
         None
     };
     let group = r.opt_str()?;
+    let (expected_version, replaces) = if layout < 3 {
+        (None, None)
+    } else {
+        (r.opt_str()?, r.opt_str()?)
+    };
     let key = r.str()?;
     let payload = r.bytes()?.to_vec();
     r.finish()?;
@@ -162,6 +239,8 @@ pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
         next_attempt_at,
         last_error,
         lease,
+        expected_version,
+        replaces,
     })
 }
 
@@ -338,6 +417,8 @@ mod tests {
                 token: 7,
                 until: 9_000,
             }),
+            expected_version: Some("W/\"7\"".into()),
+            replaces: Some("doc-1/body".into()),
         }
     }
 
@@ -354,9 +435,44 @@ mod tests {
         let expected = Record {
             unanswered: 0,
             interrupted: 0,
+            expected_version: None,
+            replaces: None,
             ..record
         };
         assert_eq!(decoded, Some(expected));
+    }
+
+    #[test]
+    fn layout_two_reads_without_version_or_coalescing_key() {
+        let record = sample();
+        let decoded = decode_record(9, &encode_record_v2(&record)).ok();
+        let expected = Record {
+            expected_version: None,
+            replaces: None,
+            ..record
+        };
+        assert_eq!(decoded, Some(expected));
+    }
+
+    #[test]
+    fn a_new_record_encodes_like_the_record_it_becomes() {
+        let new = NewRecord::new(b"body".to_vec())
+            .in_group("doc-1")
+            .expecting("7")
+            .replacing("doc-1/body");
+        let record = Record::enqueued(RecordId(4), new.clone(), 500);
+        let shell = Record::fresh(
+            RecordId(4),
+            new.group.clone(),
+            Vec::new(),
+            String::new(),
+            500,
+        );
+        assert_eq!(encode_new(&shell, &new), encode_record(&record));
+        assert_eq!(
+            decode_record(4, &encode_new(&shell, &new)).ok(),
+            Some(record)
+        );
     }
 
     #[test]

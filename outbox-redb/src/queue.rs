@@ -1,13 +1,13 @@
 //! The queue operations on redb tables, mirroring `outbox-memory` step by step.
 //!
 //! Write operations run on a [`Tables`] opened in one `WriteTransaction`, and keep the `due`,
-//! `queued`, `groups` and `leases` indexes in step with the records inside that same
+//! `queued`, `groups`, `coalescing` and `leases` indexes in step with the records inside that same
 //! transaction. Read operations run on a [`ReadTables`] opened in one `ReadTransaction` (a
 //! consistent snapshot).
 
 use outbox_core::{
-    Applied, Change, Claim, Error, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record,
-    RecordId, Result, State, Stats, Tombstone, Transition,
+    Applied, Change, Claim, Enqueued, Error, Guard, Halt, Lease, ListQuery, Millis, NewRecord,
+    Record, RecordId, Result, State, Stats, Tombstone, Transition,
 };
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction,
@@ -16,8 +16,8 @@ use redb::{
 use crate::codec;
 use crate::error::from_redb;
 use crate::schema::{
-    DUE, GROUPS, LEASES, META, META_DELIVERED, META_LAST_ID, QUEUED, RECORDS, RUNNER, RUNNER_HALT,
-    TOMBSTONES,
+    COALESCING, DUE, GROUPS, LEASES, META, META_DELIVERED, META_LAST_ID, META_SUPERSEDED, QUEUED,
+    RECORDS, RUNNER, RUNNER_HALT, TOMBSTONES,
 };
 
 /// `Result<T, redb error>` → `Result<T, outbox error>`.
@@ -61,6 +61,7 @@ pub(crate) struct Tables<'t> {
     due: Table<'t, (u64, u64), ()>,
     queued: Table<'t, (u64, u64), ()>,
     groups: Table<'t, (&'static str, u64), ()>,
+    coalescing: Table<'t, (&'static str, u64), ()>,
     leases: Table<'t, (u64, u64), ()>,
     tombstones: Table<'t, u64, &'static [u8]>,
     meta: Table<'t, &'static str, u64>,
@@ -77,6 +78,7 @@ impl<'t> Tables<'t> {
             due: txn.open_table(DUE).engine()?,
             queued: txn.open_table(QUEUED).engine()?,
             groups: txn.open_table(GROUPS).engine()?,
+            coalescing: txn.open_table(COALESCING).engine()?,
             leases: txn.open_table(LEASES).engine()?,
             tombstones: txn.open_table(TOMBSTONES).engine()?,
             meta: txn.open_table(META).engine()?,
@@ -129,6 +131,31 @@ impl<'t> Tables<'t> {
     pub(crate) fn join_group(&mut self, group: &str, id: RecordId) -> Result<()> {
         self.groups.insert((group, id.0), ()).engine()?;
         Ok(())
+    }
+
+    /// Adds the record to the records of its coalescing key.
+    pub(crate) fn join_coalescing(&mut self, key: &str, id: RecordId) -> Result<()> {
+        self.coalescing.insert((key, id.0), ()).engine()?;
+        Ok(())
+    }
+
+    /// The latest record (highest id) with coalescing key `key`, in any state: one seek to the
+    /// end of the key's range.
+    fn latest_by_key(&self, key: &str) -> Result<Option<RecordId>> {
+        let mut records = self.coalescing.range((key, 0)..=(key, u64::MAX)).engine()?;
+        match records.next_back() {
+            Some(entry) => Ok(Some(RecordId(entry.engine()?.0.value().1))),
+            None => Ok(None),
+        }
+    }
+
+    /// The last member of `group` (highest id) among those holding its order.
+    fn group_tail(&self, group: &str) -> Result<Option<RecordId>> {
+        let mut members = self.groups.range((group, 0)..=(group, u64::MAX)).engine()?;
+        match members.next_back() {
+            Some(entry) => Ok(Some(RecordId(entry.engine()?.0.value().1))),
+            None => Ok(None),
+        }
     }
 
     fn group_head(&self, group: &str) -> Result<Option<RecordId>> {
@@ -222,29 +249,75 @@ impl<'t> Tables<'t> {
         self.changed = true;
         self.unindex(record)?;
         self.records.remove(record.id.0).engine()?;
+        if let Some(key) = record.replaces.as_deref() {
+            self.coalescing.remove((key, record.id.0)).engine()?;
+        }
         self.leave_group(record.id, record.group.as_deref())
     }
 
-    /// Enqueues a batch as pending records due at `now`. The caller has validated it
+    /// Enqueues a batch as pending records due at `now`, or as replacements of the waiting
+    /// records they coalesce with (see [`Tables::coalesce`]). The caller has validated it
     /// ([`NewRecord::validate_all`]); payloads are encoded from the borrowed batch, not copied
-    /// into records first.
-    pub(crate) fn enqueue(&mut self, records: &[NewRecord], now: Millis) -> Result<Vec<RecordId>> {
+    /// into records first. A record without a coalescing key costs no lookup.
+    pub(crate) fn enqueue(&mut self, records: &[NewRecord], now: Millis) -> Result<Enqueued> {
         let mut last_id = self.meta(META_LAST_ID)?.unwrap_or(0);
-        let mut ids = Vec::with_capacity(records.len());
-        for new in records {
+        let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
+        for (position, new) in records.iter().enumerate() {
+            if let Some(key) = new.replaces.as_deref() {
+                if let Some(id) = self.coalesce(key, new)? {
+                    enqueued.ids.push(id);
+                    enqueued.superseded.push(position);
+                    continue;
+                }
+            }
             last_id = last_id.checked_add(1).ok_or_else(ids_exhausted)?;
             let id = RecordId(last_id);
             if let Some(group) = &new.group {
                 self.join_group(group, id)?;
             }
-            // The record without its key and payload: what the indexes need.
+            if let Some(key) = new.replaces.as_deref() {
+                self.join_coalescing(key, id)?;
+            }
+            // The record without its caller's fields: what the indexes need.
             let shell = Record::fresh(id, new.group.clone(), Vec::new(), String::new(), now);
-            self.put_bytes(id, &codec::encode_with(&shell, &new.key, &new.payload))?;
+            self.put_bytes(id, &codec::encode_new(&shell, new))?;
             self.index(&shell)?;
-            ids.push(id);
+            enqueued.ids.push(id);
         }
-        self.set_meta(META_LAST_ID, last_id)?;
-        Ok(ids)
+        if enqueued.superseded.len() < records.len() {
+            self.set_meta(META_LAST_ID, last_id)?;
+        }
+        // The counter is written once per batch, not once per replacement.
+        if !enqueued.superseded.is_empty() {
+            let total = self.meta(META_SUPERSEDED)?.unwrap_or(0);
+            let merged = enqueued.superseded.len() as u64;
+            self.set_meta(META_SUPERSEDED, total.saturating_add(merged))?;
+        }
+        Ok(enqueued)
+    }
+
+    /// Rewrites the latest record with coalescing key `key` with `new` when
+    /// [`Record::replaceable_by`] allows it, returning its id; `None` when `new` must be
+    /// inserted instead. The lookup is a seek in the `coalescing` index, and one in `groups`
+    /// for a grouped record. The record's schedule and state stay, so its index entries do too.
+    fn coalesce(&mut self, key: &str, new: &NewRecord) -> Result<Option<RecordId>> {
+        let Some(latest) = self.latest_by_key(key)? else {
+            return Ok(None);
+        };
+        let Some(mut record) = self.get(latest)? else {
+            return Ok(None);
+        };
+        let last_of_group = match record.group.as_deref() {
+            None => true,
+            Some(group) => self.group_tail(group)? == Some(record.id),
+        };
+        if !record.replaceable_by(new, last_of_group) {
+            return Ok(None);
+        }
+        // The batch is borrowed (a write may run again), so the replacement is a copy.
+        record.supersede(new.clone());
+        self.put(&record)?;
+        Ok(Some(record.id))
     }
 
     /// Claims up to `limit` claimable records in `(next_attempt_at, id)` order.
@@ -600,6 +673,11 @@ impl ReadTables {
             delivered: self
                 .meta
                 .get(META_DELIVERED)
+                .engine()?
+                .map_or(0, |v| v.value()),
+            superseded: self
+                .meta
+                .get(META_SUPERSEDED)
                 .engine()?
                 .map_or(0, |v| v.value()),
             next_due: self.next_due()?,

@@ -6,14 +6,16 @@
 //! | `due` | (next_attempt_at, id) → () | pending or retrying records that head their group: the claim order |
 //! | `queued` | (next_attempt_at, id) → () | pending or retrying records behind their group's head: with `due`, every deadline (clock-step re-basing) |
 //! | `groups` | (group, id) → () | members of each group that hold its order (every state but rejected) |
+//! | `coalescing` | (coalescing key, id) → () | every record with a coalescing key (`replaces`): the latest record of a key is the last entry of its range |
 //! | `leases` | (lease until, id) → () | in-flight records: lease recovery |
 //! | `tombstones` | id → encoded tombstone | discarded records until pruned |
-//! | `meta` | name → u64 | `schema_version`, `last_id`, `delivered` |
+//! | `meta` | name → u64 | `schema_version`, `last_id`, `delivered`, `superseded` |
 //! | `runner` | name → encoded value | `halt`: the runner's persisted halt, absent when running |
 //!
 //! Version history: 1 had no `leases` table and stored records in layout 1; 2 adds the `leases`
-//! index and the `unanswered` and `interrupted` counters; 3 (current) adds the `queued` index
-//! and the `runner` table.
+//! index and the `unanswered` and `interrupted` counters; 3 adds the `queued` index and the
+//! `runner` table; 4 (current) stores records in layout 3 (with the expected version and the
+//! coalescing key) and adds the `coalescing` index and the `superseded` counter.
 
 use outbox_core::{Error, Result};
 use redb::{ReadableDatabase, TableDefinition, TableError, WriteTransaction};
@@ -22,12 +24,13 @@ use crate::error::from_redb;
 use crate::queue::Tables;
 
 /// The schema version this build writes, and the newest it opens.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 pub(crate) const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
 pub(crate) const DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("due");
 pub(crate) const QUEUED: TableDefinition<(u64, u64), ()> = TableDefinition::new("queued");
 pub(crate) const GROUPS: TableDefinition<(&str, u64), ()> = TableDefinition::new("groups");
+pub(crate) const COALESCING: TableDefinition<(&str, u64), ()> = TableDefinition::new("coalescing");
 pub(crate) const LEASES: TableDefinition<(u64, u64), ()> = TableDefinition::new("leases");
 pub(crate) const TOMBSTONES: TableDefinition<u64, &[u8]> = TableDefinition::new("tombstones");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -36,6 +39,7 @@ pub(crate) const RUNNER: TableDefinition<&str, &[u8]> = TableDefinition::new("ru
 pub(crate) const META_VERSION: &str = "schema_version";
 pub(crate) const META_LAST_ID: &str = "last_id";
 pub(crate) const META_DELIVERED: &str = "delivered";
+pub(crate) const META_SUPERSEDED: &str = "superseded";
 pub(crate) const RUNNER_HALT: &str = "halt";
 
 /// What a file holds, as seen before anything is written to it.
@@ -87,6 +91,7 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))?;
     tables.set_meta(META_LAST_ID, 0)?;
     tables.set_meta(META_DELIVERED, 0)?;
+    tables.set_meta(META_SUPERSEDED, 0)?;
     Ok(())
 }
 
@@ -94,7 +99,9 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 /// crash mid-way leaves the earlier version intact and the next open starts over. Converging
 /// means: rewrite every record in the current layout and rebuild every index from the records,
 /// which is right whatever indexes the earlier version had. Tables an earlier version lacked
-/// (`leases`, `queued`, `runner`) are created empty by opening them; a halt is never invented.
+/// (`leases`, `queued`, `coalescing`, `runner`) are created empty by opening them; a halt is
+/// never invented. Records of an earlier layout have no expected version and no coalescing
+/// key, and a missing counter (`delivered`, `superseded`) starts at 0.
 pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     if from >= SCHEMA_VERSION {
         return Ok(());
@@ -104,6 +111,7 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     txn.delete_table(QUEUED).map_err(from_redb)?;
     txn.delete_table(GROUPS).map_err(from_redb)?;
     txn.delete_table(LEASES).map_err(from_redb)?;
+    txn.delete_table(COALESCING).map_err(from_redb)?;
     let mut tables = Tables::open(txn)?;
     let records = tables.all_records()?;
     let mut last_id = tables.meta(META_LAST_ID)?.unwrap_or(0);
@@ -113,12 +121,17 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
         if let (Some(group), true) = (&record.group, record.state.holds_group()) {
             tables.join_group(group, record.id)?;
         }
+        if let Some(key) = &record.replaces {
+            tables.join_coalescing(key, record.id)?;
+        }
     }
     for record in &records {
         tables.index(record)?;
     }
-    if tables.meta(META_DELIVERED)?.is_none() {
-        tables.set_meta(META_DELIVERED, 0)?;
+    for counter in [META_DELIVERED, META_SUPERSEDED] {
+        if tables.meta(counter)?.is_none() {
+            tables.set_meta(counter, 0)?;
+        }
     }
     tables.set_meta(META_LAST_ID, last_id)?;
     tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))?;

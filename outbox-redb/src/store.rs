@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
-    Round, Stats, Store, Tombstone, Transition,
+    Applied, Claim, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
+    Result, Round, Stats, Store, Tombstone, Transition,
 };
 use redb::backends::FileBackend;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, StorageBackend, WriteTransaction};
@@ -193,8 +193,14 @@ impl RedbStore {
     /// durability the caller set on it. Wake the runner afterwards (`Outbox::notify()`), since
     /// it cannot see a commit it did not make.
     ///
+    /// Records with a coalescing key ([`NewRecord::replacing`]) coalesce as in
+    /// [`Store::enqueue`], inside your transaction: a replaced record is rewritten (and the
+    /// `superseded` counter raised) only if your transaction commits. The returned
+    /// [`Enqueued`] says which records replaced an earlier write.
+    ///
     /// Refuses a payload over the configured maximum with [`Error::PayloadTooLarge`] and a
-    /// bad group key with [`Error::InvalidGroup`], having written nothing of the batch.
+    /// bad group key, coalescing key or expected version with [`Error::InvalidGroup`], having
+    /// written nothing of the batch.
     ///
     /// Like the rest of your transaction, this is blocking redb work: call it where you run
     /// that transaction (a blocking thread or `spawn_blocking`), not on an async worker.
@@ -225,7 +231,7 @@ impl RedbStore {
         txn: &WriteTransaction,
         records: Vec<NewRecord>,
         now: Millis,
-    ) -> Result<Vec<RecordId>> {
+    ) -> Result<Enqueued> {
         if self.writer.is_none() {
             return Err(Error::ReadOnly { source: None });
         }
@@ -319,10 +325,10 @@ impl RedbStore {
 
 #[async_trait]
 impl Store for RedbStore {
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         NewRecord::validate_all(&records, self.config.max_payload)?;
         if records.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Enqueued::default());
         }
         self.write(move |t| t.enqueue(&records, now)).await
     }

@@ -12,7 +12,7 @@ use outbox_core::{
     Claim, Error, ListQuery, NewRecord, Record, RecordId, State, Store, DEFAULT_MAX_PAYLOAD,
 };
 use outbox_redb::{RedbConfig, RedbStore, SCHEMA_VERSION};
-use redb::{ReadableDatabase, TableDefinition};
+use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
@@ -275,6 +275,16 @@ async fn a_file_held_by_another_process_is_locked_and_unchanged() {
 
 /// Layout 1 of a record, written by hand as schema version 1 stored it.
 fn encode_v1(record: &Record) -> Vec<u8> {
+    encode_old(record, 1)
+}
+
+/// Layout 2 of a record, written by hand as schema versions 2 and 3 stored it: layout 1 with
+/// the `unanswered` and `interrupted` counters (no expected version, no coalescing key).
+fn encode_v2(record: &Record) -> Vec<u8> {
+    encode_old(record, 2)
+}
+
+fn encode_old(record: &Record, layout: u8) -> Vec<u8> {
     fn opt_u64(out: &mut Vec<u8>, v: Option<u64>) {
         match v {
             Some(v) => {
@@ -288,10 +298,14 @@ fn encode_v1(record: &Record) -> Vec<u8> {
         out.extend((v.len() as u32).to_le_bytes());
         out.extend(v);
     }
-    let mut out = vec![1];
+    let mut out = vec![layout];
     out.extend(record.created_at.to_le_bytes());
     out.push(record.state.code());
     out.extend(record.attempts.to_le_bytes());
+    if layout >= 2 {
+        out.extend(record.unanswered.to_le_bytes());
+        out.extend(record.interrupted.to_le_bytes());
+    }
     opt_u64(&mut out, record.last_attempt_at);
     opt_u64(&mut out, record.next_attempt_at);
     match &record.last_error {
@@ -389,6 +403,11 @@ async fn a_version_1_file_converges_to_the_current_schema() {
         (State::InFlight, Some(common::lease(9, 0)), 0, 0),
         "the dead process's lease expires at once"
     );
+    assert_eq!(
+        (&first.expected_version, &first.replaces),
+        (&None, &None),
+        "a record of layout 1 has no precondition and no coalescing key"
+    );
     assert_eq!(store.expired(0, 10).await.unwrap(), [first]);
     // The waiting member of group g is indexed too: a clock step back finds it.
     let stepped = store.stepped_back(150, 10).await.unwrap();
@@ -401,9 +420,10 @@ async fn a_version_1_file_converges_to_the_current_schema() {
             stats.pending,
             stats.retrying,
             stats.delivered,
+            stats.superseded,
             stats.next_due
         ),
-        (1, 1, 1, 5, Some(700))
+        (1, 1, 1, 5, 0, Some(700))
     );
     let claim = Claim {
         now: 1_000,
@@ -417,7 +437,7 @@ async fn a_version_1_file_converges_to_the_current_schema() {
         .enqueue(vec![NewRecord::new(b"4".to_vec())], 0)
         .await
         .unwrap();
-    assert_eq!(next, [RecordId(4)]);
+    assert_eq!(next.ids, [RecordId(4)]);
     drop(store);
 
     {
@@ -433,9 +453,34 @@ async fn a_version_1_file_converges_to_the_current_schema() {
     assert_eq!(store.config().max_payload, DEFAULT_MAX_PAYLOAD);
 }
 
-/// Turns a current file into the schema-version-2 layout: no `queued` index (a waiting member
-/// of a group had no index entry) and no `runner` table.
-fn downgrade_to_version_2(path: &Path) {
+const COALESCING: TableDefinition<(&str, u64), ()> = TableDefinition::new("coalescing");
+
+/// Turns a current file holding `records` (none with an expected version or a coalescing key)
+/// into the schema-version-3 layout: records in layout 2, no `coalescing` index and no
+/// `superseded` counter.
+fn downgrade_to_version_3(path: &Path, records: &[Record]) {
+    let table: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut table = txn.open_table(table).unwrap();
+        assert_eq!(table.len().unwrap(), records.len() as u64);
+        for r in records {
+            assert_eq!((&r.expected_version, &r.replaces), (&None, &None));
+            table.insert(r.id.0, encode_v2(r).as_slice()).unwrap();
+        }
+        let mut meta = txn.open_table(META).unwrap();
+        assert!(meta.remove("superseded").unwrap().is_some());
+        meta.insert("schema_version", 3).unwrap();
+    }
+    assert!(txn.delete_table(COALESCING).unwrap());
+    txn.commit().unwrap();
+}
+
+/// Turns a current file holding `records` into the schema-version-2 layout: version 3 without
+/// the `queued` index (a waiting member of a group had no index entry) and the `runner` table.
+fn downgrade_to_version_2(path: &Path, records: &[Record]) {
+    downgrade_to_version_3(path, records);
     let queued: TableDefinition<(u64, u64), ()> = TableDefinition::new("queued");
     let runner: TableDefinition<&str, &[u8]> = TableDefinition::new("runner");
     let db = redb::Database::open(path).unwrap();
@@ -449,13 +494,31 @@ fn downgrade_to_version_2(path: &Path) {
     txn.commit().unwrap();
 }
 
+async fn all(store: &RedbStore) -> Vec<Record> {
+    store.list(&ListQuery::new(usize::MAX)).await.unwrap()
+}
+
+fn stored_version(path: &Path) -> u64 {
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let version = txn
+        .open_table(META)
+        .unwrap()
+        .get("schema_version")
+        .unwrap()
+        .unwrap()
+        .value();
+    version
+}
+
 #[tokio::test]
 async fn a_version_2_file_converges_once_and_a_reader_leaves_it_alone() {
     let (dir, path, store) = fresh().await;
     let g = |p: &[u8]| NewRecord::new(p.to_vec()).in_group("g");
     store.enqueue(vec![g(b"1"), g(b"2")], 500).await.unwrap();
+    let records = all(&store).await;
     drop(store);
-    downgrade_to_version_2(&path);
+    downgrade_to_version_2(&path, &records);
     let before = bytes(&path);
 
     // A reader cannot migrate: refused, with the file unchanged.
@@ -485,16 +548,112 @@ async fn a_version_2_file_converges_once_and_a_reader_leaves_it_alone() {
     let store = open(&path).await.unwrap();
     assert_eq!(store.halt().await.unwrap(), Some(halt));
     assert_eq!(store.stepped_back(100, 10).await.unwrap().len(), 2);
+    assert_eq!(all(&store).await, records, "the records survive unchanged");
     drop(store);
-    let db = redb::Database::open(&path).unwrap();
-    let txn = db.begin_read().unwrap();
-    let version = txn
-        .open_table(META)
-        .unwrap()
-        .get("schema_version")
-        .unwrap()
-        .unwrap()
-        .value();
-    assert_eq!(version, u64::from(SCHEMA_VERSION));
+    assert_eq!(stored_version(&path), u64::from(SCHEMA_VERSION));
+    drop(dir);
+}
+
+/// A file of the previous schema (3: records without an expected version or a coalescing key,
+/// no `coalescing` index, no `superseded` counter) converges: every record reads back as it
+/// was, with `None` for the new fields and 0 merged; coalescing works on it at once and its
+/// count survives the next open. A reader refuses it unchanged until then.
+#[tokio::test]
+async fn a_version_3_file_converges_with_no_versions_keys_or_merges() {
+    let (dir, path, store) = fresh().await;
+    let g = |p: &[u8]| NewRecord::new(p.to_vec()).in_group("g");
+    store
+        .enqueue(
+            vec![g(b"1"), g(b"2"), NewRecord::new(b"free".to_vec())],
+            500,
+        )
+        .await
+        .unwrap();
+    let claimed = store
+        .claim(Claim {
+            now: 1_000,
+            limit: 1,
+            lease: common::lease(3, 40_000),
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    store
+        .apply(vec![outbox_core::Transition {
+            id: RecordId(3),
+            guard: outbox_core::Guard::Idle,
+            change: outbox_core::Change::Delivered,
+        }])
+        .await
+        .unwrap();
+    let records = all(&store).await;
+    assert_eq!(records.len(), 2);
+    drop(store);
+    downgrade_to_version_3(&path, &records);
+    let before = bytes(&path);
+
+    let err = RedbStore::open_read_only(&path, RedbConfig::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("migration"), "{err}");
+    assert_eq!(bytes(&path), before);
+
+    let store = open(&path).await.unwrap();
+    let expired = |r: &Record| Record {
+        lease: r.lease.map(|l| common::lease(l.token, 0)),
+        ..r.clone()
+    };
+    assert_eq!(
+        all(&store).await,
+        records.iter().map(expired).collect::<Vec<_>>(),
+        "every record survives; the dead process's lease expires"
+    );
+    assert!(all(&store)
+        .await
+        .iter()
+        .all(|r| r.expected_version.is_none() && r.replaces.is_none()));
+    let stats = store.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.in_flight,
+            stats.pending,
+            stats.delivered,
+            stats.superseded
+        ),
+        (1, 1, 1, 0)
+    );
+    // Coalescing on the converged file: the second edit replaces the first.
+    let edit = |p: &[u8]| {
+        NewRecord::new(p.to_vec())
+            .replacing("doc/body")
+            .expecting("2")
+    };
+    let first = store.enqueue(vec![edit(b"e1")], 2_000).await.unwrap();
+    assert_eq!(
+        (first.ids.clone(), first.superseded),
+        (vec![RecordId(4)], vec![])
+    );
+    let second = store.enqueue(vec![edit(b"e2")], 2_001).await.unwrap();
+    assert_eq!(
+        (second.ids, second.superseded),
+        (vec![RecordId(4)], vec![0])
+    );
+    drop(store);
+
+    assert_eq!(stored_version(&path), u64::from(SCHEMA_VERSION));
+    // Converged: the next open migrates nothing and keeps the new fields and the count.
+    let store = open(&path).await.unwrap();
+    let edited = store.get(RecordId(4)).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            edited.payload.as_slice(),
+            edited.expected_version.as_deref(),
+            edited.replaces.as_deref()
+        ),
+        (b"e2".as_slice(), Some("2"), Some("doc/body"))
+    );
+    assert_eq!(store.stats().await.unwrap().superseded, 1);
+    let third = store.enqueue(vec![edit(b"e3")], 2_002).await.unwrap();
+    assert_eq!((third.ids, third.superseded), (vec![RecordId(4)], vec![0]));
     drop(dir);
 }

@@ -1,6 +1,7 @@
 //! The store's behaviour: claim order, groups, guards, stats, prune, the caller's transaction,
-//! group commit, the halt, requeue, group-key validation, the round's single commit, and a
-//! seeded comparison with the memory reference model.
+//! group commit, the halt, requeue, group-key validation, the round's single commit,
+//! coalescing (in the caller's transaction too, and its index), and a seeded comparison with the
+//! memory reference model.
 
 mod common;
 
@@ -284,7 +285,7 @@ async fn payload_over_the_limit_is_refused_and_nothing_of_the_batch_is_enqueued(
     txn.commit().unwrap();
     assert_eq!(store.stats().await.unwrap(), Stats::default());
     assert_eq!(
-        store.enqueue(vec![new("ok")], 0).await.unwrap(),
+        store.enqueue(vec![new("ok")], 0).await.unwrap().ids,
         [RecordId(1)]
     );
 }
@@ -308,13 +309,19 @@ async fn invalid_group_keys_are_refused_on_every_enqueue_path_and_write_nothing(
 
         let db = store.database().unwrap();
         let txn = db.begin_write().unwrap();
-        let err = store
-            .enqueue_in(&txn, vec![new("ok"), new("bad").in_group(bad)], 0)
-            .unwrap_err();
-        assert!(
-            matches!(err, Error::InvalidGroup { .. }),
-            "{bad:?}: {err:?}"
-        );
+        for record in [
+            new("bad").in_group(bad),
+            new("bad").replacing(bad),
+            new("bad").expecting(bad),
+        ] {
+            let err = store
+                .enqueue_in(&txn, vec![new("ok").replacing("k"), record], 0)
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidGroup { .. }),
+                "{bad:?}: {err:?}"
+            );
+        }
         txn.commit().unwrap();
     }
     assert_eq!(store.stats().await.unwrap(), Stats::default());
@@ -323,7 +330,8 @@ async fn invalid_group_keys_are_refused_on_every_enqueue_path_and_write_nothing(
         store
             .enqueue(vec![new("ok").in_group(longest)], 0)
             .await
-            .unwrap(),
+            .unwrap()
+            .ids,
         [RecordId(1)],
         "no id was spent on the refused batches"
     );
@@ -444,7 +452,7 @@ async fn requeue_puts_a_rejected_record_back_in_its_place() {
     }
     assert_eq!(order, [1, 2, 3]);
     assert_eq!(
-        store.enqueue(vec![new("next")], 0).await.unwrap(),
+        store.enqueue(vec![new("next")], 0).await.unwrap().ids,
         [RecordId(4)]
     );
 }
@@ -588,8 +596,8 @@ async fn enqueue_in_commits_and_aborts_with_the_callers_writes() {
     txn.abort().unwrap();
 
     let after = store.enqueue(vec![new("next")], 30).await.unwrap();
-    assert_eq!(kept, [RecordId(1)]);
-    assert_eq!(after, [RecordId(2)], "the aborted enqueue used no id");
+    assert_eq!(kept.ids, [RecordId(1)]);
+    assert_eq!(after.ids, [RecordId(2)], "the aborted enqueue used no id");
     drop(store);
 
     let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
@@ -601,6 +609,138 @@ async fn enqueue_in_commits_and_aborts_with_the_callers_writes() {
     let notes = read.open_table(NOTES).unwrap();
     assert!(redb::ReadableTable::get(&notes, 1).unwrap().is_some());
     assert!(redb::ReadableTable::get(&notes, 2).unwrap().is_none());
+}
+
+/// Coalescing through `enqueue_in` happens in the caller's transaction: an aborted one leaves
+/// the earlier write and the counter as they were, a committed one replaces it.
+#[tokio::test]
+async fn enqueue_in_coalesces_in_the_callers_transaction() {
+    let (_dir, _path, store) = fresh().await;
+    let edit = |p: &str| new(p).in_group("doc").replacing("doc/body");
+    let first = store.enqueue(vec![edit("v1")], 10).await.unwrap();
+    assert_eq!(first.superseded, Vec::<usize>::new());
+    let db = store.database().unwrap();
+
+    let txn = db.begin_write().unwrap();
+    let dropped = store
+        .enqueue_in(&txn, vec![edit("dropped"), new("plain")], 20)
+        .unwrap();
+    assert_eq!(
+        (dropped.ids, dropped.superseded),
+        (vec![RecordId(1), RecordId(2)], vec![0])
+    );
+    txn.abort().unwrap();
+    let record = store.get(RecordId(1)).await.unwrap().unwrap();
+    assert_eq!(record.payload, b"v1");
+    assert_eq!(store.stats().await.unwrap().superseded, 0);
+
+    let txn = db.begin_write().unwrap();
+    let kept = store
+        .enqueue_in(&txn, vec![edit("v2"), edit("v3").expecting("9")], 30)
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(
+        (kept.ids, kept.superseded),
+        (vec![RecordId(1), RecordId(1)], vec![0, 1])
+    );
+    let record = store.get(RecordId(1)).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            record.payload.as_slice(),
+            record.expected_version.as_deref(),
+            record.created_at,
+            record.next_attempt_at
+        ),
+        (b"v3".as_slice(), Some("9"), 10, Some(10))
+    );
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.superseded), (1, 2));
+}
+
+const COALESCING: redb::TableDefinition<(&str, u64), ()> = redb::TableDefinition::new("coalescing");
+
+/// The `coalescing` index holds one entry per record with a coalescing key, and loses it when
+/// the record leaves (delivered, discarded, pruned); records without a key have none.
+#[tokio::test]
+async fn the_coalescing_index_follows_the_records() {
+    let (_dir, _path, store) = fresh().await;
+    let entries = |store: &RedbStore| {
+        let read = redb::ReadableDatabase::begin_read(store.database().unwrap()).unwrap();
+        let table = read.open_table(COALESCING).unwrap();
+        redb::ReadableTable::iter(&table)
+            .unwrap()
+            .map(|e| {
+                let (key, _) = e.unwrap();
+                let (k, id) = key.value();
+                (k.to_owned(), id)
+            })
+            .collect::<Vec<_>>()
+    };
+    store
+        .enqueue(
+            vec![
+                new("a").replacing("x"),
+                new("b"),
+                new("c").in_group("g").replacing("y"),
+                new("d").replacing("x"),
+            ],
+            0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(entries(&store), [("x".to_owned(), 1), ("y".to_owned(), 3)]);
+    // In flight, the record keeps its entry, and a new write with its key gets its own.
+    let claimed = store.claim(claim(0, 1, 7)).await.unwrap();
+    assert_eq!(ids(&claimed), [1]);
+    let fresh = store
+        .enqueue(vec![new("e").replacing("x")], 1)
+        .await
+        .unwrap();
+    assert_eq!((fresh.ids, fresh.superseded), (vec![RecordId(4)], vec![]));
+    assert_eq!(
+        entries(&store),
+        [
+            ("x".to_owned(), 1),
+            ("x".to_owned(), 4),
+            ("y".to_owned(), 3)
+        ]
+    );
+    store
+        .apply(vec![
+            Transition {
+                id: RecordId(1),
+                guard: Guard::Lease(7),
+                change: Change::Delivered,
+            },
+            Transition {
+                id: RecordId(4),
+                guard: Guard::Idle,
+                change: Change::Discard {
+                    reason: "user".into(),
+                    at: 2,
+                    attempts: 0,
+                },
+            },
+            Transition {
+                id: RecordId(3),
+                guard: Guard::Idle,
+                change: Change::Update(Progress {
+                    state: State::Rejected,
+                    last_attempt_at: Some(2),
+                    next_attempt_at: None,
+                    ..store.get(RecordId(3)).await.unwrap().unwrap().progress()
+                }),
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        entries(&store),
+        [("y".to_owned(), 3)],
+        "a rejected record keeps its entry"
+    );
+    assert_eq!(store.prune(10).await.unwrap(), 2);
+    assert_eq!(entries(&store), []);
 }
 
 #[tokio::test]
@@ -637,7 +777,7 @@ async fn the_delivered_counter_and_ids_survive_reopen() {
     let store = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
     assert_eq!(store.stats().await.unwrap().delivered, 2);
     assert_eq!(
-        store.enqueue(vec![new("c")], 0).await.unwrap(),
+        store.enqueue(vec![new("c")], 0).await.unwrap().ids,
         [RecordId(3)],
         "ids are never reused"
     );
@@ -705,7 +845,7 @@ async fn writes_that_change_nothing_sync_nothing() {
         change: Change::Delivered,
     };
     let applied = store.apply(vec![stale]).await.unwrap();
-    assert_eq!(applied.skipped, enqueued);
+    assert_eq!(applied.skipped, enqueued.ids);
     store.renew(&enqueued, lease(99, 60_000)).await.unwrap();
     assert_eq!(store.prune(1).await.unwrap(), 0);
     assert_eq!(disk.syncs(), idle, "nothing changed, so nothing was synced");
@@ -748,12 +888,19 @@ async fn compare_with_model(seed: u64) {
             0 | 1 => {
                 let batch: Vec<NewRecord> = (0..rng.usize(1..4))
                     .map(|i| {
-                        let record = NewRecord::new(vec![i as u8; rng.usize(0..20)])
+                        let mut record = NewRecord::new(vec![i as u8; rng.usize(0..20)])
                             .with_key(format!("k{step}-{i}"));
-                        match groups[rng.usize(0..groups.len())] {
-                            Some(g) => record.in_group(g),
-                            None => record,
+                        if let Some(g) = groups[rng.usize(0..groups.len())] {
+                            record = record.in_group(g);
                         }
+                        // Mostly coalescing writes over few keys, so they often meet.
+                        if rng.u8(0..3) != 0 {
+                            record = record.replacing(["x", "y", "z"][rng.usize(0..3)]);
+                        }
+                        if rng.bool() {
+                            record = record.expecting(format!("v{step}"));
+                        }
+                        record
                     })
                     .collect();
                 let at = now.saturating_sub(rng.u64(0..500));
@@ -837,6 +984,10 @@ async fn compare_with_model(seed: u64) {
         }
     }
     compare_reads(&model, &redb, now, &format!("seed {seed} end")).await;
+    assert!(
+        redb.stats().await.unwrap().superseded > 0,
+        "seed {seed}: the comparison covered coalescing"
+    );
 }
 
 /// Mostly transitions that apply (an existing record, the guard that holds), sometimes stale
@@ -985,7 +1136,7 @@ async fn a_failing_request_does_not_take_its_batch_down() {
 
     let err = failing.await.unwrap().unwrap_err();
     assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
-    assert_eq!(fine.await.unwrap().unwrap(), [RecordId(3)]);
+    assert_eq!(fine.await.unwrap().unwrap().ids, [RecordId(3)]);
     assert!(
         store.get(RecordId(1)).await.unwrap().is_some(),
         "the failed apply discarded nothing"
