@@ -14,7 +14,7 @@ use crate::error::{corrupt, pg};
 /// The record columns every read selects, in the order [`record`] reads them.
 pub(crate) const RECORD_COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, \
      unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
-     lease_until";
+     lease_until, expected_version, replaces";
 
 /// The tombstone columns, in the order [`tombstone`] reads them.
 pub(crate) const TOMBSTONE_COLUMNS: &str = "id, grp, key, reason, discarded_at, attempts";
@@ -101,6 +101,8 @@ pub(crate) fn record(row: &Row) -> Result<Record> {
         next_attempt_at: optional_time(10, "next_attempt_at")?,
         last_error: row.try_get(11).map_err(pg)?,
         lease,
+        expected_version: row.try_get(14).map_err(pg)?,
+        replaces: row.try_get(15).map_err(pg)?,
     })
 }
 

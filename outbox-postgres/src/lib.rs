@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+mod coalesce;
 mod codec;
 pub mod config;
 mod engine;

@@ -4,20 +4,23 @@
 //! Only pending or retrying *group heads* with a deadline carry the `claimable` flag, so "what
 //! is due" is one range scan of a partial index. Every change that can move a group's head
 //! (an enqueue into the group, a record leaving it) runs under that group's advisory lock,
-//! taken in key order, and refreshes the flags before it commits.
+//! taken in key order, and refreshes the flags before it commits. An enqueue with coalescing
+//! keys also takes a lock per key, in the same statement and the same order, so the enqueues
+//! of one key are decided one after the other.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use outbox_core::{
-    Applied, Change, Claim, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
-    Round, Stats, Tombstone, Transition,
+    Applied, Change, Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
+    Result, Round, State, Stats, Tombstone, Transition,
 };
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use crate::clock::ServerClock;
+use crate::coalesce::{self, Slot};
 use crate::codec::{self, millis, state, text, token};
 use crate::config::PgConfig;
 use crate::error::{corrupt, pg, pool as pool_error};
@@ -31,6 +34,8 @@ pub(crate) struct Core {
     pub(crate) config: PgConfig,
     /// Seeds the group lock keys of this schema (see `schema::group_seed`).
     pub(crate) group_seed: i64,
+    /// Seeds the coalescing key lock keys of this schema (see `schema::coalesce_seed`).
+    pub(crate) coalesce_seed: i64,
     /// Follows the server's clock; every claim and round measures it again.
     pub(crate) clock: Arc<ServerClock>,
 }
@@ -39,6 +44,39 @@ type Param<'a> = &'a (dyn ToSql + Sync);
 
 fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The distinct values among `values`, sorted (the order the lock statements take them in).
+fn distinct<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Vec<&'a str> {
+    values
+        .flatten()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// The ids the sequence handed out, ascending: `expected` of them.
+fn allocated(rows: &[Row], expected: usize) -> Result<Vec<i64>> {
+    let mut ids = rows
+        .iter()
+        .map(|row| row.try_get(0).map_err(pg))
+        .collect::<Result<Vec<i64>>>()?;
+    ids.sort_unstable();
+    if ids.len() != expected {
+        return Err(corrupt("the id sequence returned too few values"));
+    }
+    Ok(ids)
+}
+
+/// A count of absorbed writes as stored (a batch holds far fewer than `i64::MAX`).
+fn stored_count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn record_id(id: i64) -> Result<RecordId> {
+    u64::try_from(id)
+        .map(RecordId)
+        .map_err(|_| corrupt("negative id"))
 }
 
 fn time(value: Option<i64>, what: &str) -> Result<Option<Millis>> {
@@ -79,16 +117,22 @@ impl Core {
     }
 
     /// The enqueue itself, inside a transaction that the caller commits: the batch is checked
-    /// first ([`NewRecord::validate_all`]), so a refused batch writes nothing.
+    /// first ([`NewRecord::validate_all`]), so a refused batch writes nothing. A batch with no
+    /// coalescing key takes the set-based path (no statement more than before coalescing
+    /// existed); one with a coalescing key is decided under its keys' locks
+    /// ([`Core::insert_coalescing`]).
     pub(crate) async fn insert(
         &self,
         tx: &Exec<'_>,
         records: Vec<NewRecord>,
         now: Millis,
-    ) -> Result<Vec<RecordId>> {
+    ) -> Result<Enqueued> {
         NewRecord::validate_all(&records, self.config.max_payload)?;
         if records.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Enqueued::default());
+        }
+        if records.iter().any(|r| r.replaces.is_some()) {
+            return self.insert_coalescing(tx, records, now).await;
         }
         let sql = &self.sql;
         // Cached on pooled connections; prepared together (one round trip) in a caller's
@@ -101,12 +145,7 @@ impl Core {
             tx.prepare(&sql.notify),
         )
         .map_err(pg)?;
-        let groups: Vec<&str> = records
-            .iter()
-            .filter_map(|r| r.group.as_deref())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let groups = distinct(records.iter().map(|r| r.group.as_deref()));
         let n = records.len() as i64;
         // Group locks come first: a group's ids are then allocated and committed in the same
         // order, so no runner can see a later record of a group before an earlier one. The
@@ -124,14 +163,7 @@ impl Core {
         for row in member_rows {
             occupied.insert(row.try_get(0).map_err(pg)?);
         }
-        let mut ids: Vec<i64> = Vec::with_capacity(records.len());
-        for row in id_rows {
-            ids.push(row.try_get(0).map_err(pg)?);
-        }
-        ids.sort_unstable();
-        if ids.len() != records.len() {
-            return Err(corrupt("the id sequence returned too few values"));
-        }
+        let ids = allocated(&id_rows, records.len())?;
         // Only the first record of a group with no member left is its head.
         let claimable: Vec<bool> = records
             .iter()
@@ -143,37 +175,218 @@ impl Core {
         let grps: Vec<Option<&str>> = records.iter().map(|r| r.group.as_deref()).collect();
         let payloads: Vec<&[u8]> = records.iter().map(|r| r.payload.as_slice()).collect();
         let keys: Vec<&str> = records.iter().map(|r| r.key.as_str()).collect();
+        let versions: Vec<Option<&str>> = records
+            .iter()
+            .map(|r| r.expected_version.as_deref())
+            .collect();
+        let replaces: Vec<Option<&str>> = vec![None; records.len()];
+        let absorbed: Vec<i64> = vec![0; records.len()];
         let at = millis(now);
         // The NOTIFY reaches listeners when the transaction commits, and only then.
-        let insert_params: [Param<'_>; 6] = [&ids, &grps, &payloads, &keys, &at, &claimable];
+        let insert_params: [Param<'_>; 9] = [
+            &ids, &grps, &payloads, &keys, &at, &claimable, &versions, &replaces, &absorbed,
+        ];
         let notify_params: [Param<'_>; 1] = [&self.config.schema];
         futures::try_join!(
             tx.execute(&insert, &insert_params),
             tx.query(&notify, &notify_params),
         )
         .map_err(pg)?;
-        ids.into_iter()
-            .map(|id| {
-                u64::try_from(id)
-                    .map(RecordId)
-                    .map_err(|_| corrupt("negative id"))
+        Ok(Enqueued::fresh(
+            ids.into_iter().map(record_id).collect::<Result<_>>()?,
+        ))
+    }
+
+    /// An enqueue with coalescing keys. Under the advisory locks of its groups and of its
+    /// coalescing keys (one statement, all in key order), so enqueues of one key run one after
+    /// the other, and each reads what the one before committed:
+    ///
+    /// 1. the last member of each group of the batch and the latest record of each key (one
+    ///    index seek each), sent together with the locks;
+    /// 2. the candidates the batch could replace (pending or retrying, with the key and the
+    ///    group of a write of the batch, so ungrouped or in a group whose lock this
+    ///    transaction holds) locked `FOR UPDATE` and read again as they are now: a record
+    ///    claimed meanwhile is seen in flight and left alone, and a claim after this skips it
+    ///    until the rewrite commits. A candidate deleted meanwhile (delivered, discarded)
+    ///    sends the lookup round again; no record of the keys can appear meanwhile, since
+    ///    only an enqueue holding the key's lock writes one. The other candidates are not
+    ///    locked (so an enqueue never waits for a delivery's report): they are left alone as
+    ///    the lookup saw them, which is the outcome of this enqueue ordered before whatever
+    ///    changes them meanwhile;
+    /// 3. the batch decided in memory (`coalesce::decide`, with the core's
+    ///    [`Record::replaceable_by`](outbox_core::Record::replaceable_by)), then ids allocated
+    ///    for the fresh records only;
+    /// 4. the fresh records inserted and the replaced ones rewritten, each counting the writes
+    ///    it absorbed (no shared counter row, which would make every coalescing enqueue and
+    ///    every delivering round wait on each other's commit), and the NOTIFY sent, together.
+    async fn insert_coalescing(
+        &self,
+        tx: &Exec<'_>,
+        records: Vec<NewRecord>,
+        now: Millis,
+    ) -> Result<Enqueued> {
+        let sql = &self.sql;
+        let (lock, tails, latest, lock_candidates, allocate, insert, rewrite, notify) =
+            futures::try_join!(
+                tx.prepare(&sql.lock_groups_and_keys),
+                tx.prepare(&sql.group_tails),
+                tx.prepare(&sql.latest_by_key),
+                tx.prepare(&sql.lock_candidates),
+                tx.prepare(&sql.allocate_ids),
+                tx.prepare(&sql.insert),
+                tx.prepare(&sql.rewrite),
+                tx.prepare(&sql.notify),
+            )
+            .map_err(pg)?;
+        let groups = distinct(records.iter().map(|r| r.group.as_deref()));
+        let coalescing = distinct(records.iter().map(|r| r.replaces.as_deref()));
+        let lock_params: [Param<'_>; 4] =
+            [&groups, &self.group_seed, &coalescing, &self.coalesce_seed];
+        let group_params: [Param<'_>; 1] = [&groups];
+        let key_params: [Param<'_>; 1] = [&coalescing];
+        let (_, tail_rows, mut latest_rows) = futures::try_join!(
+            tx.query(&lock, &lock_params),
+            tx.query(&tails, &group_params),
+            tx.query(&latest, &key_params),
+        )
+        .map_err(pg)?;
+        let mut last_members = HashMap::new();
+        for row in &tail_rows {
+            let group: String = row.try_get(0).map_err(pg)?;
+            if let Some(id) = row.try_get::<_, Option<i64>>(1).map_err(pg)? {
+                last_members.insert(group, record_id(id)?);
+            }
+        }
+        // The (key, group) pairs of the batch: a record can only be replaced by a write with
+        // its key and its group.
+        let wanted: HashSet<(&str, Option<&str>)> = records
+            .iter()
+            .filter_map(|r| Some((r.replaces.as_deref()?, r.group.as_deref())))
+            .collect();
+        let candidates = loop {
+            let found = latest_rows
+                .iter()
+                .map(codec::record)
+                .collect::<Result<Vec<_>>>()?;
+            let lockable: Vec<i64> = found
+                .iter()
+                .filter(|r| {
+                    matches!(r.state, State::Pending | State::Retrying)
+                        && r.replaces
+                            .as_deref()
+                            .is_some_and(|key| wanted.contains(&(key, r.group.as_deref())))
+                })
+                .map(|r| codec::id(r.id))
+                .collect();
+            if lockable.is_empty() {
+                break found;
+            }
+            let lock_params: [Param<'_>; 1] = [&lockable];
+            let locked_rows = tx.query(&lock_candidates, &lock_params).await.map_err(pg)?;
+            if locked_rows.len() == lockable.len() {
+                let mut locked = locked_rows
+                    .iter()
+                    .map(|row| codec::record(row).map(|r| (r.id, r)))
+                    .collect::<Result<HashMap<_, _>>>()?;
+                break found
+                    .into_iter()
+                    .map(|r| locked.remove(&r.id).unwrap_or(r))
+                    .collect();
+            }
+            // A candidate left meanwhile: look again, from a snapshot without it.
+            latest_rows = tx.query(&latest, &key_params).await.map_err(pg)?;
+        };
+        let decided = coalesce::decide(records, now, candidates, last_members);
+        let fresh_ids = if decided.fresh.is_empty() {
+            Vec::new()
+        } else {
+            let n = decided.fresh.len() as i64;
+            let allocate_params: [Param<'_>; 1] = [&n];
+            let rows = tx.query(&allocate, &allocate_params).await.map_err(pg)?;
+            allocated(&rows, decided.fresh.len())?
+        };
+        let fresh = &decided.fresh;
+        let grps: Vec<Option<&str>> = fresh.iter().map(|f| f.record.group.as_deref()).collect();
+        let payloads: Vec<&[u8]> = fresh.iter().map(|f| f.record.payload.as_slice()).collect();
+        let keys: Vec<&str> = fresh.iter().map(|f| f.record.key.as_str()).collect();
+        let claimable: Vec<bool> = fresh.iter().map(|f| f.head).collect();
+        let versions: Vec<Option<&str>> = fresh
+            .iter()
+            .map(|f| f.record.expected_version.as_deref())
+            .collect();
+        let replaces: Vec<Option<&str>> =
+            fresh.iter().map(|f| f.record.replaces.as_deref()).collect();
+        let absorbed: Vec<i64> = fresh.iter().map(|f| stored_count(f.absorbed)).collect();
+        let at = millis(now);
+        let insert_params: [Param<'_>; 9] = [
+            &fresh_ids, &grps, &payloads, &keys, &at, &claimable, &versions, &replaces, &absorbed,
+        ];
+        let rewritten = &decided.rewritten;
+        let rewrite_ids: Vec<i64> = rewritten.keys().map(|id| codec::id(*id)).collect();
+        let rewrite_payloads: Vec<&[u8]> = rewritten
+            .values()
+            .map(|(r, _)| r.payload.as_slice())
+            .collect();
+        let rewrite_keys: Vec<&str> = rewritten.values().map(|(r, _)| r.key.as_str()).collect();
+        let rewrite_versions: Vec<Option<&str>> = rewritten
+            .values()
+            .map(|(r, _)| r.expected_version.as_deref())
+            .collect();
+        let rewrite_counts: Vec<i64> = rewritten.values().map(|(_, n)| stored_count(*n)).collect();
+        let rewrite_params: [Param<'_>; 5] = [
+            &rewrite_ids,
+            &rewrite_payloads,
+            &rewrite_keys,
+            &rewrite_versions,
+            &rewrite_counts,
+        ];
+        let notify_params: [Param<'_>; 1] = [&self.config.schema];
+        let inserting = async {
+            if fresh_ids.is_empty() {
+                Ok(0)
+            } else {
+                tx.execute(&insert, &insert_params).await
+            }
+        };
+        let rewriting = async {
+            if rewrite_ids.is_empty() {
+                Ok(0)
+            } else {
+                tx.execute(&rewrite, &rewrite_params).await
+            }
+        };
+        futures::try_join!(inserting, rewriting, tx.query(&notify, &notify_params)).map_err(pg)?;
+        let ids = decided
+            .slots
+            .iter()
+            .map(|slot| match slot {
+                Slot::Stored(id) => Ok(*id),
+                Slot::Fresh(n) => fresh_ids
+                    .get(*n)
+                    .copied()
+                    .ok_or_else(|| corrupt("a fresh record without an id"))
+                    .and_then(record_id),
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Enqueued {
+            ids,
+            superseded: decided.superseded,
+        })
     }
 
     pub(crate) async fn enqueue(
         self: Arc<Self>,
         records: Vec<NewRecord>,
         now: Millis,
-    ) -> Result<Vec<RecordId>> {
+    ) -> Result<Enqueued> {
         if records.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Enqueued::default());
         }
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
-        let ids = self.insert(&Exec::Transaction(&tx), records, now).await?;
+        let enqueued = self.insert(&Exec::Transaction(&tx), records, now).await?;
         tx.commit().await.map_err(pg)?;
-        Ok(ids)
+        Ok(enqueued)
     }
 
     /// A claim on its own: one statement, with the server's clock read beside it.
@@ -269,7 +482,7 @@ impl Core {
         for row in &busy {
             let id: i64 = row.try_get(0).map_err(pg)?;
             let state: i16 = row.try_get(2).map_err(pg)?;
-            if state == codec::state(outbox_core::State::InFlight) {
+            if state == codec::state(State::InFlight) {
                 let group: String = row.try_get(1).map_err(pg)?;
                 in_flight.entry(group).or_default().insert(id);
             } else {
@@ -429,6 +642,7 @@ impl Core {
             held: n(8)?,
             next_due: t(9)?,
             halt: halt(row.try_get(10).map_err(pg)?, row.try_get(11).map_err(pg)?)?,
+            superseded: n(12)?,
             link: None,
         })
     }
@@ -477,7 +691,13 @@ impl Core {
         let tx = client.transaction().await.map_err(pg)?;
         let ex = Exec::Transaction(&tx);
         // Rejected records hold no place in their group, so removing them promotes no one.
-        let rejected = ex.run(&sql.prune_rejected, &[&at]).await.map_err(pg)?;
+        let rows = ex.rows(&sql.prune_rejected, &[&at]).await.map_err(pg)?;
+        let rejected: i64 = rows
+            .first()
+            .ok_or_else(|| corrupt("the prune returned no count"))?
+            .try_get(0)
+            .map_err(pg)?;
+        let rejected = u64::try_from(rejected).map_err(|_| corrupt("a negative count"))?;
         let buried = ex.run(&sql.prune_tombstones, &[&at]).await.map_err(pg)?;
         tx.commit().await.map_err(pg)?;
         Ok(rejected + buried)

@@ -12,7 +12,7 @@ use outbox_core::{Error, Result};
 use crate::error::pg;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The steps from version `n` to `n + 1`, in order; `{s}` stands for the quoted schema name.
 ///
@@ -23,6 +23,16 @@ pub const SCHEMA_VERSION: u32 = 2;
 /// Version 2: the runner's persisted halt (reason and since) in `meta`, and the deadline index
 /// of pending and retrying records that `stepped_back` reads. Written to run again harmlessly
 /// (`IF NOT EXISTS`), so a step half done by hand still converges.
+///
+/// Version 3: each record's expected version (`expected_version`, the precondition a sink
+/// sends) and coalescing key (`replaces`), NULL for the records already there; the index
+/// `records_replaces` on `(replaces, id)` of the records that have a coalescing key, so the
+/// latest record of a key is one backward index seek; and the count of writes merged by
+/// coalescing, kept in two parts so that no enqueue contends for one counter row: each
+/// record's `absorbed` (the writes it took in, raised with the rewrite of the row the enqueue
+/// locks anyway) and `meta.superseded` (what deleted records had absorbed, moved there by the
+/// statement that deletes them). `Stats::superseded` is their sum; both start at 0. Written
+/// to run again harmlessly, like version 2.
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE {s}.meta (
@@ -65,6 +75,14 @@ ALTER TABLE {s}.meta ADD COLUMN IF NOT EXISTS halt_reason text;
 ALTER TABLE {s}.meta ADD COLUMN IF NOT EXISTS halt_since bigint;
 CREATE INDEX IF NOT EXISTS records_deadline ON {s}.records (next_attempt_at)
     WHERE state IN (0, 1);
+"#,
+    r#"
+ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS expected_version text;
+ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS replaces text;
+ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS absorbed bigint NOT NULL DEFAULT 0;
+ALTER TABLE {s}.meta ADD COLUMN IF NOT EXISTS superseded bigint NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS records_replaces ON {s}.records (replaces, id)
+    WHERE replaces IS NOT NULL;
 "#,
 ];
 
@@ -119,6 +137,13 @@ pub(crate) fn migration_lock(schema: &str) -> i64 {
 /// the same database never contend for a group of the same name.
 pub(crate) fn group_seed(schema: &str) -> i64 {
     fnv1a(&[b"outbox-group", schema.as_bytes()])
+}
+
+/// The seed of the server-side hash (`hashtextextended(key, seed)`) that keys the advisory
+/// lock serializing the enqueues of one coalescing key: per schema, and distinct from the
+/// group seed, so a group and a coalescing key of the same name are different locks.
+pub(crate) fn coalesce_seed(schema: &str) -> i64 {
+    fnv1a(&[b"outbox-coalesce", schema.as_bytes()])
 }
 
 /// Creates the schema if it is missing and migrates it to [`SCHEMA_VERSION`]; returns the
@@ -238,6 +263,8 @@ mod tests {
         assert_ne!(migration_lock("a"), migration_lock("b"));
         assert_ne!(group_seed("ab"), group_seed("a"));
         assert_ne!(group_seed("outbox"), migration_lock("outbox"));
+        assert_ne!(coalesce_seed("outbox"), group_seed("outbox"));
+        assert_ne!(coalesce_seed("a"), coalesce_seed("b"));
         assert_eq!(
             fnv1a(&[]),
             i64::from_ne_bytes(0xcbf2_9ce4_8422_2325u64.to_ne_bytes())

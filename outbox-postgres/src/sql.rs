@@ -18,9 +18,14 @@ use crate::codec::{RECORD_COLUMNS, TOMBSTONE_COLUMNS};
 pub(crate) struct Sql {
     pub(crate) lock_named_groups: String,
     pub(crate) lock_groups_of: String,
+    pub(crate) lock_groups_and_keys: String,
     pub(crate) allocate_ids: String,
     pub(crate) members: String,
     pub(crate) insert: String,
+    pub(crate) group_tails: String,
+    pub(crate) latest_by_key: String,
+    pub(crate) lock_candidates: String,
+    pub(crate) rewrite: String,
     pub(crate) notify: String,
     pub(crate) claim: String,
     pub(crate) server_time: String,
@@ -64,6 +69,14 @@ impl Sql {
                  (SELECT DISTINCT hashtextextended(grp, $2) AS k FROM {r} \
                  WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL ORDER BY k) AS keys"
             ),
+            // An enqueue with coalescing keys locks its groups and its keys ($3, hashed with
+            // their own seed $4) in one statement, all in key order: the same global order as
+            // every other lock statement takes, so no two transactions wait in a cycle.
+            lock_groups_and_keys: "SELECT pg_advisory_xact_lock(k) FROM \
+                 (SELECT DISTINCT k FROM (SELECT hashtextextended(g, $2) AS k \
+                 FROM unnest($1::text[]) AS g UNION ALL SELECT hashtextextended(c, $4) \
+                 FROM unnest($3::text[]) AS c) AS wanted ORDER BY k) AS keys"
+                .into(),
             allocate_ids: format!(
                 "SELECT nextval('{s}.record_ids') FROM generate_series(1, $1::bigint)"
             ),
@@ -72,9 +85,47 @@ impl Sql {
             ),
             insert: format!(
                 "INSERT INTO {r} (id, grp, payload, key, created_at, state, next_attempt_at, \
-                 claimable) \
-                 SELECT i, g, p, k, $5, 0, $5, c FROM unnest($1::bigint[], $2::text[], \
-                 $3::bytea[], $4::text[], $6::boolean[]) AS t(i, g, p, k, c)"
+                 claimable, expected_version, replaces, absorbed) \
+                 SELECT i, g, p, k, $5, 0, $5, c, v, x, a FROM unnest($1::bigint[], $2::text[], \
+                 $3::bytea[], $4::text[], $6::boolean[], $7::text[], $8::text[], $9::bigint[]) \
+                 AS t(i, g, p, k, c, v, x, a)"
+            ),
+            // The last record of each group $1 that holds its place (rejected ones aside):
+            // one backward seek of the group index each. NULL for a group with no member.
+            //
+            // The key is matched as a range (`>= AND <=`, the same rows as `=`) and ordered
+            // by: with `=`, the planner drops the key from the order and may walk the primary
+            // key backwards filtering by group, which for a group whose last member is old
+            // reads the whole backlog. As written, only the group index gives the order.
+            group_tails: format!(
+                "SELECT g, (SELECT h.id FROM {r} AS h WHERE h.grp >= g AND h.grp <= g \
+                 AND h.state <> 4 ORDER BY h.grp DESC, h.id DESC LIMIT 1) \
+                 FROM unnest($1::text[]) AS g"
+            ),
+            // The latest record (any state) of each coalescing key $1: one backward seek of
+            // the key index (records_replaces) each, never a scan (the key as a range, for
+            // the reason given at `group_tails`).
+            latest_by_key: format!(
+                "SELECT {} FROM unnest($1::text[]) AS c CROSS JOIN LATERAL \
+                 (SELECT * FROM {r} WHERE replaces >= c AND replaces <= c \
+                 ORDER BY replaces DESC, id DESC LIMIT 1) AS l",
+                prefixed("l", RECORD_COLUMNS)
+            ),
+            // The candidates a write may replace, locked in id order and read again as they
+            // are now: a claim committed meanwhile shows as in flight, a claim after this
+            // skips the locked row until the rewrite commits.
+            lock_candidates: format!(
+                "SELECT {RECORD_COLUMNS} FROM {r} WHERE id = ANY($1::bigint[]) \
+                 ORDER BY id FOR UPDATE"
+            ),
+            // Replaced records take the last write's payload, idempotency key and expected
+            // version, and count the writes they absorbed; id, group, creation time, state and
+            // schedule stay.
+            rewrite: format!(
+                "UPDATE {r} AS r SET payload = u.p, key = u.k, expected_version = u.v, \
+                 absorbed = r.absorbed + u.n \
+                 FROM unnest($1::bigint[], $2::bytea[], $3::text[], $4::text[], $5::bigint[]) \
+                 AS u(id, p, k, v, n) WHERE r.id = u.id"
             ),
             notify: "SELECT pg_notify($1, '')".into(),
             claim: format!(
@@ -97,15 +148,23 @@ impl Sql {
             // A batch's writes, one statement: every id appears in at most one of the lists
             // (the plan keeps each record's last change), so the parts touch disjoint rows.
             // A requeue is an update here: the record keeps its id.
+            // The writes the deleted records had absorbed by coalescing move into the
+            // persisted counter in the same statement, so `stats` always adds up the same.
             apply: format!(
-                "WITH delivered AS (DELETE FROM {r} WHERE id = ANY($1::bigint[]) RETURNING 1), \
-                 counted AS (UPDATE {s}.meta SET delivered = delivered + c.n \
-                   FROM (SELECT count(*) AS n FROM delivered) AS c WHERE c.n > 0), \
+                "WITH delivered AS (DELETE FROM {r} WHERE id = ANY($1::bigint[]) \
+                   RETURNING absorbed), \
                  discarded AS (DELETE FROM {r} AS r USING unnest($2::bigint[], $3::text[], \
                    $4::bigint[], $5::bigint[]) AS d(id, reason, at, attempts) \
-                   WHERE r.id = d.id RETURNING r.id, r.grp, r.key, d.reason, d.at, d.attempts), \
+                   WHERE r.id = d.id RETURNING r.id, r.grp, r.key, d.reason, d.at, d.attempts, \
+                   r.absorbed), \
+                 counted AS (UPDATE {s}.meta SET delivered = delivered + c.n, \
+                   superseded = superseded + c.m \
+                   FROM (SELECT (SELECT count(*) FROM delivered) AS n, \
+                     ((SELECT coalesce(sum(absorbed), 0) FROM delivered) \
+                     + (SELECT coalesce(sum(absorbed), 0) FROM discarded))::bigint AS m) AS c \
+                   WHERE c.n > 0 OR c.m > 0), \
                  buried AS (INSERT INTO {s}.tombstones ({TOMBSTONE_COLUMNS}) \
-                   SELECT * FROM discarded) \
+                   SELECT id, grp, key, reason, at, attempts FROM discarded) \
                  UPDATE {r} AS r SET state = u.state, attempts = u.attempts, \
                    unanswered = u.unanswered, interrupted = u.interrupted, \
                    last_attempt_at = u.last_at, next_attempt_at = u.next_at, \
@@ -176,7 +235,8 @@ impl Sql {
                    JOIN {r} AS h ON h.id = g.head WHERE h.state = 3), \
                  (SELECT next_attempt_at FROM {r} WHERE claimable \
                   ORDER BY next_attempt_at LIMIT 1), \
-                 (SELECT halt_reason FROM {s}.meta), (SELECT halt_since FROM {s}.meta) \
+                 (SELECT halt_reason FROM {s}.meta), (SELECT halt_since FROM {s}.meta), \
+                 (SELECT superseded FROM {s}.meta) + coalesce(sum(absorbed), 0)::bigint \
                  FROM {r}"
             ),
             next_due: format!(
@@ -184,7 +244,15 @@ impl Sql {
             ),
             halt: format!("SELECT halt_reason, halt_since FROM {s}.meta"),
             set_halt: format!("UPDATE {s}.meta SET halt_reason = $1, halt_since = $2"),
-            prune_rejected: format!("DELETE FROM {r} WHERE state = 4 AND last_attempt_at < $1"),
+            // Returns how many records it removed; what they had absorbed is counted on.
+            prune_rejected: format!(
+                "WITH gone AS (DELETE FROM {r} WHERE state = 4 AND last_attempt_at < $1 \
+                   RETURNING absorbed), \
+                 counted AS (UPDATE {s}.meta SET superseded = superseded + g.m \
+                   FROM (SELECT coalesce(sum(absorbed), 0)::bigint AS m FROM gone) AS g \
+                   WHERE g.m > 0) \
+                 SELECT count(*) FROM gone"
+            ),
             prune_tombstones: format!("DELETE FROM {s}.tombstones WHERE discarded_at < $1"),
         }
     }
@@ -295,6 +363,10 @@ mod tests {
             &sql.stats,
             &sql.refresh_groups,
             &sql.stepped_back,
+            &sql.group_tails,
+            &sql.latest_by_key,
+            &sql.lock_candidates,
+            &sql.rewrite,
         ] {
             assert!(text.contains("\"my_outbox\".records"), "{text}");
         }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use outbox_core::{
-    Applied, Claim, Clock, Error, Halt, Lease, ListQuery, Millis, NewRecord, Notifier, Record,
-    RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition,
+    Applied, Claim, Clock, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Notifier,
+    Record, RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition,
 };
 
 use crate::clock::ServerClock;
@@ -15,7 +15,7 @@ use crate::engine::Engine;
 use crate::error::pool as pool_error;
 use crate::listen::{RunnerWakeups, Wakeups};
 use crate::ops::Core;
-use crate::schema::{self, group_seed};
+use crate::schema::{self, coalesce_seed, group_seed};
 use crate::sql::{Exec, Sql};
 use crate::tls;
 
@@ -157,11 +157,20 @@ impl PgStore {
     }
 
     /// Enqueues inside the caller's own transaction, so a business write and its outbox
-    /// records commit or roll back together. Returns the ids they will have once committed.
+    /// records commit or roll back together. Returns the ids they will have once committed
+    /// ([`Enqueued`]): a fresh id, or, for a record that replaced an earlier waiting write of
+    /// its coalescing key ([`NewRecord::replacing`]), that write's id, its position listed in
+    /// [`Enqueued::superseded`]. The replacement is made in this transaction too, and rolls
+    /// back with it.
     ///
     /// Every runner listening on the outbox is woken when the transaction commits. Until then
-    /// the transaction holds a lock on each group it enqueued into, which keeps every group in
-    /// id order across concurrent writers; commit promptly.
+    /// the transaction holds a lock on each group it enqueued into (which keeps every group in
+    /// id order across concurrent writers) and on each coalescing key (so enqueues of one key
+    /// are decided one after the other); commit promptly. Coalescing is exact at PostgreSQL's
+    /// default isolation, READ COMMITTED, where each statement sees what the previous holder
+    /// of a lock committed; a REPEATABLE READ or SERIALIZABLE transaction sees its own
+    /// snapshot, and may then queue a write beside one it could have replaced, or fail with a
+    /// serialization error that the caller retries.
     ///
     /// ```no_run
     /// # async fn demo(store: outbox_postgres::PgStore, client: &mut tokio_postgres::Client) -> outbox_core::Result<()> {
@@ -179,7 +188,7 @@ impl PgStore {
         tx: &tokio_postgres::Transaction<'_>,
         records: Vec<NewRecord>,
         now: Millis,
-    ) -> Result<Vec<RecordId>> {
+    ) -> Result<Enqueued> {
         self.core.insert(&Exec::Caller(tx), records, now).await
     }
 }
@@ -210,6 +219,7 @@ async fn open(config: PgConfig, host: Arc<dyn Clock>) -> Result<Core> {
     let core = Core {
         sql: Sql::new(&config.schema),
         group_seed: group_seed(&config.schema),
+        coalesce_seed: coalesce_seed(&config.schema),
         pool,
         config,
         clock: Arc::new(ServerClock::new(host)),
@@ -220,7 +230,7 @@ async fn open(config: PgConfig, host: Arc<dyn Clock>) -> Result<Core> {
 
 #[async_trait]
 impl Store for PgStore {
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         self.run(move |core| core.enqueue(records, now)).await
     }
 

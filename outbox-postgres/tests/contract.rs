@@ -34,8 +34,9 @@ fn progress(state: State, now: u64, next: Option<u64>) -> Progress {
 }
 
 /// Random rounds (outcomes of held claims, stale reports, requeues, then a claim), enqueues
-/// and halts on PostgreSQL and on the reference store: every result, every record and the
-/// stats must agree after every step.
+/// (some coalescing under a few shared keys, some with an expected version) and halts on
+/// PostgreSQL and on the reference store: every result (which writes replaced which), every
+/// record and the stats (the superseded counter too) must agree after every step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rounds_requeues_and_halts_match_the_reference_model() {
     if !server_ready() {
@@ -57,9 +58,25 @@ async fn rounds_requeues_and_halts_match_the_reference_model() {
                 let batch: Vec<NewRecord> = (0..rng.usize(1..5))
                     .map(|i| {
                         let r = NewRecord::new(format!("{step}-{i}").into_bytes());
-                        match rng.u8(..5) {
+                        let r = match rng.u8(..5) {
                             0 => r,
                             g => r.in_group(format!("g{g}")),
+                        };
+                        // Now and then a coalescing key (one per group, or one shared by all
+                        // groups: few, so writes meet earlier ones in every state) and an
+                        // expected version.
+                        let r = match rng.u8(..6) {
+                            0 => r.replacing("shared"),
+                            1 | 2 => {
+                                let key = format!("{:?}/body", r.group);
+                                r.replacing(key)
+                            }
+                            _ => r,
+                        };
+                        if rng.bool() {
+                            r.expecting(format!("v{step}"))
+                        } else {
+                            r
                         }
                     })
                     .collect();
@@ -178,7 +195,11 @@ async fn rounds_requeues_and_halts_match_the_reference_model() {
         requeued > 0 && skipped > 0,
         "seed {seed}: {requeued} requeued, {skipped} skipped"
     );
-    assert!(pg.stats().await.unwrap().delivered > 0, "seed {seed}");
+    let stats = pg.stats().await.unwrap();
+    assert!(
+        stats.delivered > 0 && stats.superseded > 0,
+        "seed {seed}: {stats:?}"
+    );
 }
 
 /// A requeued record keeps its id and its place in its group: it waits while its group has a
@@ -289,8 +310,9 @@ async fn a_halt_survives_a_restart_until_cleared() {
     assert_eq!(scratch.store().await.halt().await.unwrap(), None);
 }
 
-/// A schema left at version 1 (no halt columns, no deadline index) is brought to the current
-/// version with its records kept, and a step found half done by hand still converges.
+/// A schema left at version 1 (no halt columns, no deadline index, no coalescing columns) is
+/// brought to the current version with its records kept, and a step found half done by hand
+/// still converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_schema_is_migrated_and_the_step_is_idempotent() {
     if !server_ready() {
@@ -307,9 +329,11 @@ async fn a_version_1_schema_is_migrated_and_the_step_is_idempotent() {
     let client = admin().await;
     client
         .batch_execute(&format!(
-            "ALTER TABLE \"{s}\".meta DROP COLUMN halt_reason, DROP COLUMN halt_since; \
+            "{DOWN_TO_2} \
+             ALTER TABLE \"{s}\".meta DROP COLUMN halt_reason, DROP COLUMN halt_since; \
              DROP INDEX \"{s}\".records_deadline; \
-             UPDATE \"{s}\".schema_version SET version = 1;"
+             UPDATE \"{s}\".schema_version SET version = 1;",
+            DOWN_TO_2 = down_to_2(s)
         ))
         .await
         .unwrap();
@@ -322,7 +346,20 @@ async fn a_version_1_schema_is_migrated_and_the_step_is_idempotent() {
     };
     let store = scratch.store().await;
     assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
-    assert!(store.get(ids[0]).await.unwrap().is_some());
+    let kept = store
+        .get(ids[0])
+        .await
+        .unwrap()
+        .expect("the record survives");
+    assert_eq!(
+        (
+            kept.payload.as_slice(),
+            kept.expected_version,
+            kept.replaces
+        ),
+        (b"kept".as_slice(), None, None)
+    );
+    assert_eq!(store.stats().await.unwrap().superseded, 0);
     let halt = Halt {
         reason: "x".into(),
         since: 1,
@@ -337,6 +374,240 @@ async fn a_version_1_schema_is_migrated_and_the_step_is_idempotent() {
     assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
     assert_eq!(again.halt().await.unwrap(), Some(halt));
     assert!(again.stepped_back(T0 - 1, 10).await.unwrap().len() == 1);
+}
+
+/// What version 3 added, dropped again: the statements that bring a current schema back to
+/// version 2 as that build left it (the dropped columns are gone for every query).
+fn down_to_2(s: &str) -> String {
+    format!(
+        "DROP INDEX \"{s}\".records_replaces; \
+         ALTER TABLE \"{s}\".records DROP COLUMN expected_version, DROP COLUMN replaces, \
+           DROP COLUMN absorbed; \
+         ALTER TABLE \"{s}\".meta DROP COLUMN superseded;"
+    )
+}
+
+/// A schema left at version 2 (no expected version, no coalescing key, no superseded
+/// counter) with records in every kind of state is brought to the current version: every
+/// record, every counter and the group order are kept, the new fields are none and the new
+/// counter 0; coalescing then works on it, and a step found half done by hand still
+/// converges with its counter kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_schema_is_migrated_with_its_records_and_the_step_is_idempotent() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    let store = scratch.store().await;
+    let ids = store
+        .enqueue(
+            vec![
+                NewRecord::new(b"plain".to_vec()),
+                NewRecord::new(b"first".to_vec()).in_group("g"),
+                NewRecord::new(b"second".to_vec()).in_group("g"),
+                NewRecord::new(b"third".to_vec()),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    let lease = Lease {
+        token: 1,
+        until: T0 + 30_000,
+    };
+    let claimed = store
+        .claim(Claim {
+            now: T0,
+            limit: 2,
+            lease,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![ids[0], ids[1]]
+    );
+    // One delivered, one retrying, one waiting behind it, one pending.
+    store
+        .apply(vec![
+            Transition {
+                id: ids[0],
+                guard: Guard::Lease(1),
+                change: Change::Delivered,
+            },
+            Transition {
+                id: ids[1],
+                guard: Guard::Lease(1),
+                change: Change::Update(progress(State::Retrying, T0, Some(T0 + 500))),
+            },
+        ])
+        .await
+        .unwrap();
+    let all = ListQuery::new(100);
+    let before = store.list(&all).await.unwrap();
+    let stats_before = store.stats().await.unwrap();
+    drop(store);
+    let client = admin().await;
+    client
+        .batch_execute(&format!(
+            "{} UPDATE \"{s}\".schema_version SET version = 2;",
+            down_to_2(s)
+        ))
+        .await
+        .unwrap();
+    let version = || async {
+        client
+            .query_one(&format!("SELECT version FROM \"{s}\".schema_version"), &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+    };
+    assert_eq!(version().await, 2);
+
+    let store = scratch.store().await;
+    assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
+    let after = store.list(&all).await.unwrap();
+    assert_eq!(after, before);
+    assert_eq!(after.len(), 3);
+    assert!(after
+        .iter()
+        .all(|r| r.expected_version.is_none() && r.replaces.is_none()));
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats, stats_before);
+    assert_eq!((stats.superseded, stats.delivered), (0, 1));
+    let indexed: bool = client
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL",
+            &[&format!("\"{s}\".records_replaces")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(indexed, "the coalescing index was built");
+    // The group keeps its order: a write queued behind the retrying head is not its head.
+    assert_eq!(store.next_due().await.unwrap(), Some(T0));
+
+    // Coalescing on the migrated schema.
+    let edit = |payload: &str| {
+        NewRecord::new(payload.as_bytes().to_vec())
+            .in_group("note")
+            .replacing("note/body")
+            .expecting("7")
+    };
+    let first = store.enqueue(vec![edit("v1")], T0 + 1).await.unwrap();
+    let second = store.enqueue(vec![edit("v2")], T0 + 2).await.unwrap();
+    assert_eq!(
+        (first.superseded.len(), second.superseded.clone()),
+        (0, vec![0])
+    );
+    assert_eq!(second.ids, first.ids);
+    let record = store.get(first[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            record.payload.as_slice(),
+            record.expected_version.as_deref(),
+            record.replaces.as_deref()
+        ),
+        (b"v2".as_slice(), Some("7"), Some("note/body"))
+    );
+    assert_eq!(store.stats().await.unwrap().superseded, 1);
+
+    // Half done: the columns exist, the version says 2.
+    client
+        .batch_execute(&format!("UPDATE \"{s}\".schema_version SET version = 2"))
+        .await
+        .unwrap();
+    let again = scratch.store().await;
+    assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
+    assert_eq!(again.stats().await.unwrap().superseded, 1);
+    assert_eq!(again.get(first[0]).await.unwrap(), Some(record));
+}
+
+/// The count of merged writes lives with the records that absorbed them until they leave:
+/// delivering, discarding or pruning such a record moves its count into the persisted
+/// counter in the same statement, so the total never moves, and it survives a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merged_writes_stay_counted_when_their_records_leave() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let store = scratch.store().await;
+    let edit = |key: &str, n: u8| NewRecord::new(vec![n]).replacing(key);
+    // Three records: "a" absorbs two writes (one in the batch, one later), "b" and "c" one.
+    let first = store
+        .enqueue(
+            vec![edit("a", 1), edit("a", 2), edit("b", 1), edit("c", 1)],
+            T0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.superseded, vec![1]);
+    let later = store
+        .enqueue(vec![edit("a", 3), edit("b", 2), edit("c", 2)], T0)
+        .await
+        .unwrap();
+    assert_eq!(later.superseded, vec![0, 1, 2]);
+    let (a, b, c) = (first[0], first[2], first[3]);
+    assert_eq!(store.stats().await.unwrap().superseded, 4);
+    let claimed = store
+        .claim(Claim {
+            now: T0,
+            limit: 10,
+            lease: Lease {
+                token: 7,
+                until: T0 + 1_000,
+            },
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    assert_eq!(claimed[0].payload, vec![3]);
+    store
+        .apply(vec![
+            Transition {
+                id: a,
+                guard: Guard::Lease(7),
+                change: Change::Delivered,
+            },
+            Transition {
+                id: b,
+                guard: Guard::Lease(7),
+                change: Change::Discard {
+                    reason: "by hand".into(),
+                    at: T0,
+                    attempts: 0,
+                },
+            },
+            Transition {
+                id: c,
+                guard: Guard::Lease(7),
+                change: Change::Update(progress(State::Rejected, T0, None)),
+            },
+        ])
+        .await
+        .unwrap();
+    let stats = store.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.superseded,
+            stats.delivered,
+            stats.discarded,
+            stats.rejected
+        ),
+        (4, 1, 1, 1)
+    );
+    assert_eq!(
+        store.prune(T0 + 1).await.unwrap(),
+        2,
+        "the rejected record and the tombstone"
+    );
+    assert_eq!(store.stats().await.unwrap().superseded, 4);
+    assert_eq!(store.list(&ListQuery::new(10)).await.unwrap(), vec![]);
+    drop(store);
+    let reopened = scratch.store().await;
+    assert_eq!(reopened.stats().await.unwrap().superseded, 4);
 }
 
 /// `stepped_back` reads the deadline index, never the due backlog: with 20,000 due records
