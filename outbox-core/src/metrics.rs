@@ -65,6 +65,8 @@ use crate::store::Stats;
 
 /// Counter: records enqueued through the handle.
 pub const ENQUEUED: &str = "outbox_enqueued_total";
+/// Counter: writes merged into an earlier waiting write of their coalescing key.
+pub const SUPERSEDED: &str = "outbox_superseded_total";
 /// Counter: deliveries that ended, labelled `outcome`.
 pub const ATTEMPTS: &str = "outbox_attempts_total";
 /// Counter: records delivered.
@@ -107,6 +109,11 @@ pub(crate) fn started(halted: bool) {
         ENQUEUED,
         Unit::Count,
         "Records enqueued through the handle."
+    );
+    describe_counter!(
+        SUPERSEDED,
+        Unit::Count,
+        "Writes merged into an earlier waiting write of their coalescing key."
     );
     describe_counter!(
         ATTEMPTS,
@@ -159,6 +166,7 @@ pub(crate) fn started(halted: bool) {
 pub(crate) fn event(event: &Event) {
     match event {
         Event::Enqueued { .. } => counter!(ENQUEUED).increment(1),
+        Event::Superseded { .. } => counter!(SUPERSEDED).increment(1),
         Event::Delivered { .. } => counter!(DELIVERED).increment(1),
         Event::Retrying { spent, .. } => {
             counter!(RETRIES, "spent" => if *spent { "true" } else { "false" }).increment(1);

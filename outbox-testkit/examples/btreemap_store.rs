@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use outbox_core::{
-    async_trait, Applied, Change, Claim, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record,
+    async_trait, Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record,
     RecordId, Result, Round, State, Stats, Store, Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
 };
 use outbox_testkit::{Backend, Capabilities};
@@ -36,6 +36,7 @@ struct Tables {
     groups: BTreeMap<String, BTreeSet<RecordId>>,
     tombstones: BTreeMap<RecordId, Tombstone>,
     delivered: u64,
+    superseded: u64,
     halt: Option<Halt>,
 }
 
@@ -46,6 +47,25 @@ impl BTreeMapStore {
 }
 
 impl Tables {
+    /// The waiting record `new` replaces, by the core's rule: the latest record with its
+    /// coalescing key, if [`Record::replaceable_by`] allows. (A scan keeps the example short; a
+    /// real store indexes the key.)
+    fn replaceable(&self, new: &NewRecord) -> Option<RecordId> {
+        let key = new.replaces.as_ref()?;
+        let latest = self
+            .records
+            .values()
+            .rev()
+            .find(|r| r.replaces.as_ref() == Some(key))?;
+        let last_of_group = latest
+            .group
+            .as_ref()
+            .is_none_or(|g| self.groups.get(g).and_then(|m| m.last()) == Some(&latest.id));
+        latest
+            .replaceable_by(new, last_of_group)
+            .then_some(latest.id)
+    }
+
     /// Puts a record in (or back in) the tables and its indexes.
     fn put(&mut self, record: Record) {
         let id = record.id;
@@ -176,17 +196,26 @@ impl Tables {
 
 #[async_trait]
 impl Store for BTreeMapStore {
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         NewRecord::validate_all(&records, DEFAULT_MAX_PAYLOAD)?;
         let mut tables = self.lock();
-        let mut ids = Vec::with_capacity(records.len());
-        for new in records {
+        let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
+        for (index, new) in records.into_iter().enumerate() {
+            if let Some(id) = tables.replaceable(&new) {
+                if let Some(record) = tables.records.get_mut(&id) {
+                    record.supersede(new);
+                }
+                tables.superseded += 1;
+                enqueued.ids.push(id);
+                enqueued.superseded.push(index);
+                continue;
+            }
             tables.last_id += 1;
             let id = RecordId(tables.last_id);
-            tables.put(Record::fresh(id, new.group, new.payload, new.key, now));
-            ids.push(id);
+            tables.put(Record::enqueued(id, new, now));
+            enqueued.ids.push(id);
         }
-        Ok(ids)
+        Ok(enqueued)
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
@@ -278,6 +307,7 @@ impl Store for BTreeMapStore {
         let mut stats = Stats {
             discarded: tables.tombstones.len() as u64,
             delivered: tables.delivered,
+            superseded: tables.superseded,
             next_due: tables.heads().next().map(|(at, _)| at),
             halt: tables.halt.clone(),
             ..Stats::default()

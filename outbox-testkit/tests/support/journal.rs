@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Error, Guard, Halt, Lease, Millis, NewRecord, Progress, Record,
+    Applied, Change, Claim, Enqueued, Error, Guard, Halt, Lease, Millis, NewRecord, Progress, Record,
     RecordId, Result, Round, State, Store, StoreLayer, Transition,
 };
 use outbox_memory::MemoryStore;
@@ -211,6 +211,8 @@ async fn replay(store: &MemoryStore, line: &str) -> Option<()> {
                 let key = String::from_utf8(unhex(f.get(2)?)?).ok()?;
                 let mut new = NewRecord::new(payload).with_key(key);
                 new.group = parse_opt_str(f.first()?)?;
+                new.expected_version = parse_opt_str(f.get(3)?)?;
+                new.replaces = parse_opt_str(f.get(4)?)?;
                 batch.push(new);
             }
             store.enqueue(batch, now).await.ok()?;
@@ -313,14 +315,16 @@ impl StoreLayer for Journal {
         &self.inner
     }
 
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         let mut line = format!("E {now}");
         for r in &records {
             line.push_str(&format!(
-                " {},{},{}",
+                " {},{},{},{},{}",
                 opt_str(&r.group),
                 hex(&r.payload),
-                hex(r.key.as_bytes())
+                hex(r.key.as_bytes()),
+                opt_str(&r.expected_version),
+                opt_str(&r.replaces)
             ));
         }
         self.write(line, self.inner.enqueue(records, now)).await

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{
-    machine, Applied, Change, Claim, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Progress,
+    machine, Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Progress,
     Record, RecordId, Result, Round, State, Stats, Store, StoreLayer, Tombstone, Transition,
     DEFAULT_MAX_PAYLOAD,
 };
@@ -73,6 +73,10 @@ enum Kind {
     RequeueIgnoresGroup,
     ParkedHoldsEveryGroup,
     LastErrorDropped,
+    NeverCoalesces,
+    ExpectedVersionDropped,
+    CoalescesIntoInFlight,
+    CreatedAtIsClaimTime,
 }
 
 /// The sound store, the row every scenario must pass.
@@ -331,6 +335,35 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         bug: "an update does not write `last_error`",
         meant_for: &["ceiling_parks_record", "random_ops_match_reference"],
         kind: Kind::LastErrorDropped,
+    },
+    Mutant {
+        name: "never_coalesces",
+        bug: "the coalescing key is not stored: every write is a new record",
+        meant_for: &[
+            "coalescing_replaces_in_place",
+            "coalescing_leaves_in_flight_alone",
+            "coalescing_under_concurrent_enqueue",
+            "writes_survive_restart",
+        ],
+        kind: Kind::NeverCoalesces,
+    },
+    Mutant {
+        name: "version_dropped",
+        bug: "the expected version is not stored",
+        meant_for: &["coalescing_replaces_in_place", "writes_survive_restart"],
+        kind: Kind::ExpectedVersionDropped,
+    },
+    Mutant {
+        name: "coalesces_in_flight",
+        bug: "a write whose key is in flight is merged into it (and so never sent)",
+        meant_for: &["coalescing_leaves_in_flight_alone"],
+        kind: Kind::CoalescesIntoInFlight,
+    },
+    Mutant {
+        name: "created_at_claim_time",
+        bug: "a claim rewrites `created_at` with the claim's time",
+        meant_for: &["runner_stale_parked"],
+        kind: Kind::CreatedAtIsClaimTime,
     },
 ];
 
@@ -620,6 +653,13 @@ impl Layer {
 
     async fn claim_with(&self, claim: Claim) -> Result<Vec<Record>> {
         match self.kind {
+            Kind::CreatedAtIsClaimTime => {
+                let mut claimed = self.inner.claim(claim).await?;
+                for record in &mut claimed {
+                    record.created_at = claim.now;
+                }
+                Ok(claimed)
+            }
             Kind::ClaimsPastLease => {
                 let expired = self.inner.expired(claim.now, usize::MAX).await?;
                 let release = expired.iter().map(machine::release).collect();
@@ -727,14 +767,18 @@ impl StoreLayer for Layer {
         &*self.inner
     }
 
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         match self.kind {
             Kind::EnqueueNotAtomic => {
-                let mut ids = Vec::new();
-                for record in records {
-                    ids.extend(self.inner.enqueue(vec![record], now).await?);
+                let mut enqueued = Enqueued::default();
+                for (index, record) in records.into_iter().enumerate() {
+                    let one = self.inner.enqueue(vec![record], now).await?;
+                    if one.replaced(0) {
+                        enqueued.superseded.push(index);
+                    }
+                    enqueued.ids.extend(one.ids);
                 }
-                Ok(ids)
+                Ok(enqueued)
             }
             Kind::EmptyGroupIsNoGroup => {
                 let records = records
@@ -747,6 +791,48 @@ impl StoreLayer for Layer {
                     })
                     .collect();
                 self.inner.enqueue(records, now).await
+            }
+            Kind::NeverCoalesces | Kind::ExpectedVersionDropped => {
+                let records = records
+                    .into_iter()
+                    .map(|mut r| {
+                        if self.kind == Kind::NeverCoalesces {
+                            r.replaces = None;
+                        } else {
+                            r.expected_version = None;
+                        }
+                        r
+                    })
+                    .collect();
+                self.inner.enqueue(records, now).await
+            }
+            Kind::CoalescesIntoInFlight if records.iter().any(|r| r.replaces.is_some()) => {
+                let mut enqueued = Enqueued::default();
+                for (index, record) in records.into_iter().enumerate() {
+                    let all = match record.replaces {
+                        Some(_) => self.all().await?,
+                        None => Vec::new(),
+                    };
+                    let latest = record.replaces.as_ref().and_then(|key| {
+                        all.iter()
+                            .rev()
+                            .find(|r| r.replaces.as_ref() == Some(key))
+                    });
+                    match latest {
+                        Some(r) if r.state == State::InFlight && r.group == record.group => {
+                            enqueued.ids.push(r.id);
+                            enqueued.superseded.push(index);
+                        }
+                        _ => {
+                            let one = self.inner.enqueue(vec![record], now).await?;
+                            if one.replaced(0) {
+                                enqueued.superseded.push(index);
+                            }
+                            enqueued.ids.extend(one.ids);
+                        }
+                    }
+                }
+                Ok(enqueued)
             }
             _ => self.inner.enqueue(records, now).await,
         }
@@ -1015,11 +1101,19 @@ impl StoreLayer for ReusesIds {
         &*self.inner
     }
 
-    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Vec<RecordId>> {
+    async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         let present = self.inner.list(&ListQuery::new(usize::MAX)).await?;
-        let ids = self.inner.enqueue(records, now).await?;
-        let Some(first) = ids.first() else {
-            return Ok(ids);
+        let Enqueued { ids, superseded } = self.inner.enqueue(records, now).await?;
+        // The first fresh id (a replaced record keeps the id it was given).
+        let fresh = ids
+            .iter()
+            .enumerate()
+            .find(|(index, _)| !superseded.contains(index));
+        let Some((_, first)) = fresh else {
+            return Ok(Enqueued {
+                ids: ids.iter().map(|id| self.ids.lock().unwrap().outer(*id)).collect(),
+                superseded,
+            });
         };
         let mut shifts = self.ids.lock().unwrap();
         let max_present = present
@@ -1031,7 +1125,10 @@ impl StoreLayer for ReusesIds {
         if shifts.0.last().map_or(0, |(_, s)| *s) != shift {
             shifts.0.push((first.0, shift));
         }
-        Ok(ids.iter().map(|id| shifts.outer(*id)).collect())
+        Ok(Enqueued {
+            ids: ids.iter().map(|id| shifts.outer(*id)).collect(),
+            superseded,
+        })
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
