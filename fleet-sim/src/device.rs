@@ -185,6 +185,8 @@ impl Device {
                 group: None,
                 payload: Vec::new(),
                 key: format!("{}-{}", self.name, self.written),
+                expected_version: None,
+                replaces: None,
             };
             // A write the store refuses is not a record of the backlog.
             if ready(self.store.enqueue(vec![record], now.wall)).is_ok() {

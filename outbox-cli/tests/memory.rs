@@ -153,7 +153,7 @@ async fn requeue_readmits_a_rejected_record_in_its_place_unless_its_group_is_in_
     // in flight, so the store skips it and the command says why.
     let later = NewRecord::new(b"{}".to_vec()).in_group("doc-2");
     assert_eq!(
-        store.enqueue(vec![later], NOW).await.unwrap(),
+        store.enqueue(vec![later], NOW).await.unwrap().ids,
         [RecordId(10)]
     );
     let lease = Lease {

@@ -72,7 +72,9 @@ pub use policy::{Backoff, Ceiling, Jitter, RetryPolicy};
 pub use record::{Lease, Millis, NewRecord, Progress, Record, RecordId, Tombstone, MAX_GROUP_LEN};
 pub use sink::{sink_fn, Sink, SinkFn};
 pub use state::State;
-pub use store::{Applied, Claim, Enqueued, Halt, ListQuery, Round, Stats, Store, DEFAULT_MAX_PAYLOAD};
+pub use store::{
+    Applied, Claim, Enqueued, Halt, ListQuery, Round, Stats, Store, DEFAULT_MAX_PAYLOAD,
+};
 
 /// Re-exported so a `Sink` implementation needs no direct dependency on `async-trait`.
 pub use async_trait::async_trait;

@@ -250,9 +250,8 @@ impl HttpSink {
         headers.insert(IDEMPOTENCY_KEY, key);
         headers.insert(CREATED_AT, HeaderValue::from(record.created_at));
         if let Some(version) = &record.expected_version {
-            let value = HeaderValue::try_from(if_match(version)).map_err(|_| {
-                format!("expected version {version:?} is not a valid header value")
-            })?;
+            let value = HeaderValue::try_from(if_match(version))
+                .map_err(|_| format!("expected version {version:?} is not a valid header value"))?;
             headers.insert(IF_MATCH, value);
         }
         if let Some(value) = self.credentials.as_ref().and_then(|c| c.authorization()) {

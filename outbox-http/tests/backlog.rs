@@ -379,12 +379,18 @@ async fn a_record_older_than_max_age_is_not_sent_and_says_why_until_a_person_ret
     assert_eq!(reason, "stale: created 4 days ago");
     let record = app.outbox.get(id).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::NeedsAttention);
-    assert_eq!(record.last_error.as_deref(), Some("stale: created 4 days ago"));
+    assert_eq!(
+        record.last_error.as_deref(),
+        Some("stale: created 4 days ago")
+    );
     assert!(server.seen().is_empty(), "nothing was sent");
     app.outbox.retry(id).await.unwrap();
     app.next(|e| matches!(e, Event::Delivered { id: d } if *d == id).then_some(()))
         .await;
     assert_eq!(server.seen().len(), 1);
-    assert_eq!(server.note("n4").map(|n| n.body).as_deref(), Some("old edit"));
+    assert_eq!(
+        server.note("n4").map(|n| n.body).as_deref(),
+        Some("old edit")
+    );
     app.outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }

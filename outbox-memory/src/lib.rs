@@ -25,8 +25,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, State, Stats, Store, Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
+    Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record,
+    RecordId, Result, Round, State, Stats, Store, Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
 };
 
 /// The in-memory store. Cheap to create; all state sits behind one mutex.
@@ -179,19 +179,19 @@ impl Inner {
 
     /// Enqueues one record, or rewrites the waiting record it replaces; true for the latter.
     fn enqueue(&mut self, new: NewRecord, now: Millis) -> (RecordId, bool) {
-        let target = new
-            .replaces
-            .as_ref()
-            .and_then(|key| self.coalescing.get(key))
-            .and_then(|ids| ids.last())
-            .and_then(|id| self.records.get(id))
-            .filter(|latest| {
-                let last_of_group = latest.group.as_ref().is_none_or(|g| {
-                    self.groups.get(g).and_then(|m| m.last()) == Some(&latest.id)
-                });
-                latest.replaceable_by(&new, last_of_group)
-            })
-            .map(|latest| latest.id);
+        let target =
+            new.replaces
+                .as_ref()
+                .and_then(|key| self.coalescing.get(key))
+                .and_then(|ids| ids.last())
+                .and_then(|id| self.records.get(id))
+                .filter(|latest| {
+                    let last_of_group = latest.group.as_ref().is_none_or(|g| {
+                        self.groups.get(g).and_then(|m| m.last()) == Some(&latest.id)
+                    });
+                    latest.replaceable_by(&new, last_of_group)
+                })
+                .map(|latest| latest.id);
         if let Some(id) = target {
             if let Some(record) = self.records.get_mut(&id) {
                 record.supersede(new);

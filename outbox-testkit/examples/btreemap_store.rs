@@ -15,8 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use outbox_core::{
-    async_trait, Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record,
-    RecordId, Result, Round, State, Stats, Store, Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
+    async_trait, Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis,
+    NewRecord, Record, RecordId, Result, Round, State, Stats, Store, Tombstone, Transition,
+    DEFAULT_MAX_PAYLOAD,
 };
 use outbox_testkit::{Backend, Capabilities};
 

@@ -5,9 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
-    Error, Event, Jitter, NewRecord, Outcome, RecordId, RetryPolicy, State, Store,
-};
+use outbox_core::{Error, Event, Jitter, NewRecord, Outcome, RecordId, RetryPolicy, State, Store};
 
 use super::runner::{config, paused_setup, policy, Rig};
 use super::{claim, fresh, get, ids, report, T0};
@@ -56,12 +54,22 @@ pub async fn coalescing_replaces_in_place(backend: &dyn Backend) -> ScenarioResu
     let first = enqueue_one(s, T0, edit("e1", "note", "3"), false).await?;
     for n in 2..=6 {
         let id = enqueue_one(s, T0 + n, edit(&format!("e{n}"), "note", "3"), true).await?;
-        ensure_eq(id, first, format!("edit {n} lands in the first edit's record"))?;
+        ensure_eq(
+            id,
+            first,
+            format!("edit {n} lands in the first edit's record"),
+        )?;
     }
-    let batch = (7..=10).map(|n| edit(&format!("e{n}"), "note", "3")).collect();
+    let batch = (7..=10)
+        .map(|n| edit(&format!("e{n}"), "note", "3"))
+        .collect();
     let enqueued = s.enqueue(batch, T0 + 7).await?;
     ensure_eq(enqueued.ids.clone(), vec![first; 4], "a batch of edits")?;
-    ensure_eq(enqueued.superseded.clone(), vec![0, 1, 2, 3], "all replaced")?;
+    ensure_eq(
+        enqueued.superseded.clone(),
+        vec![0, 1, 2, 3],
+        "all replaced",
+    )?;
     let record = get(s, first).await?;
     ensure_eq(
         (
@@ -85,14 +93,24 @@ pub async fn coalescing_replaces_in_place(backend: &dyn Backend) -> ScenarioResu
         "the record after ten edits",
     )?;
     let stats = s.stats().await?;
-    ensure_eq((stats.pending, stats.superseded), (1, 9), "one record, nine merged")?;
+    ensure_eq(
+        (stats.pending, stats.superseded),
+        (1, 9),
+        "one record, nine merged",
+    )?;
 
     // A delete after the edits; a later edit must not jump ahead of it.
     let delete = enqueue_one(s, T0 + 20, super::rec_in("delete", "note"), false).await?;
     let late = enqueue_one(s, T0 + 21, edit("e11", "note", "4"), false).await?;
-    ensure(late > delete, || "the late edit queues behind the delete".into())?;
+    ensure(late > delete, || {
+        "the late edit queues behind the delete".into()
+    })?;
     let later = enqueue_one(s, T0 + 22, edit("e12", "note", "4"), true).await?;
-    ensure_eq(later, late, "an edit behind the delete coalesces with the one behind it")?;
+    ensure_eq(
+        later,
+        late,
+        "an edit behind the delete coalesces with the one behind it",
+    )?;
     // Another group, or no coalescing key: never replaced.
     let other = enqueue_one(s, T0 + 23, edit("o1", "other", "1"), false).await?;
     enqueue_one(s, T0 + 24, super::rec_in("plain", "note"), false).await?;
@@ -103,11 +121,7 @@ pub async fn coalescing_replaces_in_place(backend: &dyn Backend) -> ScenarioResu
         false,
     )
     .await?;
-    ensure_eq(
-        s.stats().await?.superseded,
-        10,
-        "ten replacements in all",
-    )?;
+    ensure_eq(s.stats().await?.superseded, 10, "ten replacements in all")?;
 
     // The group goes out in order: the coalesced edit, the delete, the later edits.
     let mut order = Vec::new();
@@ -127,7 +141,12 @@ pub async fn coalescing_replaces_in_place(backend: &dyn Backend) -> ScenarioResu
     }
     ensure_eq(
         order,
-        vec!["e10".to_owned(), "delete".into(), "e12".into(), "plain".into()],
+        vec![
+            "e10".to_owned(),
+            "delete".into(),
+            "e12".into(),
+            "plain".into(),
+        ],
         "the note's group in order",
     )?;
     ensure_eq(
@@ -145,8 +164,18 @@ pub async fn coalescing_replaces_in_place(backend: &dyn Backend) -> ScenarioResu
     enqueue_one(s, now + 1, edit("r2", "retry", "1"), true).await?;
     let after = get(s, retrying).await?;
     ensure_eq(
-        (after.state, after.attempts, after.next_attempt_at, after.payload.as_slice()),
-        (before.state, before.attempts, before.next_attempt_at, b"r2".as_slice()),
+        (
+            after.state,
+            after.attempts,
+            after.next_attempt_at,
+            after.payload.as_slice(),
+        ),
+        (
+            before.state,
+            before.attempts,
+            before.next_attempt_at,
+            b"r2".as_slice(),
+        ),
         "a retrying record keeps its schedule when replaced",
     )?;
     let claimed = claim(s, before.next_attempt_at.unwrap_or(now) + 1, 10, 901).await?;
@@ -164,9 +193,15 @@ pub async fn coalescing_replaces_in_place(backend: &dyn Backend) -> ScenarioResu
 
     for (what, bad) in [
         ("an empty coalescing key", super::rec("x").replacing("")),
-        ("a coalescing key with NUL", super::rec("x").replacing("a\0b")),
+        (
+            "a coalescing key with NUL",
+            super::rec("x").replacing("a\0b"),
+        ),
         ("an empty expected version", super::rec("x").expecting("")),
-        ("an expected version with a space", super::rec("x").expecting("v 3")),
+        (
+            "an expected version with a space",
+            super::rec("x").expecting("v 3"),
+        ),
     ] {
         waiting_for(format!("enqueue of {what}"));
         match s.enqueue(vec![super::rec("fine"), bad], now).await {
@@ -195,9 +230,15 @@ pub async fn coalescing_leaves_in_flight_alone(backend: &dyn Backend) -> Scenari
     let claimed = claim(s, T0, 10, 1).await?;
     ensure_eq(ids(&claimed), vec![first], "the first edit in flight")?;
     let second = enqueue_one(s, T0 + 1, edit("v2", "note", "1"), false).await?;
-    ensure(second > first, || "the edit queues behind the one in flight".into())?;
+    ensure(second > first, || {
+        "the edit queues behind the one in flight".into()
+    })?;
     let third = enqueue_one(s, T0 + 2, edit("v3", "note", "1"), true).await?;
-    ensure_eq(third, second, "the next edit coalesces with the waiting one")?;
+    ensure_eq(
+        third,
+        second,
+        "the next edit coalesces with the waiting one",
+    )?;
     ensure_eq(
         get(s, first).await?.payload,
         b"v1".to_vec(),
@@ -289,7 +330,11 @@ pub async fn writes_survive_restart(backend: &dyn Backend) -> ScenarioResult {
     ensure_eq(store.stats().await?.superseded, 1, "the merged count")?;
     let id = enqueue_one(&*store, T0 + 2, edit("c", "note", "9"), true).await?;
     ensure_eq(id, first, "coalescing after the restart")?;
-    ensure_eq(store.stats().await?.superseded, 2, "counted after the restart")?;
+    ensure_eq(
+        store.stats().await?.superseded,
+        2,
+        "counted after the restart",
+    )?;
     Ok(Verdict::Passed)
 }
 
@@ -302,11 +347,8 @@ pub async fn runner_stale_parked(backend: &dyn Backend) -> ScenarioResult {
         .enqueue(vec![super::rec("old")], T0 - 4 * DAY)
         .await?
         .ids[0];
-    store
-        .enqueue(vec![super::rec("recent")], T0 - DAY)
-        .await?;
-    let policy: RetryPolicy =
-        policy(Jitter::None, 3).with_max_age(Duration::from_secs(3 * 86_400));
+    store.enqueue(vec![super::rec("recent")], T0 - DAY).await?;
+    let policy: RetryPolicy = policy(Jitter::None, 3).with_max_age(Duration::from_secs(3 * 86_400));
     let mut rig = Rig::start(store.clone(), sink.clone(), clock, policy, config(32, 4)).await?;
     rig.until("the recent one delivered, the old one parked", |s| {
         s.delivered == 1 && s.needs_attention == 1
@@ -316,8 +358,16 @@ pub async fn runner_stale_parked(backend: &dyn Backend) -> ScenarioResult {
         matches!(e, Event::Parked { id, reason } if *id == old && reason == "stale: created 4 days ago")
     })
     .await?;
-    let sent: Vec<Vec<u8>> = sink.deliveries().iter().map(|d| d.payload.clone()).collect();
-    ensure_eq(sent, vec![b"recent".to_vec()], "the stale record is not sent")?;
+    let sent: Vec<Vec<u8>> = sink
+        .deliveries()
+        .iter()
+        .map(|d| d.payload.clone())
+        .collect();
+    ensure_eq(
+        sent,
+        vec![b"recent".to_vec()],
+        "the stale record is not sent",
+    )?;
     let parked = get(&*store, old).await?;
     ensure_eq(
         (parked.state, parked.attempts, parked.last_error.as_deref()),

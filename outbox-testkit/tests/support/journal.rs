@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Enqueued, Error, Guard, Halt, Lease, Millis, NewRecord, Progress, Record,
-    RecordId, Result, Round, State, Store, StoreLayer, Transition,
+    Applied, Change, Claim, Enqueued, Error, Guard, Halt, Lease, Millis, NewRecord, Progress,
+    Record, RecordId, Result, Round, State, Store, StoreLayer, Transition,
 };
 use outbox_memory::MemoryStore;
 use outbox_testkit::{Backend, Capabilities};

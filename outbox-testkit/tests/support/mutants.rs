@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{
-    machine, Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Progress,
-    Record, RecordId, Result, Round, State, Stats, Store, StoreLayer, Tombstone, Transition,
-    DEFAULT_MAX_PAYLOAD,
+    machine, Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord,
+    Progress, Record, RecordId, Result, Round, State, Stats, Store, StoreLayer, Tombstone,
+    Transition, DEFAULT_MAX_PAYLOAD,
 };
 use outbox_memory::MemoryStore;
 use outbox_testkit::{Backend, Capabilities};
@@ -814,9 +814,7 @@ impl StoreLayer for Layer {
                         None => Vec::new(),
                     };
                     let latest = record.replaces.as_ref().and_then(|key| {
-                        all.iter()
-                            .rev()
-                            .find(|r| r.replaces.as_ref() == Some(key))
+                        all.iter().rev().find(|r| r.replaces.as_ref() == Some(key))
                     });
                     match latest {
                         Some(r) if r.state == State::InFlight && r.group == record.group => {
@@ -1111,7 +1109,10 @@ impl StoreLayer for ReusesIds {
             .find(|(index, _)| !superseded.contains(index));
         let Some((_, first)) = fresh else {
             return Ok(Enqueued {
-                ids: ids.iter().map(|id| self.ids.lock().unwrap().outer(*id)).collect(),
+                ids: ids
+                    .iter()
+                    .map(|id| self.ids.lock().unwrap().outer(*id))
+                    .collect(),
                 superseded,
             });
         };
