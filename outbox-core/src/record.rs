@@ -164,7 +164,7 @@ impl NewRecord {
             validate_group(group)?;
         }
         if let Some(key) = &self.replaces {
-            validate_name("coalescing key", key)?;
+            validate_name("coalescing key", "coalescing", key)?;
         }
         if let Some(version) = &self.expected_version {
             validate_version(version)?;
@@ -187,13 +187,13 @@ impl NewRecord {
 /// assert!(validate_group(&"x".repeat(1025)).is_err());
 /// ```
 pub fn validate_group(group: &str) -> crate::Result<()> {
-    validate_name("group key", group)
+    validate_name("group key", "group", group)
 }
 
 /// The rule for every key a backend indexes (group and coalescing keys).
-fn validate_name(what: &str, name: &str) -> crate::Result<()> {
+fn validate_name(what: &str, instead: &str, name: &str) -> crate::Result<()> {
     let reason = if name.is_empty() {
-        format!("a {what} must not be empty (use none instead)")
+        format!("a {what} must not be empty (use no {instead} instead)")
     } else if name.contains('\0') {
         format!("a {what} must not contain a NUL byte")
     } else if name.len() > MAX_GROUP_LEN {
