@@ -456,10 +456,13 @@ impl Outbox {
     }
 
     async fn settled(&self) -> Result<bool> {
+        // The store first, then what the runner holds: the runner counts a claim as held
+        // before it reaches the store, so records it claims between the two reads are seen
+        // either as due or as held, never as neither.
+        let due = self.shared.store.next_due().await?;
         if self.shared.holding.load(Ordering::SeqCst) > 0 {
             return Ok(false);
         }
-        let due = self.shared.store.next_due().await?;
         Ok(due.is_none_or(|at| at > self.shared.now()))
     }
 

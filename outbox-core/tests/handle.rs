@@ -168,3 +168,50 @@ async fn prune_removes_what_is_older_than_the_age_given() {
     assert_eq!(outbox.prune(Duration::ZERO).await.unwrap(), 1);
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
+
+/// The memory store, with a round that claims stopping after its commit until `open` is
+/// notified (and telling `committed`): the claim is in the store, the runner does not know yet.
+#[derive(Debug, Default)]
+struct HeldClaims {
+    inner: MemoryStore,
+    committed: tokio::sync::Notify,
+    open: tokio::sync::Notify,
+}
+
+#[outbox_core::async_trait]
+impl outbox_core::layer::StoreLayer for HeldClaims {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
+
+    async fn round(&self, t: Vec<Transition>, c: Option<Claim>) -> outbox_core::Result<Round> {
+        let round = self.inner.round(t, c).await?;
+        if !round.claimed.is_empty() {
+            self.committed.notify_one();
+            self.open.notified().await;
+        }
+        Ok(round)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_waits_for_a_claim_the_store_committed_before_the_runner_heard_of_it() {
+    let store = Arc::new(HeldClaims::default());
+    let outbox = Outbox::builder(store.clone(), slow(Duration::from_millis(1)))
+        .clock(Arc::new(TokioClock::starting_at(BASE)))
+        .start()
+        .await
+        .unwrap();
+    outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    store.committed.notified().await;
+    // In flight in the store, so not due; the runner's claim is under way, so held.
+    assert_eq!(store.inner.stats().await.unwrap().in_flight, 1);
+    assert!(matches!(
+        outbox.flush(Duration::from_millis(100)).await,
+        Err(Error::Timeout(_))
+    ));
+    store.open.notify_one();
+    outbox.flush(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(store.inner.stats().await.unwrap().delivered, 1);
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}

@@ -111,6 +111,14 @@ pub(crate) async fn run(
                 }
                 Action::Log(notice) => log(&notice),
                 Action::Io(io) => {
+                    // A claim under way counts as held before the store commits it: `flush`
+                    // must never see the claimed records neither due nor held.
+                    publish(
+                        &shared,
+                        scheduler.holding(),
+                        scheduler.halt().is_some(),
+                        scheduler.link(),
+                    );
                     let done = match &io {
                         Io::Write {
                             transitions,
