@@ -134,7 +134,14 @@ pub fn stats(view: &StatsView) -> String {
             "since the outbox was created".to_owned(),
         ),
     ];
-    for (name, count, note) in rows {
+    let merged = (c.superseded > 0).then(|| {
+        (
+            "superseded",
+            c.superseded,
+            "writes merged into a waiting one of their key".to_owned(),
+        )
+    });
+    for (name, count, note) in rows.into_iter().chain(merged) {
         let line = format!("{name:<18}{count:>8}   {note}");
         let _ = writeln!(out, "{}", line.trim_end());
     }
@@ -276,6 +283,12 @@ pub fn record(r: &Record, now: Millis) -> String {
     field("state", r.state.to_string());
     field("group", r.group.clone().unwrap_or_else(|| "-".into()));
     field("key", r.key.clone());
+    if let Some(version) = &r.expected_version {
+        field("expects", format!("version {version} (sent as If-Match)"));
+    }
+    if let Some(key) = &r.replaces {
+        field("replaces", format!("{key} (a later write of this key replaces it)"));
+    }
     field("created", when(r.created_at, now));
     field(
         "attempts",

@@ -60,6 +60,14 @@ pub struct Counts {
     pub discarded: u64,
     /// Delivered since the store was created.
     pub delivered: u64,
+    /// Writes merged into an earlier waiting write of their coalescing key since the store
+    /// was created; left out while 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub superseded: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The runner's halt.
@@ -109,6 +117,12 @@ pub struct RecordView {
     pub key: String,
     /// Payload size in bytes.
     pub payload_bytes: usize,
+    /// The entity version the write was made against; left out when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_version: Option<String>,
+    /// The coalescing key; left out when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
 }
 
 impl From<&Record> for RecordView {
@@ -127,6 +141,8 @@ impl From<&Record> for RecordView {
             lease_until: r.lease.map(|l| l.until),
             key: r.key.clone(),
             payload_bytes: r.payload.len(),
+            expected_version: r.expected_version.clone(),
+            replaces: r.replaces.clone(),
         }
     }
 }
@@ -242,6 +258,7 @@ pub async fn stats(store: &dyn Store, now: Millis) -> Result<StatsView, CliError
             rejected: stats.rejected,
             discarded: stats.discarded,
             delivered: stats.delivered,
+            superseded: stats.superseded,
         },
         held: stats.held,
         undelivered: stats.undelivered(),

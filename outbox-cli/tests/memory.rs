@@ -331,3 +331,32 @@ fn every_subcommand_has_help_with_an_example() {
     );
     assert!(top.contains("Examples:\n  outbox stats app.db"), "{top}");
 }
+
+#[tokio::test]
+async fn show_and_stats_tell_of_preconditions_and_merged_writes() {
+    std::env::set_var("TZ", "UTC");
+    let store = MemoryStore::new();
+    for body in ["v1", "v2", "v3"] {
+        let edit = NewRecord::new(body.as_bytes().to_vec())
+            .in_group("note-7")
+            .replacing("note-7/body")
+            .expecting("3");
+        store.enqueue(vec![edit], NOW).await.unwrap();
+    }
+    let shown = ok(&store, &["show", "mem", "1"]).await;
+    assert!(
+        shown.contains("expects        version 3 (sent as If-Match)"),
+        "{shown}"
+    );
+    assert!(shown.contains("replaces       note-7/body"), "{shown}");
+    let stats = ok(&store, &["stats", "mem"]).await;
+    assert!(
+        stats.contains("superseded               2   writes merged into a waiting one of their key"),
+        "{stats}"
+    );
+    let json = ok(&store, &["show", "mem", "1", "--json"]).await;
+    assert!(json.contains(r#""expected_version": "3""#), "{json}");
+    assert!(json.contains(r#""replaces": "note-7/body""#), "{json}");
+    let stats_json = ok(&store, &["stats", "mem", "--json"]).await;
+    assert!(stats_json.contains(r#""superseded": 2"#), "{stats_json}");
+}
