@@ -88,7 +88,9 @@ impl NewRecord {
     /// retrying, in the same group, and the last record of that group; one in flight, waiting
     /// for a person, or followed by another write of its group is left alone, and this write
     /// queues behind it. Each replacement is counted in [`Stats::superseded`](crate::Stats)
-    /// and announced with [`Event::Superseded`](crate::Event::Superseded).
+    /// and announced with [`Event::Superseded`](crate::Event::Superseded). Put the writes of
+    /// one key in one group when their order matters: records without a group have no order
+    /// among themselves, coalesced or not.
     ///
     /// ```
     /// use outbox_core::NewRecord;
