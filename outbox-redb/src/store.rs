@@ -20,6 +20,10 @@ use crate::queue::{ReadTables, Tables};
 use crate::schema;
 use crate::writer::Writer;
 
+/// How many times `open_or_create` goes back to opening after its create found the path
+/// taken, before it reports that.
+const OPEN_OR_CREATE_PASSES: usize = 3;
+
 /// The first bytes of every redb file.
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
@@ -77,7 +81,9 @@ impl RedbStore {
     /// Creates a new outbox file at `path`.
     ///
     /// Fails with [`Error::AlreadyExists`] if anything is at `path` (use
-    /// [`RedbStore::open`]), leaving it untouched.
+    /// [`RedbStore::open`], or [`RedbStore::open_or_create`]), leaving it untouched. The file is
+    /// built under a temporary name and linked into place complete, so no one opening `path`
+    /// meanwhile finds a half-made file, and a crash during `create` leaves nothing at `path`.
     pub async fn create(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbStore> {
         let path = path.as_ref().to_path_buf();
         blocking(move || create_file(path, config)).await
@@ -93,6 +99,65 @@ impl RedbStore {
     pub async fn open(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbStore> {
         let path = path.as_ref().to_path_buf();
         blocking(move || open_file(path, config)).await
+    }
+
+    /// Opens the outbox file at `path`, or creates it if nothing is there: the call for an app
+    /// that starts on the same file every time.
+    ///
+    /// An existing file is opened exactly as by [`RedbStore::open`]: inspected before anything
+    /// is written, converged from an earlier schema version, and refused with the same typed
+    /// error (its bytes unchanged) if it is not a usable outbox. An empty file, a file that is
+    /// not redb or a redb database without an outbox is never turned into an outbox: only a
+    /// path with nothing at it is created, as by [`RedbStore::create`].
+    ///
+    /// Callers racing on a missing path never see a half-made file: the new outbox is built
+    /// under a temporary name and linked into place complete, with redb's lock already held.
+    /// One caller creates it; another finds it there ([`Error::AlreadyExists`] from its
+    /// create) and opens it. Since redb lets one handle at a time have the file, that open
+    /// fails with [`Error::Locked`] for as long as the creator keeps its store, exactly as
+    /// [`RedbStore::open`] would, and succeeds once the creator has closed it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_core::{NewRecord, Store};
+    /// use outbox_redb::{RedbConfig, RedbStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("outbox.redb");
+    ///
+    /// // The first start creates the file...
+    /// let store = RedbStore::open_or_create(&path, RedbConfig::default()).await?;
+    /// let ids = store.enqueue(vec![NewRecord::new(b"hello".to_vec())], 1_000).await?;
+    /// store.close().await;
+    ///
+    /// // ...and every later one opens it, with what it holds.
+    /// let store = RedbStore::open_or_create(&path, RedbConfig::default()).await?;
+    /// assert_eq!(store.get(ids[0]).await?.unwrap().payload, b"hello");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open_or_create(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbStore> {
+        let path = path.as_ref().to_path_buf();
+        blocking(move || {
+            // Each pass that fails found the file gone at the open and present at the create:
+            // another process deleting it as fast as it appears, or a dangling symlink.
+            let mut passes = 0;
+            loop {
+                match open_file(path.clone(), config.clone()) {
+                    Err(Error::NotFound { .. }) => {}
+                    opened => return opened,
+                }
+                match create_file(path.clone(), config.clone()) {
+                    // Someone else created it first: open theirs.
+                    Err(Error::AlreadyExists { .. }) if passes < OPEN_OR_CREATE_PASSES => {
+                        passes += 1;
+                    }
+                    created => return created,
+                }
+            }
+        })
+        .await
     }
 
     /// Opens the existing outbox file at `path` for reading only: every read works, and every
@@ -463,31 +528,72 @@ fn check_header(path: &Path) -> Result<()> {
     }
 }
 
+/// Builds a new outbox under a temporary name next to `path`, then links it into place only if
+/// `path` is still free: whoever looks at `path` finds nothing or a whole outbox, held by this
+/// store's lock until it is closed, never an empty or half-written file.
 fn create_file(path: PathBuf, config: RedbConfig) -> Result<RedbStore> {
-    let file = match OpenOptions::new()
+    let exists = || Error::AlreadyExists {
+        path: path.display().to_string(),
+    };
+    if std::fs::symlink_metadata(&path).is_ok() {
+        return Err(exists());
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::InvalidConfig(format!("{} names no file", path.display())))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let temp = dir.join(format!(
+        ".{}.creating-{:016x}",
+        name.to_string_lossy(),
+        outbox_core::fastrand::u64(..)
+    ));
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
-        .open(&path)
-    {
-        Ok(file) => file,
-        Err(err) if err.kind() == ErrorKind::AlreadyExists => {
-            return Err(Error::AlreadyExists {
-                path: path.display().to_string(),
-            })
-        }
-        Err(err) => return Err(from_io(err)),
-    };
-    let created = FileBackend::new(file)
+        .open(&temp)
+        .map_err(from_io)?;
+    let placed = FileBackend::new(file)
         .and_then(|backend| config.builder().create_with_backend(backend))
         .map_err(from_redb)
-        .and_then(|db| initialize(db, config, Some(path.clone())));
-    if created.is_err() {
-        // The file is ours (create_new made it) and holds no outbox yet: leave nothing behind
-        // that `create` would refuse next time.
-        let _ = std::fs::remove_file(&path);
+        .and_then(|db| {
+            lay_out(&db, &config)?;
+            // On failure the database is dropped here, releasing its lock before the
+            // temporary file goes.
+            place(&temp, &path)?;
+            Ok(db)
+        });
+    // Linked into place, or failed: the temporary name goes either way.
+    let _ = std::fs::remove_file(&temp);
+    let db = placed?;
+    #[cfg(unix)]
+    if config.durability == crate::Durability::Immediate {
+        // The new directory entry must survive a power cut too.
+        File::open(&dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(from_io)?;
     }
-    created
+    start(db, config, Some(path))
+}
+
+/// Links the built file at `temp` to `path` if nothing is there: [`Error::AlreadyExists`] if
+/// something is.
+fn place(temp: &Path, path: &Path) -> Result<()> {
+    let exists = || Error::AlreadyExists {
+        path: path.display().to_string(),
+    };
+    match std::fs::hard_link(temp, path) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == ErrorKind::AlreadyExists => Err(exists()),
+        // A file system without hard links: fall back to a rename, checked just before.
+        Err(_) if std::fs::symlink_metadata(path).is_err() => {
+            std::fs::rename(temp, path).map_err(from_io)
+        }
+        Err(_) => Err(exists()),
+    }
 }
 
 fn open_file(path: PathBuf, config: RedbConfig) -> Result<RedbStore> {
@@ -508,15 +614,20 @@ fn open_file(path: PathBuf, config: RedbConfig) -> Result<RedbStore> {
     converge(db, config, version, Some(path))
 }
 
-/// Lays out a new outbox in a fresh database.
+/// Lays out a new outbox in a fresh database and starts the store on it.
 fn initialize(db: Database, config: RedbConfig, path: Option<PathBuf>) -> Result<RedbStore> {
+    lay_out(&db, &config)?;
+    start(db, config, path)
+}
+
+/// Lays out a new outbox in a fresh database, durably.
+fn lay_out(db: &Database, config: &RedbConfig) -> Result<()> {
     let mut txn = db.begin_write().map_err(from_redb)?;
     config.prepare(&mut txn)?;
     txn.set_durability(redb::Durability::Immediate)
         .map_err(from_redb)?;
     schema::init(&txn)?;
-    txn.commit().map_err(from_redb)?;
-    start(db, config, path)
+    txn.commit().map_err(from_redb)
 }
 
 /// Migrates an opened outbox to the current schema and expires the leases of the dead process.

@@ -657,3 +657,33 @@ async fn a_version_3_file_converges_with_no_versions_keys_or_merges() {
     assert_eq!((third.ids, third.superseded), (vec![RecordId(4)], vec![0]));
     drop(dir);
 }
+
+#[tokio::test]
+async fn open_or_create_converges_an_earlier_version_as_open_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.redb");
+    write_version_1(&path);
+
+    let store = RedbStore::open_or_create(&path, RedbConfig::default())
+        .await
+        .unwrap();
+    let stats = store.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.in_flight,
+            stats.pending,
+            stats.retrying,
+            stats.delivered
+        ),
+        (1, 1, 1, 5),
+        "the version 1 file's records, not a new outbox"
+    );
+    let first = store.get(RecordId(1)).await.unwrap().unwrap();
+    assert_eq!(
+        first.lease,
+        Some(common::lease(9, 0)),
+        "the lease expired at once"
+    );
+    store.close().await;
+    assert_eq!(stored_version(&path), u64::from(SCHEMA_VERSION));
+}

@@ -60,6 +60,10 @@ pub struct SqliteStore {
 /// Prepared statements kept per connection: every statement the store runs, with room to spare.
 const STATEMENT_CACHE: usize = 48;
 
+/// How many times `open_or_create` goes back to opening after its create found the path
+/// taken, before it reports that.
+const OPEN_OR_CREATE_PASSES: usize = 3;
+
 /// Runs blocking work on a thread of its own, so `create` and `open` never block an executor.
 async fn off_executor<T: Send + 'static>(
     work: impl FnOnce() -> Result<T> + Send + 'static,
@@ -80,6 +84,7 @@ impl SqliteStore {
     /// Fails with [`Error::AlreadyExists`] if anything is at `path`: an existing file is never
     /// overwritten or taken over. The file is built under a temporary name and linked into
     /// place complete, so a crash during `create` leaves no half-made outbox behind.
+    /// [`SqliteStore::open_or_create`] opens the file if it is there and creates it if not.
     pub async fn create(path: impl AsRef<Path>, config: SqliteConfig) -> Result<Self> {
         if config.read_only {
             return Err(Error::InvalidConfig(
@@ -104,6 +109,70 @@ impl SqliteStore {
     pub async fn open(path: impl AsRef<Path>, config: SqliteConfig) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         off_executor(move || Self::open_now(path, config)).await
+    }
+
+    /// Opens the outbox file at `path`, or creates it if nothing is there: the call for an app
+    /// that starts on the same file every time.
+    ///
+    /// An existing file is opened exactly as by [`SqliteStore::open`]: checked before anything
+    /// is written, migrated if it is older, and refused with the same typed error (and its
+    /// bytes unchanged) if it is not a usable outbox. An empty, foreign or non-database file is
+    /// never turned into an outbox: only a path with nothing at it is created, as by
+    /// [`SqliteStore::create`].
+    ///
+    /// Several callers, in one process or many, may race on a missing path: the file is built
+    /// under a temporary name and linked into place complete, so one creates it and the others,
+    /// finding it there ([`Error::AlreadyExists`] from the create), open it. All of them end up
+    /// on the same outbox.
+    ///
+    /// With a [read-only](SqliteConfig::read_only) configuration nothing is ever created: the
+    /// call is [`SqliteStore::open`], and a missing file is [`Error::NotFound`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_core::{NewRecord, Store};
+    /// use outbox_sqlite::{SqliteConfig, SqliteStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("outbox.db");
+    ///
+    /// // The first start creates the file...
+    /// let store = SqliteStore::open_or_create(&path, SqliteConfig::default()).await?;
+    /// let ids = store.enqueue(vec![NewRecord::new(b"hello".to_vec())], 1_000).await?;
+    /// store.close().await;
+    ///
+    /// // ...and every later one opens it, with what it holds.
+    /// let store = SqliteStore::open_or_create(&path, SqliteConfig::default()).await?;
+    /// assert_eq!(store.get(ids[0]).await?.unwrap().payload, b"hello");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open_or_create(path: impl AsRef<Path>, config: SqliteConfig) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        off_executor(move || {
+            if config.read_only {
+                return Self::open_now(path, config);
+            }
+            // Each pass that fails found the file gone at the open and present at the create:
+            // another process deleting it as fast as it appears, or a dangling symlink.
+            let mut passes = 0;
+            loop {
+                match Self::open_now(path.clone(), config.clone()) {
+                    Err(Error::NotFound { .. }) => {}
+                    opened => return opened,
+                }
+                match create_file(&path, &config) {
+                    Ok(()) => return Self::open_now(path, config),
+                    // Someone else created it first: open theirs.
+                    Err(Error::AlreadyExists { .. }) if passes < OPEN_OR_CREATE_PASSES => {
+                        passes += 1;
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+        })
+        .await
     }
 
     fn open_now(path: PathBuf, config: SqliteConfig) -> Result<Self> {

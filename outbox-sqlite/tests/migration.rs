@@ -516,3 +516,20 @@ async fn a_first_schema_file_opened_read_only_is_not_altered() {
     );
     assert!(std::fs::read(&path).expect("read") == before);
 }
+
+#[tokio::test]
+async fn open_or_create_upgrades_an_old_file_as_open_does() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v1.db");
+    let records = build_first_schema(&path);
+    let store = SqliteStore::open_or_create(&path, SqliteConfig::default())
+        .await
+        .expect("open and migrate");
+    check_upgraded(&store, &records).await;
+    store.close().await;
+    // Converged: the next start opens it as it is.
+    let store = SqliteStore::open_or_create(&path, SqliteConfig::default())
+        .await
+        .expect("reopen");
+    check_upgraded(&store, &records).await;
+}
