@@ -287,7 +287,10 @@ pub fn record(r: &Record, now: Millis) -> String {
         field("expects", format!("version {version} (sent as If-Match)"));
     }
     if let Some(key) = &r.replaces {
-        field("replaces", format!("{key} (a later write of this key replaces it)"));
+        field(
+            "replaces",
+            format!("{key} (a later write of this key replaces it)"),
+        );
     }
     field("created", when(r.created_at, now));
     field(

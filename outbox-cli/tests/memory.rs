@@ -351,7 +351,8 @@ async fn show_and_stats_tell_of_preconditions_and_merged_writes() {
     assert!(shown.contains("replaces       note-7/body"), "{shown}");
     let stats = ok(&store, &["stats", "mem"]).await;
     assert!(
-        stats.contains("superseded               2   writes merged into a waiting one of their key"),
+        stats
+            .contains("superseded               2   writes merged into a waiting one of their key"),
         "{stats}"
     );
     let json = ok(&store, &["show", "mem", "1", "--json"]).await;

@@ -334,6 +334,11 @@ impl RetryPolicy {
                 "max_attempts must be at least 1".into(),
             ));
         }
+        if self.max_age == Some(Duration::ZERO) {
+            return Err(Error::InvalidConfig(
+                "max_age must be above zero (it would park every record)".into(),
+            ));
+        }
         if self.max_interruptions == 0 {
             return Err(Error::InvalidConfig(
                 "max_interruptions must be at least 1".into(),

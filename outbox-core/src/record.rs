@@ -69,7 +69,7 @@ impl NewRecord {
     /// Marks the write as made against `version` of its entity (an ETag, a row version): the
     /// sink sends it as a precondition, and a server whose entity has moved on answers with a
     /// conflict (HTTP 412) instead of overwriting the newer data. At most 1,024 bytes of
-    /// visible ASCII.
+    /// visible ASCII, and not a weak entity tag (`W/"…"`), which `If-Match` never matches.
     ///
     /// ```
     /// use outbox_core::NewRecord;
@@ -153,6 +153,7 @@ impl NewRecord {
     /// assert!(matches!(NewRecord::new(vec![]).in_group("a\0b").validate(1024), Err(Error::InvalidGroup { .. })));
     /// assert!(matches!(NewRecord::new(vec![]).replacing("").validate(1024), Err(Error::InvalidGroup { .. })));
     /// assert!(matches!(NewRecord::new(vec![]).expecting("v 3").validate(1024), Err(Error::InvalidGroup { .. })));
+    /// assert!(matches!(NewRecord::new(vec![]).expecting("W/\"3\"").validate(1024), Err(Error::InvalidGroup { .. })));
     /// assert!(matches!(NewRecord::new(vec![0; 5]).validate(4), Err(Error::PayloadTooLarge { .. })));
     /// ```
     pub fn validate(&self, max_payload: usize) -> crate::Result<()> {
@@ -209,8 +210,18 @@ fn validate_name(what: &str, instead: &str, name: &str) -> crate::Result<()> {
     Err(crate::Error::InvalidGroup { reason })
 }
 
-/// An expected version travels in a header: 1 to [`MAX_GROUP_LEN`] bytes of visible ASCII.
+/// An expected version travels in a header: 1 to [`MAX_GROUP_LEN`] bytes of visible ASCII, and
+/// not a weak entity tag (`If-Match` compares strongly, so a weak tag would never match and every
+/// delivery would be refused).
 fn validate_version(version: &str) -> crate::Result<()> {
+    if version.starts_with("W/") {
+        return Err(crate::Error::InvalidGroup {
+            reason: format!(
+                "an expected version must not be a weak entity tag ({version:?}): If-Match \
+                 compares strongly, so it would never match"
+            ),
+        });
+    }
     if version.is_empty()
         || version.len() > MAX_GROUP_LEN
         || !version.bytes().all(|b| b.is_ascii_graphic())
@@ -270,7 +281,8 @@ pub struct Record {
     pub payload: Vec<u8>,
     /// Stable idempotency key, the same on every delivery of this record.
     pub key: String,
-    /// When the record was enqueued.
+    /// When the record was enqueued; for a record that a later write replaced
+    /// ([`NewRecord::replacing`]), when that write was.
     pub created_at: Millis,
     /// Current state.
     pub state: State,
@@ -360,13 +372,24 @@ impl Record {
             && last_of_group
     }
 
-    /// Rewrites this record with the write `new` that replaces it: its payload, idempotency
-    /// key (the server must not take the new payload for a duplicate of the old one) and
-    /// expected version. Id, group, creation time and schedule stay.
-    pub fn supersede(&mut self, new: NewRecord) {
+    /// Rewrites this record with the write `new` that replaces it, enqueued at `now`: its
+    /// payload, idempotency key (the server must not take the new payload for a duplicate of
+    /// the old one), expected version and creation time (the record now carries a write made
+    /// at `now`: the age policy and a sink's enqueue-time header speak of it). Id, group,
+    /// state and schedule stay, and so does its place in its group.
+    ///
+    /// ```
+    /// use outbox_core::{NewRecord, Record, RecordId};
+    /// let mut record = Record::enqueued(RecordId(1), NewRecord::new(b"v1".to_vec()).replacing("k"), 1_000);
+    /// record.supersede(NewRecord::new(b"v2".to_vec()).replacing("k").with_key("k2"), 5_000);
+    /// assert_eq!((record.payload.as_slice(), record.key.as_str(), record.created_at), (&b"v2"[..], "k2", 5_000));
+    /// assert_eq!(record.next_attempt_at, Some(1_000));
+    /// ```
+    pub fn supersede(&mut self, new: NewRecord, now: Millis) {
         self.payload = new.payload;
         self.key = new.key;
         self.expected_version = new.expected_version;
+        self.created_at = now;
     }
 
     /// The mutable part of the record: what a transition rewrites.

@@ -311,7 +311,7 @@ pub struct Round {
 /// - **Coalescing**: an enqueued record with a coalescing key
 ///   ([`NewRecord::replacing`]) looks at the latest record (highest id) with that key; when
 ///   [`Record::replaceable_by`] allows it, that record is rewritten with
-///   [`Record::supersede`] in the same transaction instead of a new one being inserted, its id
+///   [`Record::supersede`] (at the enqueue's `now`) in the same transaction instead of a new one being inserted, its id
 ///   is returned in the record's place and counted in [`Enqueued::superseded`] and in the
 ///   persisted [`Stats::superseded`]. Records of one batch coalesce with each other too.
 ///   [`NewRecord::expecting`] and the coalescing key are persisted with the record.

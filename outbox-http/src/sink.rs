@@ -21,17 +21,17 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// now.
 pub const CREATED_AT: &str = "outbox-created-at";
 
-/// The `If-Match` value for a record's expected version: the version as an entity tag, quoted
-/// unless it already is one (`"v3"`, `W/"v3"`).
+/// The `If-Match` value for a record's expected version: the version as a strong entity tag,
+/// quoted unless it already is (`"v3"`). Weak tags are refused at enqueue, since `If-Match`
+/// never matches one.
 ///
 /// ```
 /// use outbox_http::if_match;
 /// assert_eq!(if_match("3"), "\"3\"");
 /// assert_eq!(if_match("\"abc\""), "\"abc\"");
-/// assert_eq!(if_match("W/\"abc\""), "W/\"abc\"");
 /// ```
 pub fn if_match(version: &str) -> String {
-    if version.starts_with('"') || version.starts_with("W/\"") {
+    if version.starts_with('"') {
         version.to_owned()
     } else {
         format!("\"{version}\"")

@@ -194,7 +194,7 @@ impl Inner {
                 .map(|latest| latest.id);
         if let Some(id) = target {
             if let Some(record) = self.records.get_mut(&id) {
-                record.supersede(new);
+                record.supersede(new, now);
                 self.superseded += 1;
                 return (id, true);
             }

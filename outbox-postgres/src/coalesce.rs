@@ -104,7 +104,7 @@ pub(crate) fn decide(
                     }),
                 };
                 if let Some(record) = record {
-                    record.supersede(new);
+                    record.supersede(new, now);
                 }
                 decided.slots.push(slot);
                 decided.superseded.push(index);
@@ -215,7 +215,7 @@ mod tests {
                 rewritten.created_at,
                 *absorbed
             ),
-            (b"new2".as_slice(), State::Retrying, 5, 2)
+            (b"new2".as_slice(), State::Retrying, 10, 2)
         );
         assert!(decided.fresh.is_empty());
 

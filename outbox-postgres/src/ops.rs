@@ -333,12 +333,13 @@ impl Core {
             .map(|(r, _)| r.expected_version.as_deref())
             .collect();
         let rewrite_counts: Vec<i64> = rewritten.values().map(|(_, n)| stored_count(*n)).collect();
-        let rewrite_params: [Param<'_>; 5] = [
+        let rewrite_params: [Param<'_>; 6] = [
             &rewrite_ids,
             &rewrite_payloads,
             &rewrite_keys,
             &rewrite_versions,
             &rewrite_counts,
+            &at,
         ];
         let notify_params: [Param<'_>; 1] = [&self.config.schema];
         let inserting = async {

@@ -118,12 +118,12 @@ impl Sql {
                 "SELECT {RECORD_COLUMNS} FROM {r} WHERE id = ANY($1::bigint[]) \
                  ORDER BY id FOR UPDATE"
             ),
-            // Replaced records take the last write's payload, idempotency key and expected
-            // version, and count the writes they absorbed; id, group, creation time, state and
-            // schedule stay.
+            // Replaced records take the last write's payload, idempotency key, expected
+            // version and enqueue time ($6), and count the writes they absorbed; id, group,
+            // state and schedule stay.
             rewrite: format!(
                 "UPDATE {r} AS r SET payload = u.p, key = u.k, expected_version = u.v, \
-                 absorbed = r.absorbed + u.n \
+                 created_at = $6, absorbed = r.absorbed + u.n \
                  FROM unnest($1::bigint[], $2::bytea[], $3::text[], $4::text[], $5::bigint[]) \
                  AS u(id, p, k, v, n) WHERE r.id = u.id"
             ),

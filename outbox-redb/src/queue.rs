@@ -264,7 +264,7 @@ impl<'t> Tables<'t> {
         let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
         for (position, new) in records.iter().enumerate() {
             if let Some(key) = new.replaces.as_deref() {
-                if let Some(id) = self.coalesce(key, new)? {
+                if let Some(id) = self.coalesce(key, new, now)? {
                     enqueued.ids.push(id);
                     enqueued.superseded.push(position);
                     continue;
@@ -300,7 +300,7 @@ impl<'t> Tables<'t> {
     /// [`Record::replaceable_by`] allows it, returning its id; `None` when `new` must be
     /// inserted instead. The lookup is a seek in the `coalescing` index, and one in `groups`
     /// for a grouped record. The record's schedule and state stay, so its index entries do too.
-    fn coalesce(&mut self, key: &str, new: &NewRecord) -> Result<Option<RecordId>> {
+    fn coalesce(&mut self, key: &str, new: &NewRecord, now: Millis) -> Result<Option<RecordId>> {
         let Some(latest) = self.latest_by_key(key)? else {
             return Ok(None);
         };
@@ -315,7 +315,7 @@ impl<'t> Tables<'t> {
             return Ok(None);
         }
         // The batch is borrowed (a write may run again), so the replacement is a copy.
-        record.supersede(new.clone());
+        record.supersede(new.clone(), now);
         self.put(&record)?;
         Ok(Some(record.id))
     }

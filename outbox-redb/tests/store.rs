@@ -651,7 +651,7 @@ async fn enqueue_in_coalesces_in_the_callers_transaction() {
             record.created_at,
             record.next_attempt_at
         ),
-        (b"v3".as_slice(), Some("9"), 10, Some(10))
+        (b"v3".as_slice(), Some("9"), 30, Some(10))
     );
     let stats = store.stats().await.unwrap();
     assert_eq!((stats.pending, stats.superseded), (1, 2));

@@ -107,7 +107,8 @@ pub(crate) const FOLLOWED_SQL: &str =
 
 /// Rewrites a record that a later write of its coalescing key replaced.
 const SUPERSEDE_SQL: &str =
-    "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4 WHERE id = ?1";
+    "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4, created_at = ?5 \
+     WHERE id = ?1";
 
 /// Millisecond times are stored as SQLite integers (signed 64-bit); times past year 292 million
 /// are stored as the largest one.
@@ -270,7 +271,7 @@ pub(crate) fn insert(conn: &Connection, records: Vec<NewRecord>, now: Millis) ->
     let mut held: HashSet<String> = HashSet::new();
     let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
     for (index, record) in records.into_iter().enumerate() {
-        let record = match coalesce(conn, record)? {
+        let record = match coalesce(conn, record, now)? {
             Coalesced::Replaced(id) => {
                 // The replaced record keeps its place: its group had a member already.
                 enqueued.ids.push(id);
@@ -340,7 +341,7 @@ enum Coalesced {
 ///
 /// The latest record is the last entry of the coalescing index for the key; whether it is the
 /// last of its group is a range of the group index.
-fn coalesce(conn: &Connection, new: NewRecord) -> Result<Coalesced> {
+fn coalesce(conn: &Connection, new: NewRecord, now: Millis) -> Result<Coalesced> {
     let Some(key) = new.replaces.as_deref() else {
         return Ok(Coalesced::Fresh(new));
     };
@@ -365,7 +366,7 @@ fn coalesce(conn: &Connection, new: NewRecord) -> Result<Coalesced> {
     if !latest.replaceable_by(&new, last_of_group) {
         return Ok(Coalesced::Fresh(new));
     }
-    latest.supersede(new);
+    latest.supersede(new, now);
     conn.prepare_cached(SUPERSEDE_SQL)
         .map_err(db)?
         .execute(params![
@@ -373,6 +374,7 @@ fn coalesce(conn: &Connection, new: NewRecord) -> Result<Coalesced> {
             latest.payload,
             latest.key,
             latest.expected_version,
+            ms(latest.created_at),
         ])
         .map_err(db)?;
     Ok(Coalesced::Replaced(latest.id))

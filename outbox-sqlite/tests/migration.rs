@@ -421,7 +421,7 @@ async fn upgraded_with_nothing_lost(path: &Path, records: &[Record]) {
             record.replaces.as_deref(),
             record.created_at
         ),
-        (b"v2".as_slice(), Some("1"), Some("g2/body"), 4_000)
+        (b"v2".as_slice(), Some("1"), Some("g2/body"), 4_001)
     );
     // The records from before the upgrade still carry neither.
     let old = store

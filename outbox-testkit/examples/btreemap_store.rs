@@ -204,7 +204,7 @@ impl Store for BTreeMapStore {
         for (index, new) in records.into_iter().enumerate() {
             if let Some(id) = tables.replaceable(&new) {
                 if let Some(record) = tables.records.get_mut(&id) {
-                    record.supersede(new);
+                    record.supersede(new, now);
                 }
                 tables.superseded += 1;
                 enqueued.ids.push(id);

@@ -42,8 +42,8 @@ async fn enqueue_one(
 }
 
 /// Coalescing in place: ten edits of one note (one by one and in a batch) are one record that
-/// keeps the first one's id, creation time and schedule and carries the last one's payload,
-/// idempotency key and expected version; nine replacements are counted. A write queued after
+/// keeps the first one's id and schedule and carries the last one's payload, idempotency key,
+/// expected version and enqueue time; nine replacements are counted. A write queued after
 /// them in the group (a delete) is not overtaken: a later edit queues behind it and coalesces
 /// only with edits behind it. A write of another group or without the key, and a record that
 /// waits for a person, are never replaced; a retrying record is, keeping its attempts and
@@ -86,7 +86,7 @@ pub async fn coalescing_replaces_in_place(backend: &dyn Backend) -> ScenarioResu
             "key-e10",
             Some("3"),
             Some("note/body"),
-            T0,
+            T0 + 7,
             Some(T0),
             State::Pending,
         ),
@@ -202,6 +202,7 @@ pub async fn coalescing_replaces_in_place(backend: &dyn Backend) -> ScenarioResu
             "an expected version with a space",
             super::rec("x").expecting("v 3"),
         ),
+        ("a weak entity tag", super::rec("x").expecting("W/\"3\"")),
     ] {
         waiting_for(format!("enqueue of {what}"));
         match s.enqueue(vec![super::rec("fine"), bad], now).await {
@@ -316,7 +317,7 @@ pub async fn writes_survive_restart(backend: &dyn Backend) -> ScenarioResult {
         return Ok(skip);
     }
     let (location, store) = fresh(backend).await?;
-    let first = enqueue_one(&*store, T0, edit("a", "note", "W/\"7\""), false).await?;
+    let first = enqueue_one(&*store, T0, edit("a", "note", "\"7\""), false).await?;
     enqueue_one(&*store, T0 + 1, edit("b", "note", "8"), true).await?;
     let before = get(&*store, first).await?;
     let store = super::restart::reopen(backend, &location, store).await?;
