@@ -8,7 +8,7 @@
 //!   performs them;
 //! - [`server`]: capacity per second, down during the outage, 429 with `Retry-After` when over;
 //! - [`sim`]: one heap of `(virtual time, device)` for the whole fleet;
-//! - [`report`] and [`chart`](mod@chart): the figures, `FLEET.md` and its SVG chart.
+//! - [`report`](mod@report) and [`chart`](mod@chart): the figures, `FLEET.md` and its SVG chart.
 //!
 //! Nothing reads the wall clock or an unseeded RNG: one seed gives the same report, byte for
 //! byte.
