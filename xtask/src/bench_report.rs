@@ -112,7 +112,7 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
     let options = options(args)?;
     let root = root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let criterion = root.join("target").join("criterion");
+    let criterion = target_dir().join("criterion");
     let meta = criterion.join("outbox-durability.tsv");
     // The machine and the commit are those of the measuring run, also when rewriting.
     let machine_file = criterion.join("outbox-machine.md");
@@ -199,6 +199,19 @@ fn root() -> PathBuf {
     manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
 }
 
+/// Where cargo puts what it builds: `CARGO_TARGET_DIR` when set (relative to the workspace
+/// root), else the root's `target`.
+fn target_dir() -> PathBuf {
+    target_dir_from(&root(), std::env::var_os("CARGO_TARGET_DIR"))
+}
+
+fn target_dir_from(root: &Path, configured: Option<std::ffi::OsString>) -> PathBuf {
+    match configured {
+        Some(dir) if !dir.is_empty() => root.join(dir),
+        _ => root.join("target"),
+    }
+}
+
 /// Builds one of the crate's tools in release mode, runs it with `arg`, and returns its
 /// output lines.
 fn run_tool(cargo: &str, tool: &str, arg: &Option<&str>) -> Result<Vec<String>, String> {
@@ -207,7 +220,7 @@ fn run_tool(cargo: &str, tool: &str, arg: &Option<&str>) -> Result<Vec<String>, 
         &["build", "--release", "-p", "outbox-benches", "--bin", tool],
         &[],
     )?;
-    let exe = root().join("target").join("release").join(tool);
+    let exe = target_dir().join("release").join(tool);
     eprintln!("$ {tool} {}", arg.unwrap_or_default());
     let output = Command::new(&exe)
         .args(arg.iter())
@@ -247,7 +260,7 @@ fn drain_rss(cargo: &str, records: usize) -> Result<Vec<String>, String> {
         ],
         &[],
     )?;
-    let exe = root().join("target").join("release").join("drain-rss");
+    let exe = target_dir().join("release").join("drain-rss");
     let mut lines = Vec::new();
     for store in ["memory", "sqlite", "redb"] {
         eprintln!("$ drain-rss --store {store} --records {records}");
@@ -745,6 +758,27 @@ fn render(options: &Options, results: &Results<'_>, machine: &str, notes: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tools_are_found_under_cargo_target_dir() {
+        let root = Path::new("/work/outbox");
+        assert_eq!(
+            target_dir_from(root, None),
+            Path::new("/work/outbox/target")
+        );
+        assert_eq!(
+            target_dir_from(root, Some("".into())),
+            Path::new("/work/outbox/target")
+        );
+        assert_eq!(
+            target_dir_from(root, Some("/tmp/t".into())),
+            Path::new("/tmp/t")
+        );
+        assert_eq!(
+            target_dir_from(root, Some("build/t".into())),
+            Path::new("/work/outbox/build/t")
+        );
+    }
 
     fn row(name: &str, size: u64, median_ns: f64, elements: Option<u64>) -> Row {
         Row {
