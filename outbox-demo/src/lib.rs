@@ -612,11 +612,35 @@ async fn report(
     Ok(verdict)
 }
 
-/// Sends the runner's warnings (park, reject, halt, discard) to stderr.
+/// Sends the runner's warnings (park, reject, halt, discard) to stderr; with `RUST_LOG` set
+/// (for example `RUST_LOG=outbox=debug`), what it selects instead, with each span printed as it
+/// closes: `outbox.round` per round and `outbox.deliver` per delivery, with the record, its
+/// group, its attempts, the outcome and how long the sink took.
 pub fn show_warnings() {
-    let _ = tracing_subscriber::fmt()
+    show_logs(std::env::var("RUST_LOG").ok().as_deref());
+}
+
+/// [`show_warnings`] with the filter given (`None`: warnings only). A filter that does not
+/// parse is reported on stderr and warnings are shown.
+pub fn show_logs(filter: Option<&str>) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::fmt::format::FmtSpan;
+    use tracing_subscriber::prelude::*;
+
+    let warnings = Targets::new().with_default(LevelFilter::WARN);
+    let (targets, spans) = match filter.map(str::parse::<Targets>) {
+        None => (warnings, FmtSpan::NONE),
+        Some(Ok(targets)) => (targets, FmtSpan::CLOSE),
+        Some(Err(err)) => {
+            eprintln!("outbox-demo: RUST_LOG: {err}; showing warnings only");
+            (warnings, FmtSpan::NONE)
+        }
+    };
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
-        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_span_events(spans);
+    let _ = tracing_subscriber::registry()
+        .with(layer.with_filter(targets))
         .try_init();
 }

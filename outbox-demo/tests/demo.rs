@@ -32,3 +32,25 @@ fn the_crash_demo_kills_its_child_and_still_loses_nothing() {
         "{verdict}"
     );
 }
+
+#[test]
+fn rust_log_shows_a_span_per_delivery_and_per_round() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-demo"))
+        .arg("--fast")
+        .env("RUST_LOG", "outbox=debug")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let delivery = stderr
+        .lines()
+        .find(|l| l.contains("outbox.deliver") && l.contains("outcome=\"delivered\""))
+        .unwrap_or_else(|| panic!("no delivery span in:\n{stderr}"));
+    for field in ["record=", "attempts=", "took_ms="] {
+        assert!(delivery.contains(field), "{field} missing: {delivery}");
+    }
+    assert!(
+        stderr.contains("outbox.round"),
+        "no round span in:\n{stderr}"
+    );
+}
