@@ -343,6 +343,23 @@ async fn offline_records_go_out_when_the_link_comes_back_and_not_before() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_write_made_just_after_going_offline_is_not_sent() {
+    let (online, online_rx) = watch::channel(true);
+    let r = rig(exact_policy(), RunnerConfig::default(), Some(online_rx)).await;
+    run_for(Duration::from_millis(10)).await;
+    for i in 0..20 {
+        // The signal and the wake-up of the write reach the runner together.
+        online.send(false).unwrap();
+        r.outbox.enqueue(rec(&format!("w{i}"))).await.unwrap();
+        run_for(Duration::from_secs(1)).await;
+        assert_eq!(r.sink.count(), i, "write {i} went out while offline");
+        online.send(true).unwrap();
+        run_for(Duration::from_millis(10)).await;
+        assert_eq!(r.sink.count(), i + 1, "write {i} goes out once online");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_backlog_after_reconnect_never_exceeds_the_concurrency() {
     let (online, online_rx) = watch::channel(false);
     let config = RunnerConfig {

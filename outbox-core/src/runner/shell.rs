@@ -168,7 +168,12 @@ pub(crate) async fn run(
         #[cfg(not(feature = "metrics"))]
         let gauges_at = None;
         let gauges_due = sleep_until(gauges_at);
+        // In this order: a connectivity change is seen before a wake-up that came with it (an
+        // app that goes offline and then writes must not have the write sent), and a report
+        // before a new claim.
         let input = tokio::select! {
+            biased;
+            is_online = online_changed(&mut online) => Some(Input::Online(is_online)),
             Some(joined) = deliveries.join_next_with_id(), if !deliveries.is_empty() => {
                 let (task, report) = match joined {
                     Ok((task, outcome)) => (task, Report::Outcome(outcome)),
@@ -193,7 +198,6 @@ pub(crate) async fn run(
                     Input::Wake
                 })
             }
-            is_online = online_changed(&mut online) => Some(Input::Online(is_online)),
             changed = stop.changed(), if !stopping => {
                 stopping = true;
                 let grace = match changed {
