@@ -8,7 +8,10 @@ use crate::record::{Millis, RecordId};
 /// reads the store on an event sees that write. The runner sends a record's events in order;
 /// `Enqueued` (or `Superseded`) comes from the enqueuing task, so a runner that is already awake may send
 /// `Attempted` (even `Delivered`) for the record before it. A record enqueued inside the
-/// caller's own transaction and announced with `Outbox::notify` gets no `Enqueued` event.
+/// caller's own transaction gets its `Enqueued` (or `Superseded`) event once that transaction
+/// commits through the store's commit helper (`enqueue_pending`, then `commit(tx, &outbox)`)
+/// or is announced with [`Outbox::committed`](crate::Outbox::committed); one only followed by
+/// `Outbox::notify` gets none.
 ///
 /// ```
 /// use outbox_core::{Event, RecordId};

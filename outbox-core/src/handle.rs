@@ -19,7 +19,7 @@ use crate::record::{NewRecord, Record, RecordId, Tombstone};
 use crate::runner::{shell, Shared};
 use crate::sink::Sink;
 use crate::state::State;
-use crate::store::{ListQuery, Stats, Store};
+use crate::store::{Enqueued, ListQuery, Stats, Store};
 
 /// Builds and starts an [`Outbox`]. Made by [`Outbox::builder`].
 pub struct OutboxBuilder {
@@ -172,6 +172,60 @@ impl Outbox {
             .store
             .enqueue(records, self.shared.now())
             .await?;
+        self.announce(&enqueued, groups);
+        Ok(enqueued.ids)
+    }
+
+    /// Announces records that a transaction of the caller's own has committed: sends
+    /// [`Event::Enqueued`] for each (or [`Event::Superseded`] for one that replaced an earlier
+    /// waiting write, as [`Enqueued::replaced`] says), exactly as [`Outbox::enqueue_batch`]
+    /// does, and wakes the runner once.
+    ///
+    /// `enqueued` is what the store's in-transaction enqueue returned, and `groups[i]` the
+    /// group of the `i`-th record of that batch (a missing entry reads as no group). Call it
+    /// only after the commit succeeded: the events say the records are durable. The store
+    /// crates wrap this in their commit helpers (`enqueue_pending(..)` then `commit(tx,
+    /// &outbox)` in `outbox-sqlite`, `outbox-redb` and `outbox-postgres`), which are the
+    /// path to use; this is for a transaction those helpers do not cover.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use outbox_core::{sink_fn, Event, NewRecord, Outbox, Outcome, Record, Store};
+    /// use outbox_memory::MemoryStore;
+    ///
+    /// let store = Arc::new(MemoryStore::new());
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let outbox = Outbox::builder(store.clone(), sink).start().await?;
+    /// let mut events = outbox.events();
+    ///
+    /// // Written (and committed) by the application's own transaction, out of the handle's sight.
+    /// let records = vec![NewRecord::new(b"paid".to_vec()).in_group("order-7")];
+    /// let groups: Vec<Option<String>> = records.iter().map(|r| r.group.clone()).collect();
+    /// let enqueued = store.enqueue(records, 1_000).await?;
+    ///
+    /// // Announced once committed: the event goes out and the runner wakes.
+    /// outbox.committed(&enqueued, &groups);
+    /// let announced = loop {
+    ///     // (A runner awake already may report the delivery's start first.)
+    ///     match events.recv().await.unwrap() {
+    ///         event @ Event::Enqueued { .. } => break event,
+    ///         _ => {}
+    ///     }
+    /// };
+    /// assert_eq!(announced, Event::Enqueued { id: enqueued[0], group: Some("order-7".into()) });
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn committed(&self, enqueued: &Enqueued, groups: &[Option<String>]) {
+        self.announce(enqueued, groups.iter().cloned());
+    }
+
+    /// Sends one `Enqueued` or `Superseded` event per record of `enqueued`, then wakes the
+    /// runner: the one announcement of both the handle's enqueues and the caller's commits.
+    fn announce(&self, enqueued: &Enqueued, groups: impl IntoIterator<Item = Option<String>>) {
+        let groups = groups.into_iter().chain(std::iter::repeat(None));
         for (index, (id, group)) in enqueued.iter().zip(groups).enumerate() {
             self.shared.emit(if enqueued.replaced(index) {
                 Event::Superseded { id: *id, group }
@@ -180,10 +234,11 @@ impl Outbox {
             });
         }
         self.notify();
-        Ok(enqueued.ids)
     }
 
-    /// Wakes the runner: call it after enqueuing inside your own database transaction.
+    /// Wakes the runner. A transaction of your own that enqueued through a store's
+    /// `enqueue_pending` and committed with its `commit(tx, &outbox)` has woken it already
+    /// (and sent the records' events); see also [`Outbox::committed`].
     pub fn notify(&self) {
         self.shared.wake.notify_one();
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    sink_fn, Claim, Error, Millis, NewRecord, Outbox, Outcome, Record, Round, RunnerConfig, State,
-    Store, TokioClock, Transition,
+    sink_fn, Claim, Error, Event, Millis, NewRecord, Outbox, Outcome, Record, Round, RunnerConfig,
+    State, Store, TokioClock, Transition,
 };
 use outbox_memory::MemoryStore;
 
@@ -213,5 +213,75 @@ async fn flush_waits_for_a_claim_the_store_committed_before_the_runner_heard_of_
     store.open.notify_one();
     outbox.flush(Duration::from_secs(10)).await.unwrap();
     assert_eq!(store.inner.stats().await.unwrap().delivered, 1);
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// Records a transaction of the caller's wrote (here straight into the store, out of the
+/// handle's sight) are announced by `committed` as the handle's own enqueue would: one
+/// `Enqueued` per record, `Superseded` for a replacement, and a wake-up that delivers them
+/// with no poll.
+#[tokio::test(start_paused = true)]
+async fn committed_announces_the_callers_records_and_wakes_the_runner() {
+    let store = Arc::new(MemoryStore::new());
+    let outbox = Outbox::builder(store.clone(), slow(Duration::ZERO))
+        .clock(Arc::new(TokioClock::starting_at(BASE)))
+        .config(RunnerConfig {
+            safety_poll: None,
+            ..RunnerConfig::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let mut events = outbox.events();
+    // The runner has gone idle and sleeps until woken.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let edit = |body: &[u8]| {
+        NewRecord::new(body.to_vec())
+            .in_group("doc")
+            .replacing("doc/title")
+    };
+    let records = vec![NewRecord::new(b"plain".to_vec()), edit(b"v1"), edit(b"v2")];
+    let groups: Vec<Option<String>> = records.iter().map(|r| r.group.clone()).collect();
+    let enqueued = store.enqueue(records, BASE).await.unwrap();
+    assert_eq!(enqueued.superseded, vec![2]);
+    outbox.committed(&enqueued, &groups);
+
+    let doc = Some("doc".to_owned());
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(3_600), async {
+        while seen
+            .iter()
+            .filter(|e| matches!(e, Event::Delivered { .. }))
+            .count()
+            < 2
+        {
+            seen.push(events.recv().await.unwrap());
+        }
+    })
+    .await
+    .expect("the wake-up alone delivers both records");
+    let announced: Vec<&Event> = seen
+        .iter()
+        .filter(|e| matches!(e, Event::Enqueued { .. } | Event::Superseded { .. }))
+        .collect();
+    assert_eq!(
+        announced,
+        [
+            &Event::Enqueued {
+                id: enqueued[0],
+                group: None
+            },
+            &Event::Enqueued {
+                id: enqueued[1],
+                group: doc.clone()
+            },
+            &Event::Superseded {
+                id: enqueued[1],
+                group: doc
+            },
+        ]
+    );
+    assert_eq!(store.stats().await.unwrap().delivered, 2);
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }

@@ -15,6 +15,7 @@ use crate::engine::Engine;
 use crate::error::pool as pool_error;
 use crate::listen::{RunnerWakeups, Wakeups};
 use crate::ops::Core;
+use crate::pending::PendingEnqueue;
 use crate::schema::{self, coalesce_seed, group_seed};
 use crate::sql::{Exec, Sql};
 use crate::tls;
@@ -157,13 +158,52 @@ impl PgStore {
     }
 
     /// Enqueues inside the caller's own transaction, so a business write and its outbox
+    /// records commit or roll back together: the path to use with a running
+    /// [`Outbox`](outbox_core::Outbox). Commit with the returned [`PendingEnqueue`]'s
+    /// [`commit(tx, &outbox)`](PendingEnqueue::commit): once the transaction is committed, the
+    /// records' `Enqueued` events (`Superseded` for a replacement) go out and this process's
+    /// runner wakes and delivers them, with no call to `Outbox::notify`. A transaction rolled
+    /// back, dropped or failing to commit announces nothing.
+    ///
+    /// Everything [`PgStore::enqueue_in`] says holds here: the ids, coalescing in your
+    /// transaction, the locks held until the commit, and the `NOTIFY` that wakes the
+    /// runners of other processes listening on the outbox.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: outbox_postgres::PgStore, outbox: outbox_core::Outbox, client: &mut tokio_postgres::Client) -> outbox_core::Result<()> {
+    /// use outbox_core::NewRecord;
+    ///
+    /// let tx = client.transaction().await.map_err(outbox_core::Error::backend)?;
+    /// tx.execute("UPDATE orders SET state = 'paid' WHERE id = 7", &[]).await.map_err(outbox_core::Error::backend)?;
+    /// let record = NewRecord::new(b"{\"paid\":7}".to_vec()).in_group("order-7");
+    /// let pending = store.enqueue_pending(&tx, vec![record], store.clock().now()).await?;
+    /// // Commits, then sends `Enqueued` and wakes the runner: no `notify()`.
+    /// pending.commit(tx, &outbox).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn enqueue_pending(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        records: Vec<NewRecord>,
+        now: Millis,
+    ) -> Result<PendingEnqueue> {
+        let groups = records.iter().map(|r| r.group.clone()).collect();
+        let enqueued = self.enqueue_in(tx, records, now).await?;
+        Ok(PendingEnqueue::new(enqueued, groups))
+    }
+
+    /// Enqueues inside the caller's own transaction, so a business write and its outbox
     /// records commit or roll back together. Returns the ids they will have once committed
     /// ([`Enqueued`]): a fresh id, or, for a record that replaced an earlier waiting write of
     /// its coalescing key ([`NewRecord::replacing`]), that write's id, its position listed in
     /// [`Enqueued::superseded`]. The replacement is made in this transaction too, and rolls
     /// back with it.
     ///
-    /// Every runner listening on the outbox is woken when the transaction commits. Until then
+    /// Every runner listening on the outbox ([`PgStore::wake_on_enqueue`]) is woken when the
+    /// transaction commits, but no event is sent: with a running
+    /// [`Outbox`](outbox_core::Outbox), use [`PgStore::enqueue_pending`] instead, whose commit
+    /// also announces the records and wakes this process's runner. Until the commit
     /// the transaction holds a lock on each group it enqueued into (which keeps every group in
     /// id order across concurrent writers) and on each coalescing key (so enqueues of one key
     /// are decided one after the other); commit promptly. Coalescing is exact at PostgreSQL's

@@ -11,11 +11,13 @@
 mod codec;
 pub mod config;
 mod error;
+mod pending;
 mod queue;
 pub mod schema;
 pub mod store;
 mod writer;
 
 pub use config::{Durability, RedbConfig};
+pub use pending::PendingEnqueue;
 pub use schema::SCHEMA_VERSION;
 pub use store::RedbStore;

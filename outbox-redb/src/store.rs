@@ -16,6 +16,7 @@ use redb::{Database, ReadOnlyDatabase, ReadableDatabase, StorageBackend, WriteTr
 
 use crate::config::RedbConfig;
 use crate::error::{from_io, from_join, from_redb};
+use crate::pending::PendingEnqueue;
 use crate::queue::{ReadTables, Tables};
 use crate::schema;
 use crate::writer::Writer;
@@ -253,10 +254,65 @@ impl RedbStore {
     }
 
     /// Enqueues records inside the caller's own redb write transaction, so they commit (or
+    /// abort) together with the caller's writes: the path to use with a running
+    /// [`Outbox`](outbox_core::Outbox). Begin the transaction on [`RedbStore::database`] and
+    /// commit it with the returned [`PendingEnqueue`]'s
+    /// [`commit(txn, &outbox)`](PendingEnqueue::commit): once it is committed, the records'
+    /// `Enqueued` events (`Superseded` for a replacement) go out and the runner wakes and
+    /// delivers them, with no call to `Outbox::notify`. A transaction aborted, dropped or
+    /// failing to commit announces nothing.
+    ///
+    /// Everything [`RedbStore::enqueue_in`] says holds here: checks, coalescing in your
+    /// transaction, durability, and that this is blocking work.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use outbox_core::{sink_fn, Clock, NewRecord, Outbox, Outcome, Record, SystemClock};
+    /// use outbox_redb::{RedbConfig, RedbStore};
+    /// use redb::TableDefinition;
+    ///
+    /// const NOTES: TableDefinition<u64, &str> = TableDefinition::new("notes");
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Arc::new(RedbStore::create(dir.path().join("app.redb"), RedbConfig::default()).await?);
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let outbox = Outbox::builder(store.clone(), sink).start().await?;
+    ///
+    /// let txn = store.database().expect("opened for writing").begin_write()?;
+    /// txn.open_table(NOTES)?.insert(1, "renamed")?;
+    /// let record = NewRecord::new(b"rename #1".to_vec()).in_group("note-1");
+    /// let pending = store.enqueue_pending(&txn, vec![record], SystemClock.now())?;
+    /// // Commits, then sends `Enqueued` and wakes the runner: no `notify()`.
+    /// pending.commit(txn, &outbox)?;
+    ///
+    /// outbox.flush(Duration::from_secs(10)).await?;
+    /// assert_eq!(outbox.stats().await?.delivered, 1);
+    /// outbox.shutdown(Duration::from_secs(10)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn enqueue_pending(
+        &self,
+        txn: &WriteTransaction,
+        records: Vec<NewRecord>,
+        now: Millis,
+    ) -> Result<PendingEnqueue> {
+        let groups = records.iter().map(|r| r.group.clone()).collect();
+        let enqueued = self.enqueue_in(txn, records, now)?;
+        Ok(PendingEnqueue::new(enqueued, groups))
+    }
+
+    /// Enqueues records inside the caller's own redb write transaction, so they commit (or
     /// abort) together with the caller's writes. Begin the transaction on
     /// [`RedbStore::database`]; the records become durable when the caller commits, with the
-    /// durability the caller set on it. Wake the runner afterwards (`Outbox::notify()`), since
-    /// it cannot see a commit it did not make.
+    /// durability the caller set on it. Nothing tells the runner, which cannot see a commit it
+    /// did not make: with a running [`Outbox`](outbox_core::Outbox), use
+    /// [`RedbStore::enqueue_pending`] instead, whose commit announces the records and wakes the
+    /// runner. After this call, wake it yourself with `Outbox::notify()` (no `Enqueued` event
+    /// is sent) or announce the records with `Outbox::committed`.
     ///
     /// Records with a coalescing key ([`NewRecord::replacing`]) coalesce as in
     /// [`Store::enqueue`], inside your transaction: a replaced record is rewritten (and the

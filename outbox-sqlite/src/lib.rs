@@ -6,6 +6,7 @@ pub mod config;
 mod error;
 mod json;
 mod ops;
+mod pending;
 #[cfg(test)]
 mod plan_tests;
 pub mod schema;
@@ -13,5 +14,6 @@ pub mod store;
 mod worker;
 
 pub use config::{Durability, SqliteConfig};
+pub use pending::PendingEnqueue;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use store::{EffectiveSettings, SqliteStore};

@@ -16,6 +16,7 @@ use crate::apply;
 use crate::config::SqliteConfig;
 use crate::error::db;
 use crate::ops;
+use crate::pending::PendingEnqueue;
 use crate::schema::{self, APPLICATION_ID, SCHEMA_VERSION};
 use crate::worker::{wait, Reader, Writer};
 
@@ -315,15 +316,70 @@ impl SqliteStore {
     }
 
     /// Enqueues records inside the caller's own transaction, so a business write and its
+    /// outbox records commit (or roll back) together: the path to use with a running
+    /// [`Outbox`](outbox_core::Outbox). Commit with the returned [`PendingEnqueue`]'s
+    /// [`commit(tx, &outbox)`](PendingEnqueue::commit): once the transaction is committed, the
+    /// records' `Enqueued` events (`Superseded` for a replacement) go out and the runner
+    /// wakes and delivers them, with no call to `Outbox::notify`. A transaction rolled back,
+    /// dropped or failing to commit announces nothing.
+    ///
+    /// Everything [`SqliteStore::enqueue_in`] says holds here: checks, coalescing in your
+    /// transaction, durability, and the advice on busy timeouts and immediate transactions.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use outbox_core::{sink_fn, Clock, NewRecord, Outbox, Outcome, Record, SystemClock};
+    /// use outbox_sqlite::{SqliteConfig, SqliteStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("app.db");
+    /// let store = Arc::new(SqliteStore::create(&path, SqliteConfig::default()).await?);
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let outbox = Outbox::builder(store.clone(), sink).start().await?;
+    ///
+    /// let mut conn = rusqlite::Connection::open(&path).unwrap();
+    /// conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    /// conn.execute_batch("CREATE TABLE docs (id INTEGER PRIMARY KEY, title TEXT)").unwrap();
+    /// let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).unwrap();
+    /// tx.execute("INSERT INTO docs (title) VALUES ('draft')", []).unwrap();
+    /// let record = NewRecord::new(b"create doc".to_vec()).in_group("doc-1");
+    /// let pending = store.enqueue_pending(&tx, vec![record], SystemClock.now())?;
+    /// // Commits, then sends `Enqueued` and wakes the runner: no `notify()`.
+    /// pending.commit(tx, &outbox)?;
+    ///
+    /// outbox.flush(Duration::from_secs(10)).await?;
+    /// assert_eq!(outbox.stats().await?.delivered, 1);
+    /// outbox.shutdown(Duration::from_secs(10)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn enqueue_pending(
+        &self,
+        tx: &Transaction<'_>,
+        records: Vec<NewRecord>,
+        now: Millis,
+    ) -> Result<PendingEnqueue> {
+        let groups = records.iter().map(|r| r.group.clone()).collect();
+        let enqueued = self.enqueue_in(tx, records, now)?;
+        Ok(PendingEnqueue::new(enqueued, groups))
+    }
+
+    /// Enqueues records inside the caller's own transaction, so a business write and its
     /// outbox records commit (or roll back) together. Returns their ids, and which of them
     /// replaced an earlier waiting write: a record with a coalescing key
     /// ([`NewRecord::replacing`]) coalesces here as in [`Store::enqueue`], inside the caller's
     /// transaction, so the replacement commits or rolls back with it too.
     ///
     /// This is a blocking call on the caller's connection, like the rest of its transaction.
-    /// The records become visible, and due, when the caller commits; then wake the runner
-    /// with [`Outbox::notify`](outbox_core::Outbox::notify) so it delivers them without
-    /// waiting for a timer.
+    /// The records become visible, and due, when the caller commits. Nothing tells the
+    /// runner: with a running [`Outbox`](outbox_core::Outbox), use
+    /// [`SqliteStore::enqueue_pending`] instead, whose commit announces the records and wakes
+    /// the runner. After this call, wake it yourself
+    /// with [`Outbox::notify`](outbox_core::Outbox::notify) (no `Enqueued` event is sent) or
+    /// announce the records with [`Outbox::committed`](outbox_core::Outbox::committed).
     ///
     /// The records are as durable as the caller's connection makes its commits: SQLite's
     /// default, and [`Durability::Full`](crate::Durability::Full), is `synchronous = FULL`. Give
