@@ -20,7 +20,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use outbox_core::{clock::system_now, NewRecord, Outbox, Store};
+use outbox_core::{NewRecord, Outbox, Store};
 use outbox_http::HttpSink;
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::{params, Connection, TransactionBehavior};
@@ -80,7 +80,7 @@ fn place_order(app: &App, item: &str, quantity: i64) -> std::result::Result<i64,
         .with_key(record_key(id));
     let pending = app
         .store
-        .enqueue_pending(&tx, vec![record], system_now())
+        .enqueue_pending(&tx, vec![record], app.outbox.now())
         .map_err(|e| failed(&e))?;
     if quantity <= 0 {
         // Dropping the transaction rolls back the order row and its outbox record together.

@@ -15,7 +15,7 @@ use crate::event::Event;
 use crate::machine;
 use crate::outcome::{duration_ms, ConflictResolver, ParkOnConflict};
 use crate::policy::RetryPolicy;
-use crate::record::{NewRecord, Record, RecordId, Tombstone};
+use crate::record::{Millis, NewRecord, Record, RecordId, Tombstone};
 use crate::runner::{shell, Shared};
 use crate::sink::Sink;
 use crate::state::State;
@@ -234,6 +234,29 @@ impl Outbox {
             });
         }
         self.notify();
+    }
+
+    /// The time on this outbox's clock, the one its runner schedules with (the server's, for a
+    /// PostgreSQL fleet that shares its clock): the `now` to give a store's in-transaction
+    /// enqueue, so those records are due on the runner's clock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use outbox_core::{sink_fn, Outbox, Outcome, Record, TokioClock};
+    ///
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let outbox = Outbox::builder(Arc::new(outbox_memory::MemoryStore::new()), sink)
+    ///     .clock(Arc::new(TokioClock::starting_at(1_700_000_000_000)))
+    ///     .start()
+    ///     .await?;
+    /// assert!(outbox.now() >= 1_700_000_000_000);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn now(&self) -> Millis {
+        self.shared.now()
     }
 
     /// Wakes the runner. A transaction of your own that enqueued through a store's

@@ -176,7 +176,7 @@ impl PgStore {
     /// let tx = client.transaction().await.map_err(outbox_core::Error::backend)?;
     /// tx.execute("UPDATE orders SET state = 'paid' WHERE id = 7", &[]).await.map_err(outbox_core::Error::backend)?;
     /// let record = NewRecord::new(b"{\"paid\":7}".to_vec()).in_group("order-7");
-    /// let pending = store.enqueue_pending(&tx, vec![record], store.clock().now()).await?;
+    /// let pending = store.enqueue_pending(&tx, vec![record], outbox.now()).await?;
     /// // Commits, then sends `Enqueued` and wakes the runner: no `notify()`.
     /// pending.commit(tx, &outbox).await?;
     /// # Ok(())

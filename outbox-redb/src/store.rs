@@ -270,7 +270,7 @@ impl RedbStore {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use outbox_core::{sink_fn, Clock, NewRecord, Outbox, Outcome, Record, SystemClock};
+    /// use outbox_core::{sink_fn, NewRecord, Outbox, Outcome, Record};
     /// use outbox_redb::{RedbConfig, RedbStore};
     /// use redb::TableDefinition;
     ///
@@ -284,7 +284,7 @@ impl RedbStore {
     /// let txn = store.database().expect("opened for writing").begin_write()?;
     /// txn.open_table(NOTES)?.insert(1, "renamed")?;
     /// let record = NewRecord::new(b"rename #1".to_vec()).in_group("note-1");
-    /// let pending = store.enqueue_pending(&txn, vec![record], SystemClock.now())?;
+    /// let pending = store.enqueue_pending(&txn, vec![record], outbox.now())?;
     /// // Commits, then sends `Enqueued` and wakes the runner: no `notify()`.
     /// pending.commit(txn, &outbox)?;
     ///

@@ -331,7 +331,7 @@ impl SqliteStore {
     /// # async fn main() -> outbox_core::Result<()> {
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use outbox_core::{sink_fn, Clock, NewRecord, Outbox, Outcome, Record, SystemClock};
+    /// use outbox_core::{sink_fn, NewRecord, Outbox, Outcome, Record};
     /// use outbox_sqlite::{SqliteConfig, SqliteStore};
     ///
     /// let dir = tempfile::tempdir().unwrap();
@@ -346,7 +346,7 @@ impl SqliteStore {
     /// let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).unwrap();
     /// tx.execute("INSERT INTO docs (title) VALUES ('draft')", []).unwrap();
     /// let record = NewRecord::new(b"create doc".to_vec()).in_group("doc-1");
-    /// let pending = store.enqueue_pending(&tx, vec![record], SystemClock.now())?;
+    /// let pending = store.enqueue_pending(&tx, vec![record], outbox.now())?;
     /// // Commits, then sends `Enqueued` and wakes the runner: no `notify()`.
     /// pending.commit(tx, &outbox)?;
     ///
