@@ -63,7 +63,7 @@ pub use clock::{Clock, ManualClock, SteppedClock, SystemClock, TokioClock};
 pub use config::RunnerConfig;
 pub use error::{BoxError, Error, Result};
 pub use event::Event;
-pub use handle::{Notifier, Outbox, OutboxBuilder};
+pub use handle::{Notifier, Outbox, OutboxBuilder, Uncommitted};
 pub use layer::{Entered, Operation, StoreLayer};
 pub use link::LinkState;
 pub use machine::{Change, Guard, Step, Transition};

@@ -1,7 +1,7 @@
 //! [`PendingEnqueue`]: records enqueued inside the caller's transaction, announced to the
 //! runner once that transaction commits.
 
-use outbox_core::{Enqueued, Outbox, RecordId, Result};
+use outbox_core::{Enqueued, Outbox, Result, Uncommitted};
 use tokio_postgres::Transaction;
 
 use crate::error::pg;
@@ -16,30 +16,19 @@ use crate::error::pg;
 /// fails, or the transaction is rolled back or dropped instead, nothing is announced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use = "commit the transaction with `PendingEnqueue::commit`, or no event is sent and the runner is not woken"]
-pub struct PendingEnqueue {
-    enqueued: Enqueued,
-    groups: Vec<Option<String>>,
+pub struct PendingEnqueue(Uncommitted);
+
+/// The ids, which replaced an earlier write, and the groups: see [`Uncommitted`].
+impl std::ops::Deref for PendingEnqueue {
+    type Target = Uncommitted;
+    fn deref(&self) -> &Uncommitted {
+        &self.0
+    }
 }
 
 impl PendingEnqueue {
     pub(crate) fn new(enqueued: Enqueued, groups: Vec<Option<String>>) -> Self {
-        PendingEnqueue { enqueued, groups }
-    }
-
-    /// The ids the records will have once committed, in the batch's order (to store beside
-    /// your business row, say).
-    pub fn ids(&self) -> &[RecordId] {
-        &self.enqueued.ids
-    }
-
-    /// The ids, and which records replaced an earlier waiting write.
-    pub fn enqueued(&self) -> &Enqueued {
-        &self.enqueued
-    }
-
-    /// The group of each record, in the batch's order.
-    pub fn groups(&self) -> &[Option<String>] {
-        &self.groups
+        PendingEnqueue(Uncommitted::new(enqueued, groups))
     }
 
     /// Commits `tx`, the transaction the records were enqueued in, then announces them
@@ -53,7 +42,6 @@ impl PendingEnqueue {
     /// wake-up.
     pub async fn commit(self, tx: Transaction<'_>, outbox: &Outbox) -> Result<Enqueued> {
         tx.commit().await.map_err(pg)?;
-        outbox.committed(&self.enqueued, &self.groups);
-        Ok(self.enqueued)
+        Ok(self.0.announce(outbox))
     }
 }

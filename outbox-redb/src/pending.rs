@@ -1,7 +1,7 @@
 //! [`PendingEnqueue`]: records enqueued inside the caller's transaction, announced to the
 //! runner once that transaction commits.
 
-use outbox_core::{Enqueued, Outbox, RecordId, Result};
+use outbox_core::{Enqueued, Outbox, Result, Uncommitted};
 use redb::WriteTransaction;
 
 use crate::error::from_redb;
@@ -16,30 +16,19 @@ use crate::error::from_redb;
 /// fails, or the transaction is aborted or dropped instead, nothing is announced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use = "commit the transaction with `PendingEnqueue::commit`, or no event is sent and the runner is not woken"]
-pub struct PendingEnqueue {
-    enqueued: Enqueued,
-    groups: Vec<Option<String>>,
+pub struct PendingEnqueue(Uncommitted);
+
+/// The ids, which replaced an earlier write, and the groups: see [`Uncommitted`].
+impl std::ops::Deref for PendingEnqueue {
+    type Target = Uncommitted;
+    fn deref(&self) -> &Uncommitted {
+        &self.0
+    }
 }
 
 impl PendingEnqueue {
     pub(crate) fn new(enqueued: Enqueued, groups: Vec<Option<String>>) -> Self {
-        PendingEnqueue { enqueued, groups }
-    }
-
-    /// The ids the records will have once committed, in the batch's order (to store beside
-    /// your business row, say).
-    pub fn ids(&self) -> &[RecordId] {
-        &self.enqueued.ids
-    }
-
-    /// The ids, and which records replaced an earlier waiting write.
-    pub fn enqueued(&self) -> &Enqueued {
-        &self.enqueued
-    }
-
-    /// The group of each record, in the batch's order.
-    pub fn groups(&self) -> &[Option<String>] {
-        &self.groups
+        PendingEnqueue(Uncommitted::new(enqueued, groups))
     }
 
     /// Commits `txn`, the transaction the records were enqueued in (with the durability you
@@ -50,7 +39,6 @@ impl PendingEnqueue {
     /// like the rest of your transaction.
     pub fn commit(self, txn: WriteTransaction, outbox: &Outbox) -> Result<Enqueued> {
         txn.commit().map_err(from_redb)?;
-        outbox.committed(&self.enqueued, &self.groups);
-        Ok(self.enqueued)
+        Ok(self.0.announce(outbox))
     }
 }
