@@ -101,6 +101,8 @@ macro_rules! __with_scenarios {
                 "the wall clock set back a day while a record waits: retried within its wait";
             store runner_step_back_across_restart () 60
                 "the same across a restart: the wait it was given, counted from the start";
+            store runner_coalescing_during_a_drain () 60
+                "30 edits of one note while deliveries take 300 ms: sent in order, the last one last, each sent or merged, none joined to a delivery under way";
             store runner_stale_parked () 60
                 "with `max_age` 3 days a record created 4 days ago is parked as stale, not sent; a retry sends it";
             store runner_halt_survives_restart () 60

@@ -66,7 +66,8 @@ pub use runner::{
 pub use stats::stats_exact;
 pub use writes::{
     coalescing_leaves_in_flight_alone, coalescing_replaces_in_place,
-    coalescing_under_concurrent_enqueue, runner_stale_parked, writes_survive_restart,
+    coalescing_under_concurrent_enqueue, runner_coalescing_during_a_drain, runner_stale_parked,
+    writes_survive_restart,
 };
 
 pub use crate::crash::{

@@ -12,6 +12,7 @@ use super::{claim, fresh, get, ids, report, T0};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, skip_unless, waiting_for, Capability, Failure};
 use crate::harness::{ScenarioResult, Verdict};
+use crate::sink::Reply;
 
 const DAY: u64 = 86_400_000;
 
@@ -379,6 +380,64 @@ pub async fn runner_stale_parked(backend: &dyn Backend) -> ScenarioResult {
     rig.until("the retried stale record delivered", |s| s.delivered == 2)
         .await?;
     ensure_eq(sink.deliveries().len(), 2, "sent once after the retry")?;
+    rig.stop().await?;
+    Ok(Verdict::Passed)
+}
+
+/// Coalescing during a drain, through the runner: thirty edits of one note arrive one every
+/// 100 ms while each delivery takes 300 ms. An edit never joins the delivery under way: the
+/// sink sees edits in the order they were made, ending with the last one, and every edit is
+/// either sent or counted as merged.
+pub async fn runner_coalescing_during_a_drain(backend: &dyn Backend) -> ScenarioResult {
+    let (store, clock, sink) = paused_setup(backend).await?;
+    sink.otherwise(Reply::Slow {
+        after: Duration::from_millis(300),
+    });
+    let mut rig = Rig::start(
+        store,
+        sink.clone(),
+        clock,
+        policy(Jitter::None, 3),
+        config(32, 4),
+    )
+    .await?;
+    const EDITS: u64 = 30;
+    for n in 0..EDITS {
+        rig.outbox
+            .enqueue(edit(&format!("{n}"), "note", "1"))
+            .await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stats = rig
+        .until("every edit sent or merged", |s| {
+            s.pending + s.retrying + s.in_flight == 0
+        })
+        .await?;
+    let sent: Vec<u64> = sink
+        .deliveries()
+        .iter()
+        .map(|d| {
+            String::from_utf8_lossy(&d.payload)
+                .parse()
+                .unwrap_or(u64::MAX)
+        })
+        .collect();
+    ensure(sent.windows(2).all(|w| w[0] < w[1]), || {
+        format!("edits sent in the order they were made: {sent:?}")
+    })?;
+    ensure_eq(
+        sent.last().copied(),
+        Some(EDITS - 1),
+        "the last edit is sent",
+    )?;
+    ensure_eq(
+        (stats.delivered, stats.superseded),
+        (sent.len() as u64, EDITS - sent.len() as u64),
+        "every edit sent or merged",
+    )?;
+    ensure(sent.len() > 1 && stats.superseded > 0, || {
+        format!("edits both sent during the drain and merged: {sent:?}")
+    })?;
     rig.stop().await?;
     Ok(Verdict::Passed)
 }

@@ -344,6 +344,7 @@ pub(crate) const MUTANTS: &[Mutant] = &[
             "coalescing_leaves_in_flight_alone",
             "coalescing_under_concurrent_enqueue",
             "writes_survive_restart",
+            "runner_coalescing_during_a_drain",
         ],
         kind: Kind::NeverCoalesces,
     },
@@ -356,7 +357,10 @@ pub(crate) const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "coalesces_in_flight",
         bug: "a write whose key is in flight is merged into it (and so never sent)",
-        meant_for: &["coalescing_leaves_in_flight_alone"],
+        meant_for: &[
+            "coalescing_leaves_in_flight_alone",
+            "runner_coalescing_during_a_drain",
+        ],
         kind: Kind::CoalescesIntoInFlight,
     },
     Mutant {
