@@ -185,7 +185,7 @@ impl Outcome {
     }
 }
 
-/// What a 409 means for one record.
+/// What a conflict (409, or a failed precondition, 412) means for one record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConflictResolution {
     /// The server already has this write: count it delivered.
@@ -198,12 +198,30 @@ pub enum ConflictResolution {
     NeedsAttention,
 }
 
-/// Decides what a conflict (409) means. Any `Fn(&Record, &str) -> ConflictResolution` is one.
+/// Decides what a conflict means. Any `Fn(&Record, &str) -> ConflictResolution` is one.
+///
+/// Two kinds of conflict reach it: a 409 (`detail` starts with `HTTP 409` from `HttpSink`),
+/// and a failed precondition, a 412 (`HTTP 412 precondition failed`), for a record made
+/// against a version ([`Record::expected_version`] is set) that the server's entity has moved
+/// past. A 412 means the server did **not** take the write: never answer it with
+/// [`ConflictResolution::AlreadyDelivered`], or the local edit is gone without a trace.
 ///
 /// ```
-/// use outbox_core::{ConflictResolution, ConflictResolver, ParkOnConflict, Record, RecordId};
+/// use outbox_core::{ConflictResolution, ConflictResolver, NewRecord, ParkOnConflict, Record, RecordId};
 /// let record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
 /// assert_eq!(ParkOnConflict.resolve(&record, "409"), ConflictResolution::NeedsAttention);
+///
+/// // "Already there" for a duplicate create, a person for a stale edit.
+/// let resolver = |record: &Record, detail: &str| {
+///     if record.expected_version.is_some() || detail.starts_with("HTTP 412") {
+///         ConflictResolution::NeedsAttention
+///     } else {
+///         ConflictResolution::AlreadyDelivered
+///     }
+/// };
+/// let stale = Record::enqueued(RecordId(2), NewRecord::new(vec![]).expecting("3"), 0);
+/// assert_eq!(resolver.resolve(&stale, "HTTP 412 precondition failed"), ConflictResolution::NeedsAttention);
+/// assert_eq!(resolver.resolve(&record, "HTTP 409"), ConflictResolution::AlreadyDelivered);
 /// ```
 pub trait ConflictResolver: Send + Sync {
     /// The resolution for `record`, given the server's `detail`.
