@@ -75,6 +75,12 @@ struct Written<'a> {
 }
 
 fn encode_parts(record: &Record, written: Written<'_>) -> Vec<u8> {
+    encode_layout(record, written, RECORD_LAYOUT)
+}
+
+/// Writes `record` in `layout`, field by field as [`decode_record`] reads it: layout 1 has no
+/// `unanswered` and `interrupted`, layouts 1 and 2 no expected version and coalescing key.
+fn encode_layout(record: &Record, written: Written<'_>, layout: u8) -> Vec<u8> {
     let Written {
         key,
         payload,
@@ -88,12 +94,14 @@ fn encode_parts(record: &Record, written: Written<'_>) -> Vec<u8> {
             + expected_version.map_or(0, str::len)
             + replaces.map_or(0, str::len),
     ));
-    out.u8(RECORD_LAYOUT);
+    out.u8(layout);
     out.u64(record.created_at);
     out.u8(record.state.code());
     out.u32(record.attempts);
-    out.u32(record.unanswered);
-    out.u32(record.interrupted);
+    if layout >= 2 {
+        out.u32(record.unanswered);
+        out.u32(record.interrupted);
+    }
     out.opt_u64(record.last_attempt_at);
     out.opt_u64(record.next_attempt_at);
     out.opt_str(record.last_error.as_deref());
@@ -106,8 +114,10 @@ fn encode_parts(record: &Record, written: Written<'_>) -> Vec<u8> {
         None => out.u8(0),
     }
     out.opt_str(record.group.as_deref());
-    out.opt_str(expected_version);
-    out.opt_str(replaces);
+    if layout >= 3 {
+        out.opt_str(expected_version);
+        out.opt_str(replaces);
+    }
     out.bytes(key.as_bytes());
     out.bytes(payload);
     out.0
@@ -135,58 +145,17 @@ pub(crate) fn decode_halt(bytes: &[u8]) -> Result<Halt, Error> {
     Ok(Halt { reason, since })
 }
 
-/// Encodes a record in layout 1, as schema version 1 wrote it (`unanswered` and `interrupted`
-/// are not stored).
+/// Encodes a record in an earlier `layout` (1: schema version 1; 2: schema versions 2 and 3),
+/// as those versions wrote it, for the migration tests.
 #[cfg(test)]
-pub(crate) fn encode_record_v1(record: &Record) -> Vec<u8> {
-    let mut out = Writer(Vec::new());
-    out.u8(1);
-    out.u64(record.created_at);
-    out.u8(record.state.code());
-    out.u32(record.attempts);
-    out.opt_u64(record.last_attempt_at);
-    out.opt_u64(record.next_attempt_at);
-    out.opt_str(record.last_error.as_deref());
-    match record.lease {
-        Some(lease) => {
-            out.u8(1);
-            out.u64(lease.token);
-            out.u64(lease.until);
-        }
-        None => out.u8(0),
-    }
-    out.opt_str(record.group.as_deref());
-    out.bytes(record.key.as_bytes());
-    out.bytes(&record.payload);
-    out.0
-}
-
-/// Encodes a record in layout 2, as schema versions 2 and 3 wrote it (no expected version, no
-/// coalescing key).
-#[cfg(test)]
-pub(crate) fn encode_record_v2(record: &Record) -> Vec<u8> {
-    let mut out = Writer(Vec::new());
-    out.u8(2);
-    out.u64(record.created_at);
-    out.u8(record.state.code());
-    out.u32(record.attempts);
-    out.u32(record.unanswered);
-    out.u32(record.interrupted);
-    out.opt_u64(record.last_attempt_at);
-    out.opt_u64(record.next_attempt_at);
-    out.opt_str(record.last_error.as_deref());
-    match record.lease {
-        Some(lease) => {
-            out.u8(1);
-            out.u64(lease.token);
-            out.u64(lease.until);
-        }
-        None => out.u8(0),
-    }
-    out.opt_str(record.group.as_deref());
-    out.bytes(record.key.as_bytes());
-    out.bytes(&record.payload);
-    out.0
+pub(crate) fn encode_record_as(record: &Record, layout: u8) -> Vec<u8> {
+    let written = Written {
+        key: &record.key,
+        payload: &record.payload,
+        expected_version: record.expected_version.as_deref(),
+        replaces: record.replaces.as_deref(),
+    };
+    encode_layout(record, written, layout)
 }
 
 /// Decodes a record of any known layout; damaged bytes give [`Error::Corrupted`].
@@ -431,7 +400,7 @@ mod tests {
     #[test]
     fn layout_one_reads_with_zero_new_counters() {
         let record = sample();
-        let decoded = decode_record(9, &encode_record_v1(&record)).ok();
+        let decoded = decode_record(9, &encode_record_as(&record, 1)).ok();
         let expected = Record {
             unanswered: 0,
             interrupted: 0,
@@ -445,7 +414,7 @@ mod tests {
     #[test]
     fn layout_two_reads_without_version_or_coalescing_key() {
         let record = sample();
-        let decoded = decode_record(9, &encode_record_v2(&record)).ok();
+        let decoded = decode_record(9, &encode_record_as(&record, 2)).ok();
         let expected = Record {
             expected_version: None,
             replaces: None,
