@@ -11,6 +11,7 @@ use outbox_core::{
     TokioClock,
 };
 use outbox_sqlite::{SqliteConfig, SqliteStore};
+use outbox_testkit::WakeOnlyRunner;
 use rusqlite::Connection;
 use tokio::sync::{broadcast, mpsc};
 
@@ -104,38 +105,10 @@ async fn a_record_enqueued_in_the_callers_transaction_is_delivered_after_notify(
         .expect("shutdown");
 }
 
-/// A runner on the paused clock with no safety poll, fed through `store`: only a wake-up
-/// makes it deliver. Returns the handle, its events from the start, and the sink's deliveries.
-async fn quiet_runner(
-    store: &Arc<SqliteStore>,
-    clock: TokioClock,
-) -> (
-    Outbox,
-    broadcast::Receiver<Event>,
-    mpsc::UnboundedReceiver<Record>,
-) {
-    let (delivered, deliveries) = mpsc::unbounded_channel::<Record>();
-    let sink = sink_fn(move |record: Record| {
-        let delivered = delivered.clone();
-        async move {
-            let _ = delivered.send(record);
-            Outcome::Delivered
-        }
-    });
+/// The runner the checks use, on the paused clock, fed through `store`.
+async fn wake_only(store: &Arc<SqliteStore>, clock: TokioClock) -> WakeOnlyRunner {
     let held: Arc<dyn Store> = outbox_testkit::PausedClockStore::wrap(store.clone());
-    let outbox = Outbox::builder(held, sink)
-        .clock(Arc::new(clock))
-        .config(RunnerConfig {
-            safety_poll: None,
-            ..RunnerConfig::default()
-        })
-        .start()
-        .await
-        .expect("start");
-    let events = outbox.events();
-    // On the paused clock this returns once the runner has gone idle, asleep until woken.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    (outbox, events, deliveries)
+    WakeOnlyRunner::start(held, Arc::new(clock)).await
 }
 
 /// The application's connection, with a business table whose rows must name an existing
@@ -158,15 +131,6 @@ fn app_connection(path: &std::path::Path) -> Connection {
     conn
 }
 
-/// The events sent so far, without waiting.
-fn drain(events: &mut broadcast::Receiver<Event>) -> Vec<Event> {
-    let mut seen = Vec::new();
-    while let Ok(event) = events.try_recv() {
-        seen.push(event);
-    }
-    seen
-}
-
 #[tokio::test(start_paused = true)]
 async fn committing_with_the_helper_announces_and_wakes_the_runner_without_notify() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -177,75 +141,23 @@ async fn committing_with_the_helper_announces_and_wakes_the_runner_without_notif
             .expect("create"),
     );
     let clock = TokioClock::starting_at(T0);
-    let (outbox, mut events, mut deliveries) = quiet_runner(&store, clock).await;
+    let mut runner = wake_only(&store, clock).await;
     let mut conn = app_connection(&path);
 
-    // One plain record and two edits of one title: the second edit replaces the first.
-    let edit = |title: &str| {
-        NewRecord::new(title.as_bytes().to_vec())
-            .in_group("doc-1")
-            .replacing("doc-1/title")
-    };
     let tx = conn.transaction().expect("begin");
     tx.execute("INSERT INTO docs (parent, title) VALUES (1, 'hello')", [])
         .expect("business write");
     let pending = store
-        .enqueue_pending(
-            &tx,
-            vec![
-                NewRecord::new(b"create hello".to_vec()),
-                edit("Plans"),
-                edit("Plans v2"),
-            ],
-            clock.now(),
-        )
+        .enqueue_pending(&tx, WakeOnlyRunner::batch("doc-1"), clock.now())
         .expect("enqueue pending");
     let ids = pending.ids().to_vec();
-    assert_eq!(ids[1], ids[2]);
-    assert!(drain(&mut events).is_empty(), "nothing before the commit");
-    let enqueued = pending.commit(tx, &outbox).expect("commit");
-    assert_eq!(enqueued.ids, ids);
-    assert_eq!(enqueued.superseded, vec![2]);
-
-    // The events are sent by the commit itself, before the runner has run.
-    assert_eq!(
-        drain(&mut events),
-        vec![
-            Event::Enqueued {
-                id: ids[0],
-                group: None
-            },
-            Event::Enqueued {
-                id: ids[1],
-                group: Some("doc-1".into())
-            },
-            Event::Superseded {
-                id: ids[1],
-                group: Some("doc-1".into())
-            },
-        ]
+    assert!(
+        runner.events_so_far().is_empty(),
+        "nothing before the commit"
     );
-    // No notify() and no poll: the commit's wake-up alone delivers both records.
-    let mut payloads = Vec::new();
-    for _ in 0..2 {
-        let delivered = tokio::time::timeout(Duration::from_secs(3_600), deliveries.recv())
-            .await
-            .expect("a delivery woken by the commit")
-            .expect("the sink is alive");
-        payloads.push(delivered.payload);
-    }
-    payloads.sort();
-    assert_eq!(
-        payloads,
-        vec![b"Plans v2".to_vec(), b"create hello".to_vec()]
-    );
-    outbox.flush(Duration::from_secs(60)).await.expect("flush");
-    let stats = outbox.stats().await.expect("stats");
-    assert_eq!((stats.delivered, stats.undelivered()), (2, 0));
-    outbox
-        .shutdown(Duration::from_secs(5))
-        .await
-        .expect("shutdown");
+    let enqueued = pending.commit(tx, &runner.outbox).expect("commit");
+    runner.expect_announced(&ids, &enqueued, "doc-1").await;
+    runner.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -258,7 +170,7 @@ async fn a_rolled_back_or_failed_commit_announces_nothing() {
             .expect("create"),
     );
     let clock = TokioClock::starting_at(T0);
-    let (outbox, mut events, mut deliveries) = quiet_runner(&store, clock).await;
+    let mut runner = wake_only(&store, clock).await;
     let mut conn = app_connection(&path);
 
     // Rolled back: the pending enqueue is never committed.
@@ -278,19 +190,17 @@ async fn a_rolled_back_or_failed_commit_announces_nothing() {
         .enqueue_pending(&tx, vec![NewRecord::new(b"refused".to_vec())], clock.now())
         .expect("enqueue pending");
     let refused = pending.ids()[0];
-    assert!(pending.commit(tx, &outbox).is_err(), "the commit fails");
+    assert!(
+        pending.commit(tx, &runner.outbox).is_err(),
+        "the commit fails"
+    );
 
-    tokio::time::sleep(Duration::from_secs(3_600)).await;
-    assert!(drain(&mut events).is_empty(), "no event for either");
-    assert!(deliveries.try_recv().is_err(), "nothing delivered");
+    runner.expect_nothing_announced().await;
     assert!(store.get(rolled_back).await.expect("get").is_none());
     assert!(store.get(refused).await.expect("get").is_none());
     let docs: i64 = conn
         .query_row("SELECT count(*) FROM docs", [], |row| row.get(0))
         .expect("count");
     assert_eq!(docs, 0);
-    outbox
-        .shutdown(Duration::from_secs(5))
-        .await
-        .expect("shutdown");
+    runner.shutdown().await;
 }

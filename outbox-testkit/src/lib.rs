@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod committed;
 pub mod crash;
 pub mod files;
 pub mod harness;
@@ -14,6 +15,7 @@ pub mod skip;
 mod macros;
 
 pub use backend::{Backend, Capabilities};
+pub use committed::WakeOnlyRunner;
 pub use files::{FileStore, Files};
 pub use harness::{
     run_scenario, skip_unless, Capability, Failure, Scenario, ScenarioResult, Verdict,
