@@ -466,6 +466,29 @@ pub struct Progress {
     pub last_error: Option<String>,
 }
 
+impl Progress {
+    /// What a requeue writes ([`Change::Requeue`](crate::Change::Requeue)): pending and due
+    /// at `at` with a fresh budget: no attempts, no unanswered or interrupted deliveries, no
+    /// last attempt and no last error. The one definition every store applies.
+    ///
+    /// ```
+    /// use outbox_core::{Progress, State};
+    /// let p = Progress::requeued(5_000);
+    /// assert_eq!((p.state, p.attempts, p.next_attempt_at, p.last_error), (State::Pending, 0, Some(5_000), None));
+    /// ```
+    pub fn requeued(at: Millis) -> Progress {
+        Progress {
+            state: State::Pending,
+            attempts: 0,
+            unanswered: 0,
+            interrupted: 0,
+            last_attempt_at: None,
+            next_attempt_at: Some(at),
+            last_error: None,
+        }
+    }
+}
+
 /// What stays of a discarded record until it is pruned.
 ///
 /// ```

@@ -25,8 +25,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Record,
-    RecordId, Result, Round, State, Stats, Store, Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
+    Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Progress,
+    Record, RecordId, Result, Round, State, Stats, Store, Tombstone, Transition,
+    DEFAULT_MAX_PAYLOAD,
 };
 
 /// The in-memory store. Cheap to create; all state sits behind one mutex.
@@ -284,7 +285,7 @@ impl Inner {
                     return false;
                 }
                 let group = record.group.clone();
-                let fresh = Record::fresh(id, None, vec![], String::new(), at).progress();
+                let fresh = Progress::requeued(at);
                 self.unindex(id);
                 if let Some(record) = self.records.get_mut(&id) {
                     record.set_progress(fresh);

@@ -96,7 +96,7 @@ impl Plan {
                     }
                     // A fresh budget, due at `at`; id, payload, key, group and creation time
                     // stay.
-                    let fresh = Record::fresh(id, None, Vec::new(), String::new(), at).progress();
+                    let fresh = Progress::requeued(at);
                     record.set_progress(fresh.clone());
                     Op::Update(fresh)
                 }

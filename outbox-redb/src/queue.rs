@@ -7,7 +7,7 @@
 
 use outbox_core::{
     Applied, Change, Claim, Enqueued, Error, Guard, Halt, Lease, ListQuery, Millis, NewRecord,
-    Record, RecordId, Result, State, Stats, Tombstone, Transition,
+    Progress, Record, RecordId, Result, State, Stats, Tombstone, Transition,
 };
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction,
@@ -428,8 +428,7 @@ impl<'t> Tables<'t> {
                 }
                 self.changed = true;
                 self.unindex(&record)?;
-                let fresh = Record::fresh(*id, None, Vec::new(), String::new(), *at).progress();
-                record.set_progress(fresh);
+                record.set_progress(Progress::requeued(*at));
                 self.put(&record)?;
                 self.index(&record)?;
                 // The head it displaces waits behind it again.

@@ -9,9 +9,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use outbox_core::{
-    Applied, Change, Claim, Record, RecordId, Result, Round, State, Tombstone, Transition,
+    Applied, Change, Claim, Progress, Record, RecordId, Result, Round, State, Tombstone, Transition,
 };
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 
 use crate::error::db;
 use crate::json::{json_ids, json_number, json_text, json_texts};
@@ -48,8 +48,6 @@ struct Batch {
     changed: BTreeSet<RecordId>,
     /// Rows of the file to delete.
     deleted: BTreeSet<RecordId>,
-    /// New rows (requeued records).
-    inserted: BTreeSet<RecordId>,
     /// Groups that lost or gained a member: their heads may have changed.
     groups: BTreeSet<String>,
     /// Groups a requeued record joined again: their former head must stop being claimable.
@@ -96,9 +94,7 @@ impl Batch {
     fn remove(&mut self, id: RecordId) -> Option<Entry> {
         let entry = self.rows.get_mut(&id)?.take()?;
         self.changed.remove(&id);
-        if !self.inserted.remove(&id) {
-            self.deleted.insert(id);
-        }
+        self.deleted.insert(id);
         if entry.member {
             if let Some(group) = &entry.record.group {
                 self.groups.insert(group.clone());
@@ -152,15 +148,12 @@ impl Batch {
                         return Ok(None);
                     }
                 }
-                let fresh = Record::fresh(id, None, Vec::new(), String::new(), at).progress();
-                entry.record.set_progress(fresh);
+                entry.record.set_progress(Progress::requeued(at));
                 entry.member = entry.record.group.is_some();
                 let group = entry.record.group.clone();
                 self.groups.extend(group.clone());
                 self.rejoined.extend(group);
-                if !self.inserted.contains(&id) {
-                    self.changed.insert(id);
-                }
+                self.changed.insert(id);
             }
             Change::Update(progress) => {
                 entry.record.set_progress(progress);
@@ -171,9 +164,7 @@ impl Batch {
                 }
                 let group = left.then(|| entry.record.group.clone()).flatten();
                 self.groups.extend(group);
-                if !self.inserted.contains(&id) {
-                    self.changed.insert(id);
-                }
+                self.changed.insert(id);
             }
         }
         Ok(Some(id))
@@ -197,38 +188,6 @@ impl Batch {
         if !self.changed.is_empty() {
             rewrite(conn, self.entries(&self.changed))?;
         }
-        if !self.inserted.is_empty() {
-            let mut insert = conn
-                .prepare_cached(
-                    "INSERT INTO records (id, grp, payload, key, created_at, state, attempts, \
-                     unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, \
-                     member, expected_version, replaces) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-                )
-                .map_err(db)?;
-            // Requeues are a person's verb, a few at a time: one insert each.
-            for Entry { record: r, member } in self.entries(&self.inserted) {
-                insert
-                    .execute(params![
-                        ms(r.id.0),
-                        r.group,
-                        r.payload,
-                        r.key,
-                        ms(r.created_at),
-                        r.state.code(),
-                        r.attempts,
-                        r.unanswered,
-                        r.interrupted,
-                        r.last_attempt_at.map(ms),
-                        r.next_attempt_at.map(ms),
-                        r.last_error,
-                        member,
-                        r.expected_version,
-                        r.replaces,
-                    ])
-                    .map_err(db)?;
-            }
-        }
         if !self.tombstones.is_empty() {
             bury(conn, &self.tombstones)?;
         }
@@ -238,12 +197,7 @@ impl Batch {
                 .execute([count(self.delivered as usize)])
                 .map_err(db)?;
         }
-        let touched: Vec<i64> = self
-            .changed
-            .iter()
-            .chain(&self.inserted)
-            .map(|id| ms(id.0))
-            .collect();
+        let touched: Vec<i64> = self.changed.iter().map(|id| ms(id.0)).collect();
         if !touched.is_empty() || !self.groups.is_empty() {
             conn.prepare_cached(REFRESH_SQL)
                 .map_err(db)?
