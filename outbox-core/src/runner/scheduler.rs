@@ -215,6 +215,16 @@ struct Write {
     event: Option<Event>,
 }
 
+impl Write {
+    /// A claimed record given back without an attempt.
+    fn release(record: &Record) -> Self {
+        Write {
+            transition: machine::release(record),
+            event: None,
+        }
+    }
+}
+
 impl From<Step> for Write {
     fn from(step: Step) -> Self {
         Write {
@@ -611,13 +621,10 @@ impl Scheduler {
     fn cut_round(&mut self) {
         if let Some(round) = &mut self.round {
             round.cut_short = true;
-            let released = round.queue.drain(..).map(|r| Write {
-                transition: machine::release(&r),
-                event: None,
-            });
+            let released = round.queue.drain(..).map(|r| Write::release(&r));
             self.writes.extend(released);
-            if !self.writes.is_empty() && self.commit_at.is_none() {
-                self.commit_at = Some(self.now.mono.saturating_add(COMMIT_DELAY));
+            if !self.writes.is_empty() {
+                self.commit_soon();
             }
         }
     }
@@ -661,10 +668,7 @@ impl Scheduler {
         };
         let now = self.now.wall;
         let write = match report {
-            Report::Abandoned => Write {
-                transition: machine::release(&record),
-                event: None,
-            },
+            Report::Abandoned => Write::release(&record),
             Report::Panicked => {
                 self.actions
                     .push_back(Action::Log(Notice::SinkPanicked { id }));
@@ -703,10 +707,7 @@ impl Scheduler {
                 // Not the record's fault: nothing is spent, and only the first refusal
                 // halts (one event, one line); the others are released.
                 self.halt_now(id, reason);
-                Write {
-                    transition: machine::release(&record),
-                    event: None,
-                }
+                Write::release(&record)
             }
             Report::Outcome(outcome) => {
                 self.link_restored(Some(id));
@@ -761,9 +762,7 @@ impl Scheduler {
             }
         };
         self.writes.push(write);
-        if self.commit_at.is_none() {
-            self.commit_at = Some(self.now.mono.saturating_add(COMMIT_DELAY));
-        }
+        self.commit_soon();
     }
 
     fn done(&mut self, result: Result<IoDone, String>) {
@@ -845,6 +844,20 @@ impl Scheduler {
         self.empty_claims = 0;
         let limit = self.claim_limit();
         let full = claimed.len() >= limit;
+        // Records older than the age policy allows are parked, not sent: a person decides.
+        let (now, policy) = (self.now.wall, &self.policy);
+        let mut stale = Vec::new();
+        claimed.retain(|r| match machine::on_stale(r, policy, now) {
+            Some(step) => {
+                stale.push(Write::from(step));
+                false
+            }
+            None => true,
+        });
+        if !stale.is_empty() {
+            self.writes.extend(stale);
+            self.commit_soon();
+        }
         // A record whose delivery was interrupted goes alone, so that if it kills the process
         // again only it is charged, never the records claimed with it.
         let suspect = claimed
@@ -854,10 +867,7 @@ impl Scheduler {
         let solo = suspect.is_some();
         let queue: VecDeque<Record> = match suspect {
             Some(suspect) => {
-                self.writes.extend(claimed.iter().map(|r| Write {
-                    transition: machine::release(r),
-                    event: None,
-                }));
+                self.writes.extend(claimed.iter().map(Write::release));
                 VecDeque::from([suspect])
             }
             None => claimed.into(),
@@ -978,20 +988,19 @@ impl Scheduler {
             let Some(record) = round.queue.pop_front() else {
                 break;
             };
-            if let Some(step) = machine::on_stale(&record, &self.policy, self.now.wall) {
-                // Waited longer than the age policy allows: a person decides, not the sink.
-                self.writes.push(step.into());
-                if self.commit_at.is_none() {
-                    self.commit_at = Some(self.now.mono.saturating_add(COMMIT_DELAY));
-                }
-                continue;
-            }
             self.actions.push_back(Action::Emit(Event::Attempted {
                 id: record.id,
                 attempts: record.attempts,
             }));
-            self.actions.push_back(Action::Deliver(record.clone()));
-            round.running.insert(record.id, record);
+            // The payload travels with the delivery only: the scheduler decides on the
+            // record's schedule and counters, never on its bytes.
+            let mut held = record;
+            let payload = std::mem::take(&mut held.payload);
+            self.actions.push_back(Action::Deliver(Record {
+                payload,
+                ..held.clone()
+            }));
+            round.running.insert(held.id, held);
         }
         if !self.actions.is_empty() {
             return;
@@ -1014,6 +1023,13 @@ impl Scheduler {
             // Deliveries are still running: record what is known so far.
             self.commit_at = None;
             self.write(None);
+        }
+    }
+
+    /// Writes what is waiting within the commit delay, unless a commit is due already.
+    fn commit_soon(&mut self) {
+        if self.commit_at.is_none() {
+            self.commit_at = Some(self.now.mono.saturating_add(COMMIT_DELAY));
         }
     }
 
