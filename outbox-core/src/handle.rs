@@ -632,7 +632,7 @@ impl Uncommitted {
     /// Announces the records through `outbox` ([`Outbox::committed`]): call it once their
     /// transaction has committed. Returns what was enqueued.
     pub fn announce(self, outbox: &Outbox) -> Enqueued {
-        outbox.committed(&self.enqueued, &self.groups);
+        outbox.announce(&self.enqueued, self.groups);
         self.enqueued
     }
 }
