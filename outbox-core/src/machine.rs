@@ -146,6 +146,12 @@ fn previous_delay(record: &Record) -> Option<Duration> {
 /// assert_eq!(step.event, Event::Parked { id: RecordId(1), reason: "stale: created 4 days ago".into() });
 /// let Change::Update(p) = step.transition.change else { unreachable!() };
 /// assert_eq!((p.state, p.attempts, p.last_attempt_at), (State::NeedsAttention, 0, Some(4 * DAY)));
+///
+/// // A person retried it and it failed again: it is not parked for its age a second time.
+/// let mut retried = record.clone();
+/// retried.set_progress(p);
+/// retried.state = State::Retrying;
+/// assert!(machine::on_stale(&retried, &policy, 5 * DAY).is_none());
 /// ```
 pub fn on_stale(record: &Record, policy: &RetryPolicy, now: Millis) -> Option<Step> {
     let stale_at = record

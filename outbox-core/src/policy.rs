@@ -313,13 +313,17 @@ impl RetryPolicy {
         self
     }
 
-    /// Sets the age policy (see [`RetryPolicy::max_age`]).
+    /// Sets the age policy (see [`RetryPolicy::max_age`]). Zero is refused by
+    /// [`RetryPolicy::validate`]: it would park every record.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use outbox_core::RetryPolicy;
+    /// use outbox_core::{Error, RetryPolicy};
     /// let policy = RetryPolicy::default().with_max_age(Duration::from_secs(3 * 86_400));
     /// assert_eq!(policy.max_age, Some(Duration::from_secs(259_200)));
+    /// assert!(policy.validate().is_ok());
+    /// let zero = RetryPolicy::default().with_max_age(Duration::ZERO);
+    /// assert!(matches!(zero.validate(), Err(Error::InvalidConfig(_))));
     /// ```
     pub fn with_max_age(mut self, max_age: Duration) -> Self {
         self.max_age = Some(max_age);
