@@ -8,6 +8,8 @@
 //! - [`bare`]: rusqlite, redb and tokio-postgres driven directly, with the same durability
 //!   settings;
 //! - [`pg`]: the PostgreSQL server, a schema per run, and the drain with 1, 2 and 4 runners;
+//! - [`measure`]: the one-shot measurements of the `measure` program, one workload on one
+//!   store named on its command line;
 //! - [`workload`]: enqueue (one at a time, concurrent producers, batches), the end-to-end
 //!   drain, and "what is due" over a backlog of records that are not yet due;
 //! - [`paired`]: store and bare engine in alternating blocks, for ratios that survive a noisy
@@ -36,6 +38,7 @@
 
 pub mod bare;
 mod error;
+pub mod measure;
 pub mod paired;
 pub mod pg;
 pub mod plan;
