@@ -244,9 +244,11 @@ pub fn report(params: &Params, runs: &[Run], chart: &str, timing: Option<&str>) 
          - What the runner does with each answer decides the shape of the load: a no-answer \
          takes the device's link down, and one record then probes on the backoff while the \
          others wait; a 429 with `Retry-After` holds the whole device: its round stops and \
-         nothing more is sent until the `Retry-After` (never below the local schedule) has \
-         passed; a device coming online, or a probe answered, makes the records that waited \
-         for the link due at once.\n",
+         nothing more is sent until the `Retry-After`, spread by up to half of itself and never \
+         below the local schedule, has passed; the device then sends one request, and widens \
+         to its concurrency as answers that do not ask it to wait come back; a device coming \
+         online, or a probe answered, makes the records that waited for the link due at \
+         once.\n",
     );
     out
 }
@@ -291,6 +293,33 @@ fn reading(params: &Params, runs: &[Run]) -> String {
             f.p99,
             thousands(f.delivered),
             thousands(f.parked),
+        );
+        // What no retry schedule can shape: the devices' first requests after the outage.
+        let cap = outbox_core::RetryPolicy::default().cap().as_secs_f64();
+        let probes = params.devices as f64 / (cap / 2.0);
+        let first = probes * f64::from(params.backlog);
+        let _ = writeln!(
+            out,
+            "- What limits it: each device learns that the server is back from its next probe, \
+             and after {} without an answer its probes come a full-jitter draw of the \
+             {} cap apart, {:.0} s on average: {} devices ÷ {:.0} s = {:.0} probes per second \
+             when the server returns. An answered probe makes the device's waiting backlog due \
+             at once (the link was at fault, not the records), so those first contacts alone \
+             ask for up to {} × {:.0} = {} requests per second, {:.2}× the capacity, \
+             falling as the last probes arrive; a `Retry-After` can only move what is refused \
+             into the seconds after. A server sized above that first demand, or a smaller \
+             backlog per device, is needed for any schedule that keeps the cap and releases a \
+             link-held backlog at once.",
+            span(ms(params.outage)),
+            span(cap as u64 * 1_000),
+            cap / 2.0,
+            thousands(params.devices as u64),
+            cap / 2.0,
+            probes,
+            params.backlog,
+            probes,
+            thousands(first.round() as u64),
+            first / f64::from(params.capacity.max(1)),
         );
     }
     for run in &runs[1..] {

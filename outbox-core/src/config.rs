@@ -13,7 +13,9 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// - `batch`: **32** records claimed per round: big enough to amortise a store transaction,
 ///   small enough that memory stays bounded whatever the backlog.
 /// - `concurrency`: **4** deliveries in flight: a few requests in parallel without flooding a
-///   server that has just come back.
+///   server that has just come back. After a server answers with `Retry-After`, the runner
+///   waits it out and then sends one request; each answer that does not ask it to wait again
+///   doubles that, up to `concurrency`.
 /// - `lease`: **30 s**, renewed every third of it while a delivery runs, so only a dead
 ///   process lets a lease expire.
 /// - `safety_poll`: **60 s**: the runner needs no polling to be correct; this slow poll

@@ -9,18 +9,20 @@ use crate::record::{Millis, Record};
 /// An HTTP-date is a time on the *server's* clock, so it is best read against the response's
 /// own `Date` header ([`RetryAfter::Date`]): a server whose clock is off by an hour then still
 /// gets the delay it meant. Only without a `Date` header is the date read on the local clock
-/// ([`RetryAfter::At`]). Both date forms are spread by up to 5 % of the delay, so a fleet told
-/// the same instant does not come back in the same instant.
+/// ([`RetryAfter::At`]). Every form is spread by up to half of the delay, never below it: a
+/// server that answers a crowd "429, `Retry-After: 30`" within one second would otherwise get
+/// the whole crowd back within one second, thirty seconds later, and again after that.
 ///
 /// ```
 /// use std::time::Duration;
 /// use outbox_core::RetryAfter;
 ///
 /// let mut rng = fastrand::Rng::with_seed(1);
-/// assert_eq!(RetryAfter::Delay(Duration::from_secs(2)).delay(1_000, &mut rng), Duration::from_secs(2));
+/// let d = RetryAfter::Delay(Duration::from_secs(2)).delay(1_000, &mut rng);
+/// assert!(d >= Duration::from_secs(2) && d <= Duration::from_secs(3));
 /// assert_eq!(RetryAfter::At(500).delay(1_000, &mut rng), Duration::ZERO); // a past date: now
 /// let d = RetryAfter::Date(Duration::from_secs(100)).delay(0, &mut rng);
-/// assert!(d >= Duration::from_secs(100) && d <= Duration::from_secs(105));
+/// assert!(d >= Duration::from_secs(100) && d <= Duration::from_secs(150));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RetryAfter {
@@ -33,18 +35,14 @@ pub enum RetryAfter {
 }
 
 impl RetryAfter {
-    /// The delay it asks for, counted from `now`: never negative, and for the date forms
-    /// spread by up to 5 % with `rng`.
+    /// The delay it asks for, counted from `now`: never negative, and spread by up to half of
+    /// itself with `rng` (one draw).
     pub fn delay(self, now: Millis, rng: &mut fastrand::Rng) -> Duration {
-        let mut spread = |delay: Duration| {
-            let ms = duration_ms(delay);
-            Duration::from_millis(ms.saturating_add(rng.u64(0..=ms / 20)))
+        let ms = match self {
+            RetryAfter::Delay(delay) | RetryAfter::Date(delay) => duration_ms(delay),
+            RetryAfter::At(at) => at.saturating_sub(now),
         };
-        match self {
-            RetryAfter::Delay(delay) => delay,
-            RetryAfter::Date(delay) => spread(delay),
-            RetryAfter::At(at) => spread(Duration::from_millis(at.saturating_sub(now))),
-        }
+        Duration::from_millis(ms.saturating_add(rng.u64(0..=ms / 2)))
     }
 }
 

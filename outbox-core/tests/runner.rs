@@ -502,7 +502,12 @@ async fn retry_after_wins_over_the_local_schedule() {
         .plan("a", vec![answer(later), answer(Outcome::Delivered)]);
     r.outbox.enqueue(rec("a")).await.unwrap();
     run_for(Duration::from_secs(30)).await;
-    assert_eq!(gaps(&r.sink.times("a")), [7_000]);
+    // The server's 7 s, spread by up to half of it (never below).
+    let gaps = gaps(&r.sink.times("a"));
+    assert!(
+        gaps.len() == 1 && (7_000..=10_500).contains(&gaps[0]),
+        "{gaps:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

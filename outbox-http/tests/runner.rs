@@ -164,8 +164,8 @@ async fn a_retry_after_date_is_read_on_the_servers_clock_whatever_its_skew() {
             (1_000..=3_000).contains(&wait),
             "skew {skew} ms: scheduled {wait} ms out"
         );
-        // It is the server's 2 s, spread by at most 5 %.
-        assert!((2_000..=2_100).contains(&(at - attempted)), "{skew}");
+        // It is the server's 2 s, spread by at most half.
+        assert!((2_000..=3_000).contains(&(at - attempted)), "{skew}");
 
         next(&mut events, |e| {
             matches!(e, Event::Delivered { .. }).then_some(())

@@ -344,6 +344,10 @@ pub struct Scheduler {
     /// A server's `Retry-After` holds the whole runner, not only its record: nothing is
     /// claimed before this wall-clock time.
     hold_until: Option<Millis>,
+    /// Deliveries allowed in flight at once: back to 1 after a server asked this client to
+    /// wait, doubled by every answer that does not ask it again, up to `concurrency`. A
+    /// device that was told "too many" tries one request before it sends its backlog.
+    window: usize,
     /// Claims in a row that found nothing, and when the next unasked claim may go.
     empty_claims: u32,
     quiet_until: Millis,
@@ -363,6 +367,7 @@ impl Scheduler {
         halt: Option<Halt>,
     ) -> Self {
         let lease_ms = duration_ms(config.lease);
+        let window = config.concurrency;
         Scheduler {
             poll_at: config
                 .safety_poll
@@ -398,6 +403,7 @@ impl Scheduler {
             store_failures: 0,
             retry_io_at: None,
             hold_until: None,
+            window,
             empty_claims: 0,
             quiet_until: 0,
             storm: Storm::default(),
@@ -711,6 +717,15 @@ impl Scheduler {
             }
             Report::Outcome(outcome) => {
                 self.link_restored(Some(id));
+                if !matches!(
+                    outcome,
+                    Outcome::Transient {
+                        retry_after: Some(_),
+                        ..
+                    }
+                ) {
+                    self.window = self.window.saturating_mul(2).min(self.config.concurrency);
+                }
                 if let Outcome::Rejected { reason } = &outcome {
                     let storm = self.storm.rejected(&record.group, reason);
                     let limit = self.config.rejection_storm as usize;
@@ -755,6 +770,7 @@ impl Scheduler {
                     // into the same refusal.
                     if let Some(at) = progress.next_attempt_at {
                         self.hold_until = Some(self.hold_until.map_or(at, |h| h.max(at)));
+                        self.window = 1;
                         self.cut_round();
                     }
                 }
@@ -984,7 +1000,7 @@ impl Scheduler {
             self.write(None);
             return;
         }
-        while !round.cut_short && round.running.len() < round.concurrency {
+        while !round.cut_short && round.running.len() < round.concurrency.min(self.window) {
             let Some(record) = round.queue.pop_front() else {
                 break;
             };
@@ -1644,9 +1660,75 @@ mod tests {
         // (At 30 s, one lease after the start, the runner looks for leases from the future.)
         s.handle(at(30_000), Input::Timer);
         settle(&mut s, at(30_000), Some(WALL));
-        assert_eq!(s.poll_timeout(), Some(30_010));
-        s.handle(at(30_010), Input::Timer);
-        let claims = writes(&settle(&mut s, at(30_010), Some(WALL)));
+        // The server's 30 s, spread by up to half of it.
+        let hold = s.poll_timeout().expect("a timer for the end of the hold");
+        assert!((30_010..=45_010).contains(&hold), "{hold}");
+        s.handle(at(hold - 1), Input::Timer);
+        let early = writes(&settle(&mut s, at(hold - 1), Some(WALL)));
+        assert!(early.iter().all(|(_, claim)| !claim), "{early:?}");
+        s.handle(at(hold), Input::Timer);
+        let claims = writes(&settle(&mut s, at(hold), Some(WALL)));
         assert_eq!(claims, [(0, true)], "claims once it passed");
+    }
+
+    #[test]
+    fn after_a_retry_after_one_delivery_goes_first_and_the_window_doubles_on_answers() {
+        let mut s = scheduler(RunnerConfig::default().with_concurrency(4));
+        let first = claimed(&mut s, at(0), (1..=4).map(|i| record(i, None)).collect());
+        assert_eq!(delivered(&first).len(), 4, "the full window at start");
+        let retry_after = Some(crate::RetryAfter::Delay(Duration::from_secs(10)));
+        for id in 1..=4 {
+            s.handle(
+                at(10),
+                Input::Reported {
+                    id: RecordId(id),
+                    report: Report::Outcome(Outcome::transient("HTTP 429", retry_after)),
+                },
+            );
+        }
+        settle(&mut s, at(10), Some(WALL));
+        let hold = s.poll_timeout().expect("a timer for the end of the hold");
+        s.handle(at(hold), Input::Timer);
+        let mut batch: Vec<Record> = (1..=8).map(|i| record(i, None)).collect();
+        let mut actions = drain(&mut s);
+        while delivered(&actions).is_empty() {
+            let claims = matches!(
+                actions.last(),
+                Some(Action::Io(Io::Write { claim: Some(_), .. }))
+            );
+            let records = if claims {
+                std::mem::take(&mut batch)
+            } else {
+                Vec::new()
+            };
+            answer(&mut s, at(hold), &actions, records);
+            actions = drain(&mut s);
+        }
+        assert!(batch.is_empty(), "the eight were claimed");
+        let mut now = hold;
+        let mut windows = Vec::new();
+        let mut next = 1;
+        loop {
+            let started = delivered(&actions);
+            if started.is_empty() {
+                break;
+            }
+            windows.push(started.len());
+            now += 10;
+            for id in started {
+                s.handle(
+                    at(now),
+                    Input::Reported {
+                        id,
+                        report: Report::Outcome(Outcome::Delivered),
+                    },
+                );
+                next += 1;
+            }
+            actions = drain(&mut s);
+        }
+        assert_eq!(next, 9, "all eight delivered");
+        // One request first; each answer that does not ask to wait doubles the window.
+        assert_eq!(windows, [1, 2, 4, 1], "deliveries started at each step");
     }
 }

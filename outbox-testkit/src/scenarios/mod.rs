@@ -187,6 +187,14 @@ pub(crate) async fn report(
     Ok(step)
 }
 
+/// The deadline a reported step set, as the core computed it (before any store kept it).
+pub(crate) fn deadline(step: &machine::Step) -> Millis {
+    match &step.transition.change {
+        machine::Change::Update(progress) => progress.next_attempt_at.unwrap_or(0),
+        _ => 0,
+    }
+}
+
 pub(crate) async fn get(store: &dyn Store, id: RecordId) -> Result<Record, Failure> {
     store
         .get(id)

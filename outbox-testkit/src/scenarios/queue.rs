@@ -4,7 +4,9 @@ use std::collections::BTreeSet;
 
 use outbox_core::{Error, ListQuery, NewRecord, Outcome, RecordId, State};
 
-use super::{all_records, all_tombstones, claim, enqueue, fresh, get, ids, rec, rec_in, report};
+use super::{
+    all_records, all_tombstones, claim, deadline, enqueue, fresh, get, ids, rec, rec_in, report,
+};
 use super::{LEASE_MS, T0};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, waiting_for, Failure, ScenarioResult, Verdict};
@@ -73,19 +75,27 @@ pub async fn deadlines_honoured(backend: &dyn Backend) -> ScenarioResult {
     )?;
     // "slow": the server asks for 60 s; "fast": no answer, 1 s backoff (no jitter).
     let retry_after = outbox_core::RetryAfter::Delay(std::time::Duration::from_secs(60));
-    report(
+    let slow = report(
         store,
         &claimed[0],
         Outcome::transient("HTTP 503", Some(retry_after)),
         T0,
     )
     .await?;
+    let slow = deadline(&slow);
     report(store, &claimed[1], Outcome::no_answer("refused"), T0).await?;
     ensure_eq(
         store.next_due().await?,
         Some(T0 + 1_000),
         "next_due after the reports",
     )?;
+    // The server's 60 s, spread by up to half of it.
+    ensure((T0 + 60_000..=T0 + 90_000).contains(&slow), || {
+        format!(
+            "slow's deadline 60–90 s out, got {} ms",
+            slow as i64 - T0 as i64
+        )
+    })?;
 
     let later = enqueue(store, T0 + 5_000, vec![rec("later")]).await?;
     ensure_eq(
@@ -110,52 +120,59 @@ pub async fn deadlines_honoured(backend: &dyn Backend) -> ScenarioResult {
     )?;
     ensure_eq(
         store.next_due().await?,
-        Some(T0 + 60_000),
+        Some(slow),
         "next_due is slow's deadline",
     )?;
     ensure_eq(
-        ids(&claim(store, T0 + 59_999, 10, 6).await?),
+        ids(&claim(store, slow - 1, 10, 6).await?),
         vec![],
-        "slow not due at T0+59999",
+        "slow not due a millisecond before its deadline",
     )?;
     ensure_eq(
-        ids(&claim(store, T0 + 60_000, 10, 7).await?),
+        ids(&claim(store, slow, 10, 7).await?),
         vec![ids_[0]],
-        "slow due at T0+60000",
+        "slow due at its deadline",
     )?;
     ensure_eq(store.next_due().await?, None, "nothing left to be due")?;
 
     // Boundaries off whole seconds: a store comparing deadlines in seconds claims these early.
-    let odd = enqueue(store, T0 + 61_234, vec![rec("odd")]).await?;
+    let odd = enqueue(store, T0 + 91_234, vec![rec("odd")]).await?;
     ensure_eq(
         store.next_due().await?,
-        Some(T0 + 61_234),
+        Some(T0 + 91_234),
         "next_due off a whole second",
     )?;
     ensure_eq(
-        ids(&claim(store, T0 + 61_233, 10, 8).await?),
+        ids(&claim(store, T0 + 91_233, 10, 8).await?),
         vec![],
-        "odd not due at T0+61233",
+        "odd not due at T0+91233",
     )?;
-    let odd_claim = claim(store, T0 + 61_234, 10, 9).await?;
-    ensure_eq(ids(&odd_claim), odd.clone(), "odd due at T0+61234")?;
+    let odd_claim = claim(store, T0 + 91_234, 10, 9).await?;
+    ensure_eq(ids(&odd_claim), odd.clone(), "odd due at T0+91234")?;
     let retry_after = outbox_core::RetryAfter::Delay(std::time::Duration::from_millis(2_250));
-    report(
+    let again = report(
         store,
         &odd_claim[0],
         Outcome::transient("HTTP 503", Some(retry_after)),
-        T0 + 61_500,
+        T0 + 91_500,
     )
     .await?;
+    let again = deadline(&again);
+    ensure((T0 + 93_750..=T0 + 94_875).contains(&again), || {
+        format!(
+            "2.25 s spread by up to half after the report at T0+91500, got {} ms",
+            again as i64 - T0 as i64 - 91_500
+        )
+    })?;
     ensure_eq(
-        ids(&claim(store, T0 + 63_749, 10, 10).await?),
+        ids(&claim(store, again - 1, 10, 10).await?),
         vec![],
-        "odd not due at T0+63749 (2.25 s after its report)",
+        "odd not due a millisecond before its deadline",
     )?;
     ensure_eq(
-        ids(&claim(store, T0 + 63_750, 10, 11).await?),
+        ids(&claim(store, again, 10, 11).await?),
         odd,
-        "odd due again at T0+63750",
+        "odd due again at its deadline",
     )?;
     Ok(Verdict::Passed)
 }

@@ -322,14 +322,26 @@ pub async fn runner_retry_after(backend: &dyn Backend) -> ScenarioResult {
         .await?;
     let times: Vec<Millis> = sink.deliveries().iter().map(|d| d.at).collect();
     ensure_eq(times.len(), 2, "two deliveries")?;
-    ensure_eq(
-        rig.retry_deadlines(id),
-        vec![times[0] + 120_000],
-        "the deadline is the server's",
+    // The server's 120 s, spread by up to half of it, never below.
+    let deadlines = rig.retry_deadlines(id);
+    ensure(
+        deadlines.len() == 1 && (times[0] + 120_000..=times[0] + 180_000).contains(&deadlines[0]),
+        || {
+            format!(
+                "the deadline is the server's: {deadlines:?} after a delivery at {}",
+                times[0]
+            )
+        },
     )?;
     ensure(
-        times[1] >= times[0] + 120_000 && times[1] <= times[0] + 121_000,
-        || format!("retried at +{} ms, expected +120000", times[1] - times[0]),
+        times[1] >= deadlines[0] && times[1] <= deadlines[0] + 1_000,
+        || {
+            format!(
+                "retried at +{} ms, its deadline +{} ms",
+                times[1] - times[0],
+                deadlines[0] - times[0]
+            )
+        },
     )?;
     rig.stop().await?;
     Ok(Verdict::Passed)
