@@ -1,13 +1,14 @@
 //! The async shell around the [`Scheduler`]: it performs the scheduler's actions on the store
 //! and the sink, and tells it what happened, with both clocks read at every wake.
 
-use std::collections::HashMap;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt};
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
@@ -62,8 +63,15 @@ pub(crate) async fn run(
         let is_online = *rx.borrow();
         scheduler.handle(now(), Input::Online(is_online));
     }
-    let mut deliveries: JoinSet<Outcome> = JoinSet::new();
-    let mut running: HashMap<tokio::task::Id, RecordId> = HashMap::new();
+    // Deliveries run inside the runner's own task, not as tasks of their own: a spawned
+    // delivery wakes another worker thread for a few microseconds of work, and those wake-ups
+    // were most of a drain's context switches. They are polled while a store call is under
+    // way too, and a panicking sink is caught here as it was by a task.
+    let mut deliveries: FuturesUnordered<BoxFuture<'static, (RecordId, Report)>> =
+        FuturesUnordered::new();
+    let mut running: HashSet<RecordId> = HashSet::new();
+    // Reports that came in while a store call was under way, for the scheduler after it.
+    let mut finished: VecDeque<(RecordId, Report)> = VecDeque::new();
     let mut stopping = stop.borrow().is_some();
     // The span of the current round: deliveries open theirs inside it.
     let mut round = Span::none();
@@ -78,6 +86,10 @@ pub(crate) async fn run(
         );
     }
     loop {
+        // With a store and a sink that answer at once, nothing below ever waits: the runner
+        // takes its share of tokio's budget each turn, so it yields to the other tasks of its
+        // thread as any I/O-bound task does, instead of holding the thread for a whole drain.
+        tokio::task::consume_budget().await;
         while let Some(action) = scheduler.poll_action() {
             match action {
                 Action::Deliver(record) => {
@@ -94,11 +106,34 @@ pub(crate) async fn run(
                         took_ms = Empty,
                     );
                     let id = record.id;
-                    let handle =
-                        deliveries.spawn(deliver(Arc::clone(&shared), record).instrument(span));
-                    running.insert(handle.id(), id);
+                    let delivery = std::panic::AssertUnwindSafe(
+                        deliver(Arc::clone(&shared), record).instrument(span),
+                    )
+                    .catch_unwind()
+                    .map(move |result| {
+                        let report = match result {
+                            Ok(outcome) => Report::Outcome(outcome),
+                            Err(_) => {
+                                #[cfg(feature = "metrics")]
+                                crate::metrics::attempt_ended("panicked");
+                                Report::Panicked
+                            }
+                        };
+                        (id, report)
+                    });
+                    deliveries.push(delivery.boxed());
+                    running.insert(id);
                 }
-                Action::AbortDeliveries => deliveries.abort_all(),
+                Action::AbortDeliveries => {
+                    // Dropped, they are cancelled; each is reported abandoned, so the
+                    // scheduler releases its record.
+                    deliveries.clear();
+                    for id in running.drain() {
+                        #[cfg(feature = "metrics")]
+                        crate::metrics::attempt_ended("abandoned");
+                        finished.push_back((id, Report::Abandoned));
+                    }
+                }
                 Action::Emit(event) => {
                     // What the event says is visible on the handle before observers hear it.
                     publish(
@@ -119,24 +154,31 @@ pub(crate) async fn run(
                         scheduler.halt().is_some(),
                         scheduler.link(),
                     );
-                    let done = match &io {
-                        Io::Write {
-                            transitions,
-                            claim: Some(_),
-                        } => {
-                            round = tracing::debug_span!(
-                                "outbox.round",
-                                written = transitions.len(),
-                                claimed = Empty,
-                            );
-                            let done = perform(&shared, io).instrument(round.clone()).await;
-                            if let Ok(done) = &done {
-                                round.record("claimed", done.claimed.len());
+                    let claims = matches!(&io, Io::Write { claim: Some(_), .. });
+                    if let (true, Io::Write { transitions, .. }) = (claims, &io) {
+                        round = tracing::debug_span!(
+                            "outbox.round",
+                            written = transitions.len(),
+                            claimed = Empty,
+                        );
+                    }
+                    let span = if claims { round.clone() } else { Span::none() };
+                    let store_call = perform(&shared, io).instrument(span);
+                    tokio::pin!(store_call);
+                    // Deliveries go on while the store works; their reports wait for it.
+                    let done = loop {
+                        tokio::select! {
+                            biased;
+                            done = &mut store_call => break done,
+                            Some(report) = deliveries.next(), if !deliveries.is_empty() => {
+                                running.remove(&report.0);
+                                finished.push_back(report);
                             }
-                            done
                         }
-                        _ => perform(&shared, io).await,
                     };
+                    if let (true, Ok(done)) = (claims, &done) {
+                        round.record("claimed", done.claimed.len());
+                    }
                     scheduler.handle(now(), Input::Done(done));
                 }
             }
@@ -171,25 +213,18 @@ pub(crate) async fn run(
         // In this order: a connectivity change is seen before a wake-up that came with it (an
         // app that goes offline and then writes must not have the write sent), and a report
         // before a new claim.
+        if let Some((id, report)) = finished.pop_front() {
+            #[cfg(feature = "metrics")]
+            gauges.touched();
+            scheduler.handle(now(), Input::Reported { id, report });
+            continue;
+        }
         let input = tokio::select! {
             biased;
             is_online = online_changed(&mut online) => Some(Input::Online(is_online)),
-            Some(joined) = deliveries.join_next_with_id(), if !deliveries.is_empty() => {
-                let (task, report) = match joined {
-                    Ok((task, outcome)) => (task, Report::Outcome(outcome)),
-                    Err(err) if err.is_panic() => (err.id(), Report::Panicked),
-                    Err(err) => (err.id(), Report::Abandoned),
-                };
-                #[cfg(feature = "metrics")]
-                match report {
-                    Report::Panicked => crate::metrics::attempt_ended("panicked"),
-                    Report::Abandoned => crate::metrics::attempt_ended("abandoned"),
-                    _ => {}
-                }
-                Some(match running.remove(&task) {
-                    Some(id) => Input::Reported { id, report },
-                    None => Input::Timer,
-                })
+            Some((id, report)) = deliveries.next(), if !deliveries.is_empty() => {
+                running.remove(&id);
+                Some(Input::Reported { id, report })
             }
             _ = shared.wake.notified() => {
                 Some(if shared.resume.swap(false, Ordering::SeqCst) {
@@ -217,8 +252,8 @@ pub(crate) async fn run(
     }
 }
 
-/// One delivery, in its own task and span: the sink within the delivery timeout, then the
-/// conflict resolver.
+/// One delivery, in its own span and polled by the runner's task: the sink within the
+/// delivery timeout, then the conflict resolver.
 async fn deliver(shared: Arc<Shared>, record: Record) -> Outcome {
     let timeout = shared.config.delivery_timeout;
     let started = Instant::now();
