@@ -74,7 +74,9 @@ impl BareKind {
     pub const fn durability(self) -> &'static str {
         match self {
             BareKind::Sqlite => "WAL, synchronous=FULL (fsync per commit)",
-            BareKind::Redb => "Durability::Immediate, 2-phase commit, quick repair",
+            BareKind::Redb => {
+                "Durability::Immediate, one sync per commit (redb's checksummed commit)"
+            }
         }
     }
 

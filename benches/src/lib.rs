@@ -12,11 +12,14 @@
 //!   store named on its command line;
 //! - [`workload`]: enqueue (one at a time, concurrent producers, batches), the end-to-end
 //!   drain, and "what is due" over a backlog of records that are not yet due;
+//! - [`latency`]: one write at a time on an idle queue, `enqueue` and enqueue-to-sink
+//!   against the bare engine's one-row commit;
 //! - [`paired`]: store and bare engine in alternating blocks, for ratios that survive a noisy
 //!   disk;
 //! - [`plan`]: the sizes of a full run, a quick run and a smoke run;
 //! - [`probe`]: a store wrapper counting the commits a drain makes;
-//! - [`rss`]: the resident-memory figures the peak-memory tool reports.
+//! - [`rss`]: the resident-memory figures the peak-memory tool reports;
+//! - [`usage`]: CPU time and context switches of the process (`getrusage`), per record.
 //!
 //! Run everything and write `BENCHMARKS.md` with `cargo xtask bench-report` (add `--quick` for a
 //! smoke run of a minute or two).
@@ -38,6 +41,7 @@
 
 pub mod bare;
 mod error;
+pub mod latency;
 pub mod measure;
 pub mod paired;
 pub mod pg;
@@ -45,6 +49,7 @@ pub mod plan;
 pub mod probe;
 pub mod rss;
 pub mod subject;
+pub mod usage;
 pub mod workload;
 
 /// The payload every benchmark writes: 128 bytes, the size of a small JSON API write.

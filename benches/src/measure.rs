@@ -274,7 +274,10 @@ impl Level {
             Level::Redb(RedbLevel::Immediate) => {
                 "Durability::Immediate, one-phase commit (the store's default)".into()
             }
-            Level::Redb(RedbLevel::TwoPhase) => BareKind::Redb.durability().into(),
+            Level::Redb(RedbLevel::TwoPhase) => {
+                "Durability::Immediate, two-phase commit and quick repair (two syncs per commit)"
+                    .into()
+            }
             Level::Redb(RedbLevel::None) => "Durability::None (commits are not synced)".into(),
             Level::Postgres => server.map_or_else(|| "the server's".into(), PgServer::durability),
         }
@@ -284,7 +287,7 @@ impl Level {
     const fn bare(target: Target) -> Option<Level> {
         match target {
             Target::Local(StoreKind::Sqlite) => Some(Level::Sqlite(SqliteDurability::Full)),
-            Target::Local(StoreKind::Redb) => Some(Level::Redb(RedbLevel::TwoPhase)),
+            Target::Local(StoreKind::Redb) => Some(Level::Redb(RedbLevel::Immediate)),
             Target::Postgres => Some(Level::Postgres),
             Target::Local(StoreKind::Memory) => None,
         }
@@ -512,7 +515,7 @@ impl Args {
                 what: format!("enqueue-vs-bare at --durability {}", level.name()),
                 store,
                 why: "the bare engine it is compared with commits at one setting only: \
-                      sqlite full, redb two-phase",
+                      sqlite full, redb immediate (one sync per commit)",
             });
         }
         Ok(Args {

@@ -54,7 +54,9 @@ impl StoreKind {
         match self {
             StoreKind::Memory => "none (process memory)",
             StoreKind::Sqlite => "WAL, synchronous=FULL (fsync per commit)",
-            StoreKind::Redb => "Durability::Immediate, 2-phase commit, quick repair",
+            StoreKind::Redb => {
+                "Durability::Immediate, one sync per commit (redb's checksummed commit)"
+            }
         }
     }
 

@@ -200,7 +200,7 @@ fn settings_a_store_does_not_have_are_refused_by_kind() {
     for line in [
         "enqueue-vs-bare --store memory",
         "enqueue-vs-bare --store sqlite --durability off",
-        "enqueue-vs-bare --store redb --durability immediate",
+        "enqueue-vs-bare --store redb --durability two-phase",
         "burst --store postgres --durability off",
         "burst --store memory --durability full",
     ] {
@@ -231,7 +231,7 @@ fn settings_a_store_does_not_have_are_refused_by_kind() {
     let accepted = parse("enqueue-vs-bare --store redb").expect("the bare engine's level");
     assert_eq!(
         accepted.level,
-        measure::Level::Redb(measure::RedbLevel::TwoPhase)
+        measure::Level::Redb(measure::RedbLevel::Immediate)
     );
 }
 

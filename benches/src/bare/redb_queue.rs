@@ -1,6 +1,6 @@
 //! The bare redb queue: a table of payloads, a due index keyed by `(deadline, id)` and a lease
-//! table, committed with `Durability::Immediate`, two-phase commit and quick repair (the redb
-//! store's defaults).
+//! table, committed with `Durability::Immediate` and redb's own one-sync commit (the redb
+//! store's defaults: no two-phase commit, no quick repair).
 
 use outbox_core::Result;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
@@ -62,8 +62,8 @@ impl BareRedb {
         let mut txn = self.db.begin_write().map_err(engine("bare redb: begin"))?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(engine("bare redb: durability"))?;
-        txn.set_two_phase_commit(true);
-        txn.set_quick_repair(true);
+        txn.set_two_phase_commit(false);
+        txn.set_quick_repair(false);
         Ok(txn)
     }
 

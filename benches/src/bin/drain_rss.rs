@@ -9,17 +9,25 @@
 //! (`/proc/self/clear_refs`), starts a runner with the default configuration and a no-op sink,
 //! waits for an empty queue and prints one line of `key=value` fields, tab-separated:
 //! `store records baseline_mib peak_mib growth_mib drain_s rate peak_reset claims applies
-//! commits_per_1000` (write calls to the store per 1,000 records delivered). The memory store
-//! holds its backlog in the process, so it is filled in-process and its baseline includes it.
+//! commits_per_1000` (write calls to the store per 1,000 records delivered), then what the
+//! drain cost the whole process per record (`getrusage`): `cpu_us` (user and system), `sys_us`
+//! (the kernel's share) and `switches` (context switches, voluntary and involuntary). For
+//! SQLite and redb the same process then drains as many records from the bare engine (claim
+//! 100 and delete them, two durable transactions per 100) and adds `bare_cpu_us`,
+//! `bare_sys_us`, `bare_switches` and `bare_s`: the yardstick measured in the same run. The
+//! memory store holds its backlog in the process, so it is filled in-process and its baseline
+//! includes it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
+use outbox_benches::bare::BareKind;
 use outbox_benches::probe::Counting;
 use outbox_benches::rss::{mib, reset_peak, Rss};
 use outbox_benches::subject::StoreKind;
+use outbox_benches::usage::Usage;
 use outbox_benches::workload;
 use outbox_core::clock::system_now;
 use outbox_core::{Error, Result, Store};
@@ -139,7 +147,11 @@ async fn measure(store: StoreKind, records: usize) -> Result<String> {
     let opened: Arc<dyn Store> = counting.clone();
     let peak_reset = reset_peak();
     let baseline = Rss::read()?;
+    let used_before = Usage::read()?;
     let drained = workload::drain_backlog(&opened, records as u64).await?;
+    let used = Usage::read()?
+        .since(used_before)
+        .per_record(drained.records);
     let after = Rss::read()?;
     drop(opened);
     let calls = counting.calls();
@@ -148,8 +160,13 @@ async fn measure(store: StoreKind, records: usize) -> Result<String> {
     } else {
         baseline.peak_kib
     };
+    let bare = match store {
+        StoreKind::Sqlite => bare_drain(BareKind::Sqlite, records)?,
+        StoreKind::Redb => bare_drain(BareKind::Redb, records)?,
+        _ => String::new(),
+    };
     Ok(format!(
-        "store={}\trecords={}\tbaseline_mib={:.1}\tpeak_mib={:.1}\tgrowth_mib={:.1}\tdrain_s={:.2}\trate={:.0}\tpeak_reset={}\tclaims={}\tapplies={}\tcommits_per_1000={:.1}",
+        "store={}\trecords={}\tbaseline_mib={:.1}\tpeak_mib={:.1}\tgrowth_mib={:.1}\tdrain_s={:.2}\trate={:.0}\tpeak_reset={}\tclaims={}\tapplies={}\tcommits_per_1000={:.1}\tcpu_us={:.2}\tsys_us={:.2}\tswitches={:.3}{bare}",
         store.name(),
         drained.records,
         mib(baseline_kib),
@@ -161,5 +178,34 @@ async fn measure(store: StoreKind, records: usize) -> Result<String> {
         calls.claims,
         calls.applies,
         calls.commits() as f64 * 1000.0 / drained.records.max(1) as f64,
+        used.cpu_us,
+        used.system_us,
+        used.switches,
+    ))
+}
+
+/// The bare engine's drain of `records` due records (filled first, not measured): its CPU
+/// time and context switches per record, as extra fields.
+fn bare_drain(kind: BareKind, records: usize) -> Result<String> {
+    let mut bare = kind.open()?;
+    let now = system_now();
+    bare.insert_batch(records, now)?;
+    let before = Usage::read()?;
+    let started = std::time::Instant::now();
+    let drained = bare.drain(100, now)?;
+    let elapsed = started.elapsed();
+    let used = Usage::read()?.since(before).per_record(drained);
+    if drained != records as u64 {
+        return Err(Error::Backend {
+            detail: format!("the bare drain removed {drained} of {records} records"),
+            source: None,
+        });
+    }
+    Ok(format!(
+        "\tbare_cpu_us={:.2}\tbare_sys_us={:.2}\tbare_switches={:.3}\tbare_s={:.2}",
+        used.cpu_us,
+        used.system_us,
+        used.switches,
+        elapsed.as_secs_f64(),
     ))
 }
