@@ -169,7 +169,7 @@ pub fn report(params: &Params, runs: &[Run], chart: &str, timing: Option<&str>) 
          | flapping after the outage | {} |\n\
          | latency | {}–{} ms per request, uniform |\n\
          | devices offline | online spells of {} on average (exponential), offline spells of {}–{} s (uniform) |\n\
-         | runner | `RunnerConfig::default()` (batch 32, concurrency 4, lease 30 s), safety poll {} |\n\
+         | runner | `RunnerConfig::default()` (batch 32, concurrency 4, lease 30 s, relink spread 5 min), safety poll {} |\n\
          | horizon | {} after the server is back |\n\
          | seed | {} |\n",
         thousands(params.devices as u64),
@@ -248,7 +248,9 @@ pub fn report(params: &Params, runs: &[Run], chart: &str, timing: Option<&str>) 
          below the local schedule, has passed; the device then sends one request, and widens \
          to its concurrency as answers that do not ask it to wait come back; a device coming \
          online, or a probe answered, makes the records that waited for the link due at \
-         once.\n",
+         once, but after a probe answered (the server is back, and so is every device that \
+         lost it) the device sends them after a random wait of up to a twelfth of the time it \
+         had no answer, at most 5 min (`relink_spread`).\n",
     );
     out
 }

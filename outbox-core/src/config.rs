@@ -25,6 +25,13 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 ///   the queue behind it) forever; set the sink's own request timeout below it.
 /// - `link_down_warn_every`: **15 min**: a link that stays down is logged again at this pace,
 ///   never once per attempt.
+/// - `relink_spread`: **5 min**: when the server answers again after a time without any
+///   answer, the runner sends the rest of its backlog after a random wait of up to a twelfth
+///   of that time, at most this long (zero turns it off). A fleet that lost its server
+///   together then comes back spread out instead of at once, each device a little later the
+///   longer the outage was: up to 5 s after a minute, 50 s after ten, 5 min after an hour. The
+///   answered record itself is not held, and a connectivity signal coming online (the device's
+///   own link was at fault) sends at once.
 /// - `rejection_storm`: **5**: that many records of different groups rejected in a row with
 ///   the same reason halt the runner as a suspected misconfiguration (0 turns it off).
 /// - `seed`: **random**; set it to make jitter reproducible.
@@ -52,6 +59,9 @@ pub struct RunnerConfig {
     pub delivery_timeout: Duration,
     /// How often a link that stays down is logged again.
     pub link_down_warn_every: Duration,
+    /// The longest random wait before the backlog goes after the server answers again (a
+    /// twelfth of the time without an answer, at most this); zero for none.
+    pub relink_spread: Duration,
     /// Rejections in a row (different groups, same reason) that halt the runner; 0 for never.
     pub rejection_storm: u32,
     /// Seed of the jitter RNG; `None` for a random seed.
@@ -67,6 +77,7 @@ impl Default for RunnerConfig {
             safety_poll: Some(Duration::from_secs(60)),
             delivery_timeout: Duration::from_secs(60),
             link_down_warn_every: Duration::from_secs(15 * 60),
+            relink_spread: Duration::from_secs(5 * 60),
             rejection_storm: 5,
             seed: None,
         }
@@ -110,6 +121,12 @@ impl RunnerConfig {
         self
     }
 
+    /// Replaces `relink_spread` (zero sends a backlog as soon as the server answers again).
+    pub fn with_relink_spread(mut self, spread: Duration) -> Self {
+        self.relink_spread = spread;
+        self
+    }
+
     /// Replaces `rejection_storm` (0 turns the breaker off).
     pub fn with_rejection_storm(mut self, rejections: u32) -> Self {
         self.rejection_storm = rejections;
@@ -142,6 +159,11 @@ impl RunnerConfig {
         if self.link_down_warn_every.is_zero() || self.link_down_warn_every > MAX_WAIT {
             return Err(Error::InvalidConfig(
                 "link_down_warn_every must be between 1 ms and 7 days".into(),
+            ));
+        }
+        if self.relink_spread > MAX_WAIT {
+            return Err(Error::InvalidConfig(
+                "relink_spread must be at most 7 days".into(),
             ));
         }
         if self

@@ -652,6 +652,17 @@ impl Scheduler {
 
     fn link_restored(&mut self, answered: Option<RecordId>) {
         if let Some(restored) = self.link.answered(answered) {
+            // The server answers again after a time without any answer: every device that
+            // lost it finds it back within one probe window, so the backlog waits a random
+            // part of that time (a twelfth, at most `relink_spread`), or the whole fleet's
+            // backlog lands at once. A device whose own link came back says so (`Online`).
+            let down = self.now.wall.saturating_sub(restored.since);
+            let spread = (down / 12).min(duration_ms(self.config.relink_spread));
+            if answered.is_some() && spread > 0 {
+                let at = self.now.wall.saturating_add(self.rng.u64(0..=spread));
+                self.hold_until = Some(self.hold_until.map_or(at, |h| h.max(at)));
+                self.cut_round();
+            }
             self.warn_at = None;
             self.actions.push_back(Action::Emit(Event::LinkUp {
                 down_for: Duration::from_millis(self.now.wall.saturating_sub(restored.since)),
@@ -1385,6 +1396,75 @@ mod tests {
             "{actions:?}"
         );
         assert!(s.link().is_up());
+    }
+
+    /// The link goes down at 10 ms; the probe claims record 2 at 1 s and the server's answer
+    /// to it comes back at `answered_at`. Returns the claims made by then, and the scheduler.
+    fn answered_after(
+        config: RunnerConfig,
+        answered_at: Millis,
+    ) -> (Scheduler, Vec<(usize, bool)>) {
+        let mut s = scheduler(config.with_concurrency(1).with_safety_poll(None));
+        claimed(&mut s, at(0), vec![record(1, None)]);
+        s.handle(
+            at(10),
+            Input::Reported {
+                id: RecordId(1),
+                report: Report::Outcome(Outcome::no_answer("refused")),
+            },
+        );
+        settle(&mut s, at(10), Some(WALL + 1_010));
+        s.handle(at(1_010), Input::Timer);
+        let probe = drain(&mut s);
+        answer(&mut s, at(1_010), &probe, vec![record(2, None)]);
+        drain(&mut s);
+        s.handle(
+            at(answered_at),
+            Input::Reported {
+                id: RecordId(2),
+                report: Report::Outcome(Outcome::Delivered),
+            },
+        );
+        // Record 1 and the rest of the backlog are due now.
+        let claims = writes(&settle(&mut s, at(answered_at), Some(WALL)));
+        (s, claims)
+    }
+
+    #[test]
+    fn after_an_hour_without_an_answer_the_backlog_waits_a_random_twelfth_at_most_relink_spread() {
+        let hour = 3_600_010;
+        let (mut s, claims) = answered_after(RunnerConfig::default(), hour);
+        assert!(claims.iter().all(|(_, claim)| !claim), "{claims:?}");
+        assert!(s.link().is_up());
+        let hold = s.poll_timeout().expect("a timer for the end of the wait");
+        // Down for an hour: a twelfth is 5 min, which is also the default `relink_spread`.
+        assert!((hour..=hour + 300_000).contains(&hold), "{hold}");
+        // A write during the wait waits too.
+        s.handle(at(hold - 1), Input::Wake);
+        let early = writes(&settle(&mut s, at(hold - 1), Some(WALL)));
+        assert!(early.iter().all(|(_, claim)| !claim), "{early:?}");
+        s.handle(at(hold), Input::Timer);
+        let claims = writes(&settle(&mut s, at(hold), Some(WALL)));
+        assert!(
+            claims.iter().any(|(_, claim)| *claim),
+            "claims once it passed"
+        );
+
+        // A minute without an answer: at most 5 s. A shorter cap wins over the twelfth.
+        let (s, _) = answered_after(RunnerConfig::default(), 60_010);
+        let hold = s.poll_timeout().expect("a timer");
+        assert!((60_010..=65_010).contains(&hold), "{hold}");
+        let capped = RunnerConfig::default().with_relink_spread(Duration::from_secs(2));
+        let (s, _) = answered_after(capped, hour);
+        let hold = s.poll_timeout().expect("a timer");
+        assert!((hour..=hour + 2_000).contains(&hold), "{hold}");
+    }
+
+    #[test]
+    fn with_no_relink_spread_the_backlog_goes_as_soon_as_the_server_answers() {
+        let off = RunnerConfig::default().with_relink_spread(Duration::ZERO);
+        let (_, claims) = answered_after(off, 3_600_010);
+        assert!(claims.iter().any(|(_, claim)| *claim), "{claims:?}");
     }
 
     #[test]
