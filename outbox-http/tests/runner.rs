@@ -1,6 +1,6 @@
 //! The HTTP sink under the runner, against a real local server, on tokio's paused clock: a
-//! server whose clock is an hour off, a server that says `Retry-After: 0` forever, and a
-//! credential refused and replaced.
+//! server whose clock is an hour off, a server that says `Retry-After: 0` forever, a
+//! credential refused and replaced, and a server that comes back after an hour down.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
@@ -43,6 +43,16 @@ impl Server {
         clock: TokioClock,
         answer: impl Fn(usize, &Seen) -> Response + Send + Sync + 'static,
     ) -> (String, Self) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve(listener, clock, answer)
+    }
+
+    /// Like [`Server::start`], on a listener the test bound itself.
+    fn serve(
+        listener: tokio::net::TcpListener,
+        clock: TokioClock,
+        answer: impl Fn(usize, &Seen) -> Response + Send + Sync + 'static,
+    ) -> (String, Self) {
         let server = Server {
             clock,
             seen: Arc::default(),
@@ -51,7 +61,6 @@ impl Server {
         let app = Router::new()
             .route("/writes", post(write))
             .with_state(server.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/writes", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
         (url, server)
@@ -304,6 +313,61 @@ async fn a_refused_credential_is_replaced_and_the_runner_resumed() {
     assert_eq!(
         sent,
         ["Bearer old", "Bearer old", "Bearer new", "Bearer new"]
+    );
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_back_after_an_hour_gets_the_backlog_spread_out_not_at_once() {
+    let clock = TokioClock::starting_at(BASE);
+    // Nothing listens on the port for an hour: every connection is refused.
+    let addr = {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        taken.local_addr().unwrap()
+    };
+    let url = format!("http://{addr}/writes");
+    let outbox = start(HttpSink::post(&url).unwrap(), clock, RetryPolicy::default()).await;
+    let mut events = outbox.events();
+    outbox.enqueue(NewRecord::new(b"0".to_vec())).await.unwrap();
+    next(&mut events, |e| {
+        matches!(e, Event::LinkDown { .. }).then_some(())
+    })
+    .await;
+    for i in 1..=4u8 {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        outbox
+            .enqueue(NewRecord::new(vec![b'0' + i]))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1_200)).await;
+    let back = clock.now();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let (_, server) = Server::serve(listener, clock, |_, _| StatusCode::CREATED.into_response());
+    let mut delivered = 0;
+    let wait = async {
+        while delivered < 5 {
+            if let Event::Delivered { .. } = events.recv().await.unwrap() {
+                delivered += 1;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3_600), wait)
+        .await
+        .expect("all five delivered within the hour after the server is back");
+    let seen: Vec<Millis> = server.seen().iter().map(|s| s.at).collect();
+    assert_eq!(seen.len(), 5, "one request each: {seen:?}");
+    // The first request the server sees is the probe, within the 15 min backoff cap.
+    let probe = seen[0];
+    assert!(probe >= back && probe <= back + 900_000, "{seen:?}");
+    // The other four wait a random part of the hour without an answer (at most 5 min), and
+    // then go together: not in the probe's instant, not later than the spread allows.
+    let rest = &seen[1..];
+    assert!(
+        rest.iter().all(|t| *t > probe && *t <= probe + 300_000),
+        "probe at +{} ms, the rest at {:?}",
+        probe - back,
+        rest.iter().map(|t| t - probe).collect::<Vec<_>>()
     );
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
