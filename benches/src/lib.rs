@@ -52,6 +52,28 @@ pub mod subject;
 pub mod usage;
 pub mod workload;
 
+/// The runtime the measuring programs (`drain-rss`, `latency`, `measure`) run on: two worker
+/// threads, as on the two-core machines the figures come from. On failure it prints why,
+/// prefixed with the program's name.
+///
+/// ```
+/// let runtime = outbox_benches::tool_runtime("doc").expect("a runtime");
+/// assert_eq!(runtime.block_on(async { 1 + 1 }), 2);
+/// ```
+pub fn tool_runtime(program: &str) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(err) => {
+            eprintln!("{program}: no tokio runtime: {err}");
+            None
+        }
+    }
+}
+
 /// The payload every benchmark writes: 128 bytes, the size of a small JSON API write.
 pub const PAYLOAD: [u8; 128] = [b'x'; 128];
 

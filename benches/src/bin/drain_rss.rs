@@ -77,16 +77,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("drain-rss: no tokio runtime: {err}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = outbox_benches::tool_runtime("drain-rss") else {
+        return ExitCode::FAILURE;
     };
     let result = match (&args.dir, args.fill_only) {
         (Some(dir), true) => runtime.block_on(fill(args.store, dir, args.records)),

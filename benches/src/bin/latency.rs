@@ -52,16 +52,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("latency: no tokio runtime: {err}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = outbox_benches::tool_runtime("latency") else {
+        return ExitCode::FAILURE;
     };
     for store in stores {
         let result = runtime

@@ -67,16 +67,8 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(err) => return fail(&err),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("measure: no tokio runtime: {err}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = outbox_benches::tool_runtime("measure") else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(measure::run(&args)) {
         Ok(report) => {

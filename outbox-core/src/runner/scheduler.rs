@@ -1360,10 +1360,10 @@ mod tests {
         assert_eq!(claim.limit, 1, "one record probes the link");
     }
 
-    #[test]
-    fn an_answer_brings_the_link_up_and_releases_the_no_answer_waits() {
-        let mut s = scheduler(RunnerConfig::default().with_concurrency(1));
-        claimed(&mut s, at(0), vec![record(1, None)]);
+    /// The link goes down at 10 ms; the probe claims record 2 at 1 s and the server's answer
+    /// to it (`outcome`) comes back at `answered_at`. Returns the actions right after it.
+    fn probe_answered(s: &mut Scheduler, answered_at: Millis, outcome: Outcome) -> Vec<Action> {
+        claimed(s, at(0), vec![record(1, None)]);
         s.handle(
             at(10),
             Input::Reported {
@@ -1371,21 +1371,27 @@ mod tests {
                 report: Report::Outcome(Outcome::no_answer("refused")),
             },
         );
-        settle(&mut s, at(10), Some(WALL + 1_010));
+        settle(s, at(10), Some(WALL + 1_010));
         assert_eq!(s.poll_timeout(), Some(1_010));
         // The probe, 1 s later, is another record; the server answers.
         s.handle(at(1_010), Input::Timer);
-        let probe = drain(&mut s);
-        answer(&mut s, at(1_010), &probe, vec![record(2, None)]);
-        drain(&mut s);
+        let probe = drain(s);
+        answer(s, at(1_010), &probe, vec![record(2, None)]);
+        drain(s);
         s.handle(
-            at(1_020),
+            at(answered_at),
             Input::Reported {
                 id: RecordId(2),
-                report: Report::Outcome(Outcome::transient("HTTP 503", None)),
+                report: Report::Outcome(outcome),
             },
         );
-        let actions = drain(&mut s);
+        drain(s)
+    }
+
+    #[test]
+    fn an_answer_brings_the_link_up_and_releases_the_no_answer_waits() {
+        let mut s = scheduler(RunnerConfig::default().with_concurrency(1));
+        let actions = probe_answered(&mut s, 1_020, Outcome::transient("HTTP 503", None));
         assert!(actions.contains(&Action::Emit(Event::LinkUp {
             down_for: Duration::from_millis(1_010)
         })));
@@ -1398,35 +1404,21 @@ mod tests {
         assert!(s.link().is_up());
     }
 
-    /// The link goes down at 10 ms; the probe claims record 2 at 1 s and the server's answer
-    /// to it comes back at `answered_at`. Returns the claims made by then, and the scheduler.
+    /// [`probe_answered`] with a delivery at `answered_at`, then every store call answered
+    /// with record 1 and more due: the claims made by then, and the scheduler.
     fn answered_after(
         config: RunnerConfig,
         answered_at: Millis,
     ) -> (Scheduler, Vec<(usize, bool)>) {
         let mut s = scheduler(config.with_concurrency(1).with_safety_poll(None));
-        claimed(&mut s, at(0), vec![record(1, None)]);
-        s.handle(
-            at(10),
-            Input::Reported {
-                id: RecordId(1),
-                report: Report::Outcome(Outcome::no_answer("refused")),
-            },
-        );
-        settle(&mut s, at(10), Some(WALL + 1_010));
-        s.handle(at(1_010), Input::Timer);
-        let probe = drain(&mut s);
-        answer(&mut s, at(1_010), &probe, vec![record(2, None)]);
-        drain(&mut s);
-        s.handle(
-            at(answered_at),
-            Input::Reported {
-                id: RecordId(2),
-                report: Report::Outcome(Outcome::Delivered),
-            },
-        );
-        // Record 1 and the rest of the backlog are due now.
-        let claims = writes(&settle(&mut s, at(answered_at), Some(WALL)));
+        let mut actions = probe_answered(&mut s, answered_at, Outcome::Delivered);
+        let Some(Action::Io(_)) = actions.last() else {
+            return (s, writes(&actions));
+        };
+        let done = IoDone::default();
+        s.handle(at(answered_at), Input::Done(Ok(done)));
+        actions.extend(settle(&mut s, at(answered_at), Some(WALL)));
+        let claims = writes(&actions);
         (s, claims)
     }
 
