@@ -313,7 +313,7 @@ pub fn parse_retry_after(value: &str, date: Option<&str>) -> Option<RetryAfter> 
             at.duration_since(sent).unwrap_or(Duration::ZERO),
         ));
     }
-    // A date in the past is kept as it is: `RetryAfter::delay` turns it into "now".
+    // A date in the past is kept as it is: `RetryAfter::wait` turns it into "now".
     Some(RetryAfter::At(unix_ms(at)?))
 }
 

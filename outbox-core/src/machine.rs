@@ -260,8 +260,7 @@ pub fn on_outcome(
             let local = policy.delay(attempts, previous_delay(record), rng);
             let delay = match retry_after {
                 Some(retry_after) => retry_after
-                    .delay(now, rng)
-                    .min(policy.max_retry_after)
+                    .wait(now, policy.max_retry_after, rng)
                     .max(local),
                 None => local,
             };

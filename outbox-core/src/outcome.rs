@@ -9,20 +9,30 @@ use crate::record::{Millis, Record};
 /// An HTTP-date is a time on the *server's* clock, so it is best read against the response's
 /// own `Date` header ([`RetryAfter::Date`]): a server whose clock is off by an hour then still
 /// gets the delay it meant. Only without a `Date` header is the date read on the local clock
-/// ([`RetryAfter::At`]). Every form is spread by up to half of the delay, never below it: a
-/// server that answers a crowd "429, `Retry-After: 30`" within one second would otherwise get
-/// the whole crowd back within one second, thirty seconds later, and again after that.
+/// ([`RetryAfter::At`]).
+///
+/// The wait is never shorter than asked, and spread above it by up to half of it: a server that
+/// answers a crowd "429, `Retry-After: 30`" within one second would otherwise get the whole
+/// crowd back within one second, thirty seconds later, and again after that. The policy's
+/// `max_retry_after` bounds it; a server that asks for that much or more gets a wait spread over
+/// the last third below the bound, so a crowd told "come back in a day" is not cut back to one
+/// instant either.
 ///
 /// ```
 /// use std::time::Duration;
 /// use outbox_core::RetryAfter;
 ///
+/// let hour = Duration::from_secs(3600);
 /// let mut rng = fastrand::Rng::with_seed(1);
-/// let d = RetryAfter::Delay(Duration::from_secs(2)).delay(1_000, &mut rng);
+/// assert_eq!(RetryAfter::Delay(Duration::from_secs(2)).asked(1_000), Duration::from_secs(2));
+/// let d = RetryAfter::Delay(Duration::from_secs(2)).wait(1_000, hour, &mut rng);
 /// assert!(d >= Duration::from_secs(2) && d <= Duration::from_secs(3));
-/// assert_eq!(RetryAfter::At(500).delay(1_000, &mut rng), Duration::ZERO); // a past date: now
-/// let d = RetryAfter::Date(Duration::from_secs(100)).delay(0, &mut rng);
+/// assert_eq!(RetryAfter::At(500).wait(1_000, hour, &mut rng), Duration::ZERO); // a past date: now
+/// let d = RetryAfter::Date(Duration::from_secs(100)).wait(0, hour, &mut rng);
 /// assert!(d >= Duration::from_secs(100) && d <= Duration::from_secs(150));
+/// // A day asked, an hour allowed: between 40 and 60 minutes.
+/// let d = RetryAfter::Delay(24 * hour).wait(0, hour, &mut rng);
+/// assert!(d >= Duration::from_secs(2400) && d <= hour);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RetryAfter {
@@ -35,14 +45,23 @@ pub enum RetryAfter {
 }
 
 impl RetryAfter {
-    /// The delay it asks for, counted from `now`: never negative, and spread by up to half of
-    /// itself with `rng` (one draw).
-    pub fn delay(self, now: Millis, rng: &mut fastrand::Rng) -> Duration {
-        let ms = match self {
-            RetryAfter::Delay(delay) | RetryAfter::Date(delay) => duration_ms(delay),
-            RetryAfter::At(at) => at.saturating_sub(now),
-        };
-        Duration::from_millis(ms.saturating_add(rng.u64(0..=ms / 2)))
+    /// The delay the server asked for, counted from `now` (never negative).
+    pub fn asked(self, now: Millis) -> Duration {
+        match self {
+            RetryAfter::Delay(delay) | RetryAfter::Date(delay) => delay,
+            RetryAfter::At(at) => Duration::from_millis(at.saturating_sub(now)),
+        }
+    }
+
+    /// How long to wait, counted from `now`: one draw with `rng` from the asked delay to half
+    /// as much again, within `max` (a draw from two thirds of `max` to `max` when the server
+    /// asked for `max` or more).
+    pub fn wait(self, now: Millis, max: Duration, rng: &mut fastrand::Rng) -> Duration {
+        let asked = duration_ms(self.asked(now));
+        let max = duration_ms(max);
+        let high = asked.saturating_add(asked / 2).min(max);
+        let low = if asked >= max { max - max / 3 } else { asked };
+        Duration::from_millis(rng.u64(low..=high))
     }
 }
 

@@ -127,14 +127,48 @@ fn retry_after_overrides_the_schedule() {
         .next_attempt_at
         .unwrap_or(0);
     assert!((NOW + 3_000_000..=NOW + 3_600_000).contains(&at), "{at}");
+    // A day asked: cut to the hour, spread over its last third.
     let far = Outcome::transient(
         "HTTP 503",
         Some(RetryAfter::Delay(Duration::from_secs(86_400))),
     );
-    assert_eq!(
-        progress(&run(&claimed(0), far)).next_attempt_at,
-        Some(NOW + 3_600_000)
-    );
+    let at = progress(&run(&claimed(0), far))
+        .next_attempt_at
+        .unwrap_or(0);
+    assert!((NOW + 2_400_000..=NOW + 3_600_000).contains(&at), "{at}");
+}
+
+/// The deadlines a crowd of records gets when each is told the same `retry_after`.
+fn crowd(retry_after: RetryAfter) -> Vec<u64> {
+    let mut rng = Rng::with_seed(5);
+    (0..500)
+        .map(|_| {
+            let outcome = Outcome::transient("HTTP 429", Some(retry_after));
+            let step = machine::on_outcome(&claimed(0), &outcome, &exact_policy(), NOW, &mut rng);
+            progress(&step).next_attempt_at.unwrap_or(0) - NOW
+        })
+        .collect()
+}
+
+#[test]
+fn a_crowd_told_the_same_retry_after_is_spread_over_half_of_it_above_it() {
+    let waits = crowd(RetryAfter::Delay(Duration::from_secs(30)));
+    let (low, high) = (waits.iter().min().unwrap(), waits.iter().max().unwrap());
+    assert!(*low >= 30_000 && *high <= 45_000, "{low}..{high}");
+    // Spread over the whole half, not bunched: each 3 s slice of it holds some of the crowd.
+    for slice in 0..5 {
+        let from = 30_000 + slice * 3_000;
+        let count = waits
+            .iter()
+            .filter(|w| (from..from + 3_000).contains(*w))
+            .count();
+        assert!(count > 50, "{count} of 500 in {from}..{} ms", from + 3_000);
+    }
+    // Asked for more than max_retry_after (1 hour): spread over its last third, not all on it.
+    let waits = crowd(RetryAfter::Delay(Duration::from_secs(86_400)));
+    assert!(waits.iter().all(|w| (2_400_000..=3_600_000).contains(w)));
+    let on_the_bound = waits.iter().filter(|w| **w == 3_600_000).count();
+    assert!(on_the_bound < 5, "{on_the_bound} of 500 on the bound");
 }
 
 #[test]
