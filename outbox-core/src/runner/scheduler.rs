@@ -32,7 +32,7 @@ use crate::config::RunnerConfig;
 use crate::event::Event;
 use crate::link::{Link, LinkState};
 use crate::machine::{self, Step, Transition};
-use crate::outcome::{duration_ms, Outcome, RetryAfter};
+use crate::outcome::{duration_ms, Outcome};
 use crate::policy::RetryPolicy;
 use crate::record::{Lease, Millis, Record, RecordId};
 use crate::store::{Claim, Halt};
@@ -728,13 +728,18 @@ impl Scheduler {
             }
             Report::Outcome(outcome) => {
                 self.link_restored(Some(id));
-                if !matches!(
-                    outcome,
-                    Outcome::Transient {
-                        retry_after: Some(_),
-                        ..
-                    }
-                ) {
+                // Answers to requests sent before a hold began (they were in flight with the
+                // one that was told to wait) do not widen the window while the hold lasts.
+                let holding = self.hold_until.is_some_and(|hold| hold > now);
+                if !holding
+                    && !matches!(
+                        outcome,
+                        Outcome::Transient {
+                            retry_after: Some(_),
+                            ..
+                        }
+                    )
+                {
                     self.window = self.window.saturating_mul(2).min(self.config.concurrency);
                 }
                 if let Outcome::Rejected { reason } = &outcome {
@@ -754,10 +759,7 @@ impl Scheduler {
                     ..
                 } = &outcome
                 {
-                    let asked = match *retry_after {
-                        RetryAfter::Delay(d) | RetryAfter::Date(d) => d,
-                        RetryAfter::At(at) => Duration::from_millis(at.saturating_sub(now)),
-                    };
+                    let asked = retry_after.asked(now);
                     if asked > self.policy.max_retry_after && !self.warned.contains(&id) {
                         if self.warned.len() == MAX_WARNED {
                             self.warned.pop_front();
@@ -1749,12 +1751,20 @@ mod tests {
         let first = claimed(&mut s, at(0), (1..=4).map(|i| record(i, None)).collect());
         assert_eq!(delivered(&first).len(), 4, "the full window at start");
         let retry_after = Some(crate::RetryAfter::Delay(Duration::from_secs(10)));
-        for id in 1..=4 {
+        // The server sheds load: one request is told to wait, the three sent with it pass.
+        s.handle(
+            at(10),
+            Input::Reported {
+                id: RecordId(1),
+                report: Report::Outcome(Outcome::transient("HTTP 429", retry_after)),
+            },
+        );
+        for id in 2..=4 {
             s.handle(
-                at(10),
+                at(11),
                 Input::Reported {
                     id: RecordId(id),
-                    report: Report::Outcome(Outcome::transient("HTTP 429", retry_after)),
+                    report: Report::Outcome(Outcome::Delivered),
                 },
             );
         }
