@@ -17,6 +17,11 @@ use crate::record::Record;
 ///
 /// A sink that panics does not stop the runner: the record counts as interrupted.
 ///
+/// The runner polls its deliveries in its own task, next to its timers and lease renewals, so
+/// `deliver` must not block the thread: await I/O, and move blocking calls or heavy CPU work
+/// to `tokio::task::spawn_blocking`. A sink that blocks holds up the other deliveries and the
+/// lease renewals with it (on a shared store, another process may then take the record over).
+///
 /// ```
 /// use outbox_core::{async_trait, Outcome, Record, Sink};
 ///

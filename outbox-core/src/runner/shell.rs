@@ -219,7 +219,11 @@ pub(crate) async fn run(
             scheduler.handle(now(), Input::Reported { id, report });
             continue;
         }
-        let input = tokio::select! {
+        // Out of tokio's budget: with the budget spent (see the top of the loop), a watch
+        // channel would answer "not yet" while a `Notify` would not, so a wake-up could
+        // overtake the offline signal or the shutdown that came before it.
+        let input = tokio::task::unconstrained(async {
+            tokio::select! {
             biased;
             is_online = online_changed(&mut online) => Some(Input::Online(is_online)),
             Some((id, report)) = deliveries.next(), if !deliveries.is_empty() => {
@@ -243,7 +247,9 @@ pub(crate) async fn run(
             }
             _ = sleep => Some(Input::Timer),
             _ = gauges_due => None,
-        };
+            }
+        })
+        .await;
         if let Some(input) = input {
             #[cfg(feature = "metrics")]
             gauges.touched();
