@@ -305,13 +305,12 @@ fn reading(params: &Params, runs: &[Run]) -> String {
             "- What limits it: each device learns that the server is back from its next probe, \
              and after {} without an answer its probes come a full-jitter draw of the \
              {} cap apart, {:.0} s on average: {} devices ÷ {:.0} s = {:.0} probes per second \
-             when the server returns. An answered probe makes the device's waiting backlog due \
-             at once (the link was at fault, not the records), so those first contacts alone \
-             ask for up to {} × {:.0} = {} requests per second, {:.2}× the capacity, \
-             falling as the last probes arrive; a `Retry-After` can only move what is refused \
-             into the seconds after. A server sized above that first demand, or a smaller \
-             backlog per device, is needed for any schedule that keeps the cap and releases a \
-             link-held backlog at once.",
+             when the server returns. Each answered probe is followed by the device's whole \
+             backlog, within `relink_spread` of it, so first contacts and their backlogs ask \
+             for up to {} × {:.0} = {} requests per second, {:.2}× the capacity, spread over \
+             the relink window and falling as the last probes arrive; a `Retry-After` can only \
+             move what is refused into the seconds after. A longer `relink_spread`, a server \
+             sized above that demand, or a smaller backlog per device is needed.",
             span(ms(params.outage)),
             span(cap as u64 * 1_000),
             cap / 2.0,
