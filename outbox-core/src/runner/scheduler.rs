@@ -344,6 +344,10 @@ pub struct Scheduler {
     /// A server's `Retry-After` holds the whole runner, not only its record: nothing is
     /// claimed before this wall-clock time.
     hold_until: Option<Millis>,
+    /// When the link last went down, on the monotonic clock: how long it was down is measured
+    /// there, so a wall clock that steps during an outage does not stretch or cut the wait
+    /// after it.
+    down_since: Option<Millis>,
     /// Deliveries allowed in flight at once: back to 1 after a server asked this client to
     /// wait, doubled by every answer that does not ask it again, up to `concurrency`. A
     /// device that was told "too many" tries one request before it sends its backlog.
@@ -404,6 +408,7 @@ impl Scheduler {
             retry_io_at: None,
             hold_until: None,
             window,
+            down_since: None,
             empty_claims: 0,
             quiet_until: 0,
             storm: Storm::default(),
@@ -656,7 +661,10 @@ impl Scheduler {
             // lost it finds it back within one probe window, so the backlog waits a random
             // part of that time (a twelfth, at most `relink_spread`), or the whole fleet's
             // backlog lands at once. A device whose own link came back says so (`Online`).
-            let down = self.now.wall.saturating_sub(restored.since);
+            let down = self.down_since.take().map_or_else(
+                || self.now.wall.saturating_sub(restored.since),
+                |since| self.now.mono.saturating_sub(since),
+            );
             let spread = (down / 12).min(duration_ms(self.config.relink_spread));
             if answered.is_some() && spread > 0 {
                 let at = self.now.wall.saturating_add(self.rng.u64(0..=spread));
@@ -665,7 +673,7 @@ impl Scheduler {
             }
             self.warn_at = None;
             self.actions.push_back(Action::Emit(Event::LinkUp {
-                down_for: Duration::from_millis(self.now.wall.saturating_sub(restored.since)),
+                down_for: Duration::from_millis(down),
             }));
             if !restored.release.is_empty() {
                 self.chores.push_back(Io::Relink {
@@ -706,6 +714,7 @@ impl Scheduler {
                     _ => now,
                 };
                 if self.link.unanswered(now, id, &error, deadline) {
+                    self.down_since = Some(self.now.mono);
                     self.warn_at = Some(
                         self.now
                             .mono
@@ -1364,7 +1373,7 @@ mod tests {
 
     /// The link goes down at 10 ms; the probe claims record 2 at 1 s and the server's answer
     /// to it (`outcome`) comes back at `answered_at`. Returns the actions right after it.
-    fn probe_answered(s: &mut Scheduler, answered_at: Millis, outcome: Outcome) -> Vec<Action> {
+    fn probe_answered(s: &mut Scheduler, answered_at: Now, outcome: Outcome) -> Vec<Action> {
         claimed(s, at(0), vec![record(1, None)]);
         s.handle(
             at(10),
@@ -1381,7 +1390,7 @@ mod tests {
         answer(s, at(1_010), &probe, vec![record(2, None)]);
         drain(s);
         s.handle(
-            at(answered_at),
+            answered_at,
             Input::Reported {
                 id: RecordId(2),
                 report: Report::Outcome(outcome),
@@ -1393,7 +1402,7 @@ mod tests {
     #[test]
     fn an_answer_brings_the_link_up_and_releases_the_no_answer_waits() {
         let mut s = scheduler(RunnerConfig::default().with_concurrency(1));
-        let actions = probe_answered(&mut s, 1_020, Outcome::transient("HTTP 503", None));
+        let actions = probe_answered(&mut s, at(1_020), Outcome::transient("HTTP 503", None));
         assert!(actions.contains(&Action::Emit(Event::LinkUp {
             down_for: Duration::from_millis(1_010)
         })));
@@ -1413,7 +1422,7 @@ mod tests {
         answered_at: Millis,
     ) -> (Scheduler, Vec<(usize, bool)>) {
         let mut s = scheduler(config.with_concurrency(1).with_safety_poll(None));
-        let mut actions = probe_answered(&mut s, answered_at, Outcome::Delivered);
+        let mut actions = probe_answered(&mut s, at(answered_at), Outcome::Delivered);
         let Some(Action::Io(_)) = actions.last() else {
             return (s, writes(&actions));
         };
@@ -1452,6 +1461,34 @@ mod tests {
         let (s, _) = answered_after(capped, hour);
         let hold = s.poll_timeout().expect("a timer");
         assert!((hour..=hour + 2_000).contains(&hold), "{hold}");
+    }
+
+    #[test]
+    fn the_outage_is_measured_on_the_monotonic_clock_not_the_wall() {
+        // A minute without an answer, during which the wall clock jumped a day ahead: the wait
+        // after it is a minute's (at most 5 s), not the whole `relink_spread`.
+        let mut s = scheduler(
+            RunnerConfig::default()
+                .with_concurrency(1)
+                .with_safety_poll(None),
+        );
+        let stepped = Now {
+            wall: WALL + 60_010 + 86_400_000,
+            mono: 60_010,
+        };
+        let actions = probe_answered(&mut s, stepped, Outcome::Delivered);
+        assert!(
+            actions.contains(&Action::Emit(Event::LinkUp {
+                down_for: Duration::from_millis(60_000)
+            })),
+            "{actions:?}"
+        );
+        let hold = s.hold_until.expect("a wait after the outage");
+        assert!(
+            (stepped.wall..=stepped.wall + 5_000).contains(&hold),
+            "{}",
+            hold - stepped.wall
+        );
     }
 
     #[test]
