@@ -457,7 +457,10 @@ impl Outbox {
     }
 
     /// Waits until no claimable record is due and this runner holds nothing in flight, or
-    /// returns [`Error::Timeout`]. Records scheduled for later do not count.
+    /// returns [`Error::Timeout`]. Records scheduled for later do not count. Due records wait
+    /// while the runner waits out a server's `Retry-After` or, after a time without any answer,
+    /// its `relink_spread` ([`RunnerConfig`]); a `timeout` shorter than
+    /// that wait returns the timeout error, and the records stay queued.
     pub async fn flush(&self, timeout: Duration) -> Result<()> {
         let mut progress = self.shared.progress.subscribe();
         let settle = async {
