@@ -8,7 +8,8 @@
 //! - [`outcome`] and [`http`]: what a delivery reported, and the HTTP classifier;
 //! - [`policy`]: backoff, jitter, the ceiling and the crash-loop guard, as data;
 //! - [`machine`]: the pure transition function;
-//! - [`store`]: the trait a backend implements, and [`layer`]: wrappers that change a few of
+//! - [`store`]: the trait a backend implements ([`file`]: creating a one-file store whole),
+//!   and [`layer`]: wrappers that change a few of
 //!   its operations and forward the rest;
 //! - [`clock`]: where `now` comes from;
 //! - [`sink`], [`runner`] and [`handle`]: the user's delivery code, the task that runs the
@@ -44,6 +45,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod event;
+pub mod file;
 pub mod handle;
 pub mod http;
 pub mod layer;

@@ -585,71 +585,25 @@ fn check_header(path: &Path) -> Result<()> {
 }
 
 /// Builds a new outbox under a temporary name next to `path`, then links it into place only if
-/// `path` is still free: whoever looks at `path` finds nothing or a whole outbox, held by this
-/// store's lock until it is closed, never an empty or half-written file.
+/// `path` is still free ([`outbox_core::file::create_new`]): whoever looks at `path` finds
+/// nothing or a whole outbox, held by this store's lock until it is closed, never an empty or
+/// half-written file.
 fn create_file(path: PathBuf, config: RedbConfig) -> Result<RedbStore> {
-    let exists = || Error::AlreadyExists {
-        path: path.display().to_string(),
-    };
-    if std::fs::symlink_metadata(&path).is_ok() {
-        return Err(exists());
-    }
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::InvalidConfig(format!("{} names no file", path.display())))?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let temp = dir.join(format!(
-        ".{}.creating-{:016x}",
-        name.to_string_lossy(),
-        outbox_core::fastrand::u64(..)
-    ));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&temp)
-        .map_err(from_io)?;
-    let placed = FileBackend::new(file)
-        .and_then(|backend| config.builder().create_with_backend(backend))
-        .map_err(from_redb)
-        .and_then(|db| {
-            lay_out(&db, &config)?;
-            // On failure the database is dropped here, releasing its lock before the
-            // temporary file goes.
-            place(&temp, &path)?;
-            Ok(db)
-        });
-    // Linked into place, or failed: the temporary name goes either way.
-    let _ = std::fs::remove_file(&temp);
-    let db = placed?;
-    #[cfg(unix)]
-    if config.durability == crate::Durability::Immediate {
-        // The new directory entry must survive a power cut too.
-        File::open(&dir)
-            .and_then(|dir| dir.sync_all())
+    let sync_dir = config.durability == crate::Durability::Immediate;
+    let db = outbox_core::file::create_new(&path, sync_dir, from_io, |temp| {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(temp)
             .map_err(from_io)?;
-    }
+        let db = FileBackend::new(file)
+            .and_then(|backend| config.builder().create_with_backend(backend))
+            .map_err(from_redb)?;
+        lay_out(&db, &config)?;
+        Ok(db)
+    })?;
     start(db, config, Some(path))
-}
-
-/// Links the built file at `temp` to `path` if nothing is there: [`Error::AlreadyExists`] if
-/// something is.
-fn place(temp: &Path, path: &Path) -> Result<()> {
-    let exists = || Error::AlreadyExists {
-        path: path.display().to_string(),
-    };
-    match std::fs::hard_link(temp, path) {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == ErrorKind::AlreadyExists => Err(exists()),
-        // A file system without hard links: fall back to a rename, checked just before.
-        Err(_) if std::fs::symlink_metadata(path).is_err() => {
-            std::fs::rename(temp, path).map_err(from_io)
-        }
-        Err(_) => Err(exists()),
-    }
 }
 
 fn open_file(path: PathBuf, config: RedbConfig) -> Result<RedbStore> {

@@ -478,45 +478,10 @@ fn check_outbox(conn: &Connection) -> Result<()> {
 }
 
 /// Builds a new outbox file under a temporary name, then links it into place only if `path`
-/// is still free.
+/// is still free ([`outbox_core::file::create_new`]).
 fn create_file(path: &Path, config: &SqliteConfig) -> Result<()> {
-    let exists = || Error::AlreadyExists {
-        path: path.display().to_string(),
-    };
-    if fs::symlink_metadata(path).is_ok() {
-        return Err(exists());
-    }
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::InvalidConfig(format!("{} names no file", path.display())))?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let temp = dir.join(format!(
-        ".{}.creating-{:016x}",
-        name.to_string_lossy(),
-        outbox_core::fastrand::u64(..)
-    ));
-    let built = build(&temp, config);
-    let placed = built.and_then(|()| match fs::hard_link(&temp, path) {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Err(exists()),
-        // A file system without hard links: fall back to a rename, checked just before.
-        Err(_) if fs::symlink_metadata(path).is_err() => {
-            fs::rename(&temp, path).map_err(Error::backend)
-        }
-        Err(_) => Err(exists()),
-    });
-    let _ = fs::remove_file(&temp);
-    placed?;
-    if config.durability == crate::Durability::Full {
-        // The new directory entry must survive a power cut too.
-        fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(Error::backend)?;
-    }
-    Ok(())
+    let sync_dir = config.durability == crate::Durability::Full;
+    outbox_core::file::create_new(path, sync_dir, Error::backend, |temp| build(temp, config))
 }
 
 fn build(temp: &Path, config: &SqliteConfig) -> Result<()> {
