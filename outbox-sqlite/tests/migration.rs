@@ -325,6 +325,21 @@ async fn check_upgraded(store: &SqliteStore, records: &[Record]) {
 }
 
 /// Opens the old file at `path` holding `records`, twice, and checks the upgrade.
+/// Two stores open a file of an earlier schema at once: both upgrade it, neither fails, and
+/// both see every record as it was.
+async fn converge_at_once(build: fn(&Path) -> Vec<Record>, name: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
+    let records = build(&path);
+    let (a, b) = tokio::join!(
+        SqliteStore::open(&path, SqliteConfig::default()),
+        SqliteStore::open(&path, SqliteConfig::default()),
+    );
+    let (a, b) = (a.expect("first"), b.expect("second"));
+    check_upgraded(&a, &records).await;
+    check_upgraded(&b, &records).await;
+}
+
 async fn upgraded_with_nothing_lost(path: &Path, records: &[Record]) {
     let path = path.to_path_buf();
 
@@ -458,44 +473,17 @@ async fn a_third_schema_file_is_upgraded_with_nothing_lost() {
 
 #[tokio::test]
 async fn two_stores_upgrading_a_third_schema_file_at_once_converge() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("v3.db");
-    let records = build_third_schema(&path);
-    let (a, b) = tokio::join!(
-        SqliteStore::open(&path, SqliteConfig::default()),
-        SqliteStore::open(&path, SqliteConfig::default()),
-    );
-    let (a, b) = (a.expect("first"), b.expect("second"));
-    check_upgraded(&a, &records).await;
-    check_upgraded(&b, &records).await;
+    converge_at_once(build_third_schema, "v3.db").await;
 }
 
 #[tokio::test]
 async fn two_stores_upgrading_a_second_schema_file_at_once_converge() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("v2.db");
-    let records = build_second_schema(&path);
-    let (a, b) = tokio::join!(
-        SqliteStore::open(&path, SqliteConfig::default()),
-        SqliteStore::open(&path, SqliteConfig::default()),
-    );
-    let (a, b) = (a.expect("first"), b.expect("second"));
-    check_upgraded(&a, &records).await;
-    check_upgraded(&b, &records).await;
+    converge_at_once(build_second_schema, "v2.db").await;
 }
 
 #[tokio::test]
 async fn two_stores_upgrading_one_file_at_once_converge() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("v1.db");
-    let records = build_first_schema(&path);
-    let (a, b) = tokio::join!(
-        SqliteStore::open(&path, SqliteConfig::default()),
-        SqliteStore::open(&path, SqliteConfig::default()),
-    );
-    let (a, b) = (a.expect("first"), b.expect("second"));
-    check_upgraded(&a, &records).await;
-    check_upgraded(&b, &records).await;
+    converge_at_once(build_first_schema, "v1.db").await;
 }
 
 #[tokio::test]

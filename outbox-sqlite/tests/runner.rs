@@ -105,10 +105,27 @@ async fn a_record_enqueued_in_the_callers_transaction_is_delivered_after_notify(
         .expect("shutdown");
 }
 
-/// The runner the checks use, on the paused clock, fed through `store`.
-async fn wake_only(store: &Arc<SqliteStore>, clock: TokioClock) -> WakeOnlyRunner {
+/// An application's file: the outbox store on it, the runner the checks use (on the paused
+/// clock, fed through the store) and the application's own connection.
+async fn app() -> (
+    tempfile::TempDir,
+    Arc<SqliteStore>,
+    TokioClock,
+    WakeOnlyRunner,
+    Connection,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("app.db");
+    let store = Arc::new(
+        SqliteStore::create(&path, SqliteConfig::default())
+            .await
+            .expect("create"),
+    );
+    let clock = TokioClock::starting_at(T0);
     let held: Arc<dyn Store> = outbox_testkit::PausedClockStore::wrap(store.clone());
-    WakeOnlyRunner::start(held, Arc::new(clock)).await
+    let runner = WakeOnlyRunner::start(held, Arc::new(clock)).await;
+    let conn = app_connection(&path);
+    (dir, store, clock, runner, conn)
 }
 
 /// The application's connection, with a business table whose rows must name an existing
@@ -133,16 +150,7 @@ fn app_connection(path: &std::path::Path) -> Connection {
 
 #[tokio::test(start_paused = true)]
 async fn committing_with_the_helper_announces_and_wakes_the_runner_without_notify() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("app.db");
-    let store = Arc::new(
-        SqliteStore::create(&path, SqliteConfig::default())
-            .await
-            .expect("create"),
-    );
-    let clock = TokioClock::starting_at(T0);
-    let mut runner = wake_only(&store, clock).await;
-    let mut conn = app_connection(&path);
+    let (_dir, store, clock, mut runner, mut conn) = app().await;
 
     let tx = conn.transaction().expect("begin");
     tx.execute("INSERT INTO docs (parent, title) VALUES (1, 'hello')", [])
@@ -162,16 +170,7 @@ async fn committing_with_the_helper_announces_and_wakes_the_runner_without_notif
 
 #[tokio::test(start_paused = true)]
 async fn a_rolled_back_or_failed_commit_announces_nothing() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("app.db");
-    let store = Arc::new(
-        SqliteStore::create(&path, SqliteConfig::default())
-            .await
-            .expect("create"),
-    );
-    let clock = TokioClock::starting_at(T0);
-    let mut runner = wake_only(&store, clock).await;
-    let mut conn = app_connection(&path);
+    let (_dir, store, clock, mut runner, mut conn) = app().await;
 
     // Rolled back: the pending enqueue is never committed.
     let tx = conn.transaction().expect("begin");
