@@ -12,10 +12,16 @@ use outbox_core::{NewRecord, Store};
 use outbox_postgres::PgStore;
 use outbox_testkit::WakeOnlyRunner;
 
-/// The runner the checks use, on the server's clock, with no listener: only the commit's
-/// wake-up makes it deliver.
-async fn wake_only(store: &PgStore) -> WakeOnlyRunner {
-    WakeOnlyRunner::start(Arc::new(store.clone()), store.clock()).await
+/// The test's schema, its store, the runner the checks use (on the server's clock, with no
+/// listener: only the commit's wake-up makes it deliver) and the application's connection,
+/// with the business tables in place.
+async fn app() -> (Scratch, PgStore, WakeOnlyRunner, tokio_postgres::Client) {
+    let scratch = Scratch::new();
+    let store = scratch.store().await;
+    let runner = WakeOnlyRunner::start(Arc::new(store.clone()), store.clock()).await;
+    let client = admin().await;
+    business_tables(&client, &scratch.schema).await;
+    (scratch, store, runner, client)
 }
 
 /// Business tables in the test's schema: orders must name an existing customer by the end of
@@ -39,12 +45,8 @@ async fn committing_with_the_helper_announces_and_wakes_the_runner_without_notif
     if !server_ready() {
         return;
     }
-    let scratch = Scratch::new();
+    let (scratch, store, mut runner, mut client) = app().await;
     let s = &scratch.schema;
-    let store = scratch.store().await;
-    let mut runner = wake_only(&store).await;
-    let mut client = admin().await;
-    business_tables(&client, s).await;
 
     let tx = client.transaction().await.expect("begin");
     tx.execute(&format!("INSERT INTO \"{s}\".orders VALUES (7, 1)"), &[])
@@ -69,12 +71,8 @@ async fn a_rolled_back_or_failed_commit_announces_nothing() {
     if !server_ready() {
         return;
     }
-    let scratch = Scratch::new();
+    let (scratch, store, mut runner, mut client) = app().await;
     let s = &scratch.schema;
-    let store = scratch.store().await;
-    let mut runner = wake_only(&store).await;
-    let mut client = admin().await;
-    business_tables(&client, s).await;
     let now = runner.outbox.now();
 
     // Rolled back: the pending enqueue is never committed.
