@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
+use tokio::task::unconstrained;
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
@@ -219,13 +220,13 @@ pub(crate) async fn run(
             scheduler.handle(now(), Input::Reported { id, report });
             continue;
         }
-        // Out of tokio's budget: with the budget spent (see the top of the loop), a watch
-        // channel would answer "not yet" while a `Notify` would not, so a wake-up could
-        // overtake the offline signal or the shutdown that came before it.
-        let input = tokio::task::unconstrained(async {
-            tokio::select! {
+        // The two watch channels are read out of tokio's budget: with the budget spent (see
+        // the top of the loop), a watch channel answers "not yet" while a `Notify` does not,
+        // so a wake-up could overtake the offline signal or the shutdown that came before it.
+        // Everything else, the sink's futures included, keeps the budget.
+        let input = tokio::select! {
             biased;
-            is_online = online_changed(&mut online) => Some(Input::Online(is_online)),
+            is_online = unconstrained(online_changed(&mut online)) => Some(Input::Online(is_online)),
             Some((id, report)) = deliveries.next(), if !deliveries.is_empty() => {
                 running.remove(&id);
                 Some(Input::Reported { id, report })
@@ -237,7 +238,7 @@ pub(crate) async fn run(
                     Input::Wake
                 })
             }
-            changed = stop.changed(), if !stopping => {
+            changed = unconstrained(stop.changed()), if !stopping => {
                 stopping = true;
                 let grace = match changed {
                     Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
@@ -247,9 +248,7 @@ pub(crate) async fn run(
             }
             _ = sleep => Some(Input::Timer),
             _ = gauges_due => None,
-            }
-        })
-        .await;
+        };
         if let Some(input) = input {
             #[cfg(feature = "metrics")]
             gauges.touched();
