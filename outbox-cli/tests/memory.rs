@@ -302,7 +302,7 @@ async fn bad_filters_are_refused_by_the_parser() {
     let err = result.unwrap_err();
     assert_eq!(
         err.line(),
-        "--group: invalid group key: a group key must not be empty (use no group instead)"
+        "--group: invalid key: a group key must not be empty (use no group instead)"
     );
     assert_eq!(err.exit_code(), 2);
 }

@@ -104,9 +104,11 @@ pub enum Error {
     /// The record was rejected by the server; its verdict is final, so it cannot be retried.
     #[error("record {0} was rejected by the server; enqueue the write again to resend it")]
     RecordRejected(RecordId),
-    /// A group key the queue cannot hold: empty, containing NUL, or longer than
-    /// [`MAX_GROUP_LEN`](crate::record::MAX_GROUP_LEN) bytes. Every backend refuses the same keys.
-    #[error("invalid group key: {reason}")]
+    /// A group key or coalescing key the queue cannot hold (empty, containing NUL, or longer
+    /// than [`MAX_GROUP_LEN`](crate::record::MAX_GROUP_LEN) bytes), or an expected version that
+    /// cannot travel as an entity tag. The reason names which. Every backend refuses the same
+    /// keys.
+    #[error("invalid key: {reason}")]
     InvalidGroup {
         /// What is wrong with it.
         reason: String,

@@ -69,12 +69,16 @@ impl NewRecord {
     /// Marks the write as made against `version` of its entity (an ETag, a row version): the
     /// sink sends it as a precondition, and a server whose entity has moved on answers with a
     /// conflict (HTTP 412) instead of overwriting the newer data. At most 1,024 bytes of
-    /// visible ASCII, and not a weak entity tag (`W/"…"`), which `If-Match` never matches.
+    /// visible ASCII, quoted as a whole (`"3"`) or not at all (`3`), and not a weak entity tag
+    /// (`W/"…"`), which `If-Match` never matches; `enqueue` refuses anything else.
     ///
     /// ```
     /// use outbox_core::NewRecord;
     /// let record = NewRecord::new(b"title=Plans".to_vec()).in_group("note-7").expecting("3");
     /// assert_eq!(record.expected_version.as_deref(), Some("3"));
+    /// let valid = |v: &str| NewRecord::new(vec![]).expecting(v).validate(1024).is_ok();
+    /// assert!(valid("3") && valid("\"3\""));
+    /// assert!(!valid("a\"b") && !valid("\"3") && !valid("W/\"3\""));
     /// ```
     pub fn expecting(mut self, version: impl Into<String>) -> Self {
         self.expected_version = Some(version.into());
@@ -222,13 +226,20 @@ fn validate_version(version: &str) -> crate::Result<()> {
             ),
         });
     }
+    // Quoted as a whole or not at all: `a"b` or `"abc` would go out as a malformed tag.
+    let inner = match version.strip_prefix('"') {
+        Some(rest) => rest.strip_suffix('"').unwrap_or("\""),
+        None => version,
+    };
     if version.is_empty()
         || version.len() > MAX_GROUP_LEN
         || !version.bytes().all(|b| b.is_ascii_graphic())
+        || inner.contains('"')
     {
         return Err(crate::Error::InvalidGroup {
             reason: format!(
-                "an expected version must be 1 to {MAX_GROUP_LEN} bytes of visible ASCII, not {version:?}"
+                "an expected version must be 1 to {MAX_GROUP_LEN} bytes of visible ASCII, quoted as \
+                 a whole or not at all, not {version:?}"
             ),
         });
     }
