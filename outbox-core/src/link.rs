@@ -54,13 +54,16 @@ pub(crate) struct Link {
     counted_this_round: bool,
     /// Records whose current deadline comes from a no-answer, oldest first.
     waiting: std::collections::VecDeque<crate::record::RecordId>,
+    /// When the link went down on the monotonic clock: how long it was down is measured
+    /// there, so a wall clock that steps during an outage neither stretches nor cuts it.
+    down_since: Millis,
 }
 
 /// What changed when the link heard from a server again.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Restored {
-    /// When it had gone down.
-    pub(crate) since: Millis,
+    /// How long it was down (monotonic milliseconds).
+    pub(crate) down_for: Millis,
     /// Records to make due at once: the link was at fault, not them.
     pub(crate) release: Vec<crate::record::RecordId>,
 }
@@ -99,11 +102,12 @@ impl Link {
         }
     }
 
-    /// A delivery got no answer; `deadline` is the wait drawn for its record. Returns true
-    /// when the link just went down.
+    /// A delivery got no answer at `now` (wall) and `mono`; `deadline` is the wait drawn for
+    /// its record. Returns true when the link just went down.
     pub(crate) fn unanswered(
         &mut self,
         now: Millis,
+        mono: Millis,
         id: crate::record::RecordId,
         error: &str,
         deadline: Millis,
@@ -111,6 +115,7 @@ impl Link {
         self.remember(id);
         let went_down = self.state.is_up();
         if went_down {
+            self.down_since = mono;
             self.state = LinkState::Down {
                 since: now,
                 last_error: error.to_owned(),
@@ -127,19 +132,23 @@ impl Link {
     }
 
     /// A server answered about `id` (or the connectivity signal turned online, `id` `None`):
-    /// the link is up. Returns what to release when it was down.
-    pub(crate) fn answered(&mut self, id: Option<crate::record::RecordId>) -> Option<Restored> {
+    /// the link is up at `mono`. Returns what to release when it was down.
+    pub(crate) fn answered(
+        &mut self,
+        id: Option<crate::record::RecordId>,
+        mono: Millis,
+    ) -> Option<Restored> {
         if let Some(id) = id {
             self.waiting.retain(|w| *w != id);
         }
-        let LinkState::Down { since, .. } = self.state else {
+        if self.state.is_up() {
             return None;
-        };
+        }
         self.state = LinkState::Up;
         self.failures = 0;
         self.probe_at = None;
         Some(Restored {
-            since,
+            down_for: mono.saturating_sub(self.down_since),
             release: self.waiting.drain(..).collect(),
         })
     }
@@ -163,12 +172,12 @@ mod tests {
     fn a_round_counts_once_and_the_probe_is_the_records_own_deadline() {
         let mut link = Link::default();
         link.new_round();
-        assert!(link.unanswered(10, RecordId(1), "refused", 1_010));
-        assert!(!link.unanswered(11, RecordId(2), "reset", 5_000));
+        assert!(link.unanswered(10, 10, RecordId(1), "refused", 1_010));
+        assert!(!link.unanswered(11, 11, RecordId(2), "reset", 5_000));
         assert_eq!(link.probe_at(), Some(1_010));
         assert_eq!(link.streak(0), 2);
         link.new_round();
-        link.unanswered(1_010, RecordId(1), "refused", 3_000);
+        link.unanswered(1_010, 1_010, RecordId(1), "refused", 3_000);
         assert_eq!((link.streak(0), link.probe_at()), (3, Some(3_000)));
         assert_eq!(
             link.state(),
@@ -183,20 +192,20 @@ mod tests {
     fn an_answer_brings_the_link_up_and_releases_the_waiting_records_once() {
         let mut link = Link::default();
         link.new_round();
-        link.unanswered(10, RecordId(1), "refused", 1_000);
-        link.unanswered(10, RecordId(2), "refused", 2_000);
-        let restored = link.answered(Some(RecordId(2))).unwrap();
+        link.unanswered(10, 10, RecordId(1), "refused", 1_000);
+        link.unanswered(10, 10, RecordId(2), "refused", 2_000);
+        let restored = link.answered(Some(RecordId(2)), 500).unwrap();
         assert_eq!(
             restored,
             Restored {
-                since: 10,
+                down_for: 490,
                 release: vec![RecordId(1)]
             }
         );
         assert!(!link.is_down());
         assert_eq!(link.probe_at(), None);
         assert_eq!(link.streak(0), 1);
-        assert_eq!(link.answered(None), None);
+        assert_eq!(link.answered(None, 600), None);
     }
 
     #[test]
@@ -204,9 +213,9 @@ mod tests {
         let mut link = Link::default();
         for id in 0..(MAX_WAITING as u64 + 10) {
             link.new_round();
-            link.unanswered(0, RecordId(id), "x", 1);
+            link.unanswered(0, 0, RecordId(id), "x", 1);
         }
-        let restored = link.answered(None).unwrap();
+        let restored = link.answered(None, 1).unwrap();
         assert_eq!(restored.release.len(), MAX_WAITING);
         assert_eq!(restored.release[0], RecordId(10));
     }

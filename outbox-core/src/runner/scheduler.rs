@@ -344,10 +344,6 @@ pub struct Scheduler {
     /// A server's `Retry-After` holds the whole runner, not only its record: nothing is
     /// claimed before this wall-clock time.
     hold_until: Option<Millis>,
-    /// When the link last went down, on the monotonic clock: how long it was down is measured
-    /// there, so a wall clock that steps during an outage does not stretch or cut the wait
-    /// after it.
-    down_since: Option<Millis>,
     /// Deliveries allowed in flight at once: back to 1 after a server asked this client to
     /// wait, doubled by every answer that does not ask it again, up to `concurrency`. A
     /// device that was told "too many" tries one request before it sends its backlog.
@@ -408,7 +404,6 @@ impl Scheduler {
             retry_io_at: None,
             hold_until: None,
             window,
-            down_since: None,
             empty_claims: 0,
             quiet_until: 0,
             storm: Storm::default(),
@@ -656,15 +651,12 @@ impl Scheduler {
     }
 
     fn link_restored(&mut self, answered: Option<RecordId>) {
-        if let Some(restored) = self.link.answered(answered) {
+        if let Some(restored) = self.link.answered(answered, self.now.mono) {
             // The server answers again after a time without any answer: every device that
             // lost it finds it back within one probe window, so the backlog waits a random
             // part of that time (a twelfth, at most `relink_spread`), or the whole fleet's
             // backlog lands at once. A device whose own link came back says so (`Online`).
-            let down = self.down_since.take().map_or_else(
-                || self.now.wall.saturating_sub(restored.since),
-                |since| self.now.mono.saturating_sub(since),
-            );
+            let down = restored.down_for;
             let spread = (down / 12).min(duration_ms(self.config.relink_spread));
             if answered.is_some() && spread > 0 {
                 let at = self.now.wall.saturating_add(self.rng.u64(0..=spread));
@@ -713,8 +705,10 @@ impl Scheduler {
                     machine::Change::Update(p) => p.next_attempt_at.unwrap_or(now),
                     _ => now,
                 };
-                if self.link.unanswered(now, id, &error, deadline) {
-                    self.down_since = Some(self.now.mono);
+                if self
+                    .link
+                    .unanswered(now, self.now.mono, id, &error, deadline)
+                {
                     self.warn_at = Some(
                         self.now
                             .mono
