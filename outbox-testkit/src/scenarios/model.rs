@@ -22,11 +22,12 @@ pub const SEED_ENV: &str = "OUTBOX_TESTKIT_SEED";
 /// Steps of one randomized run in the suite.
 pub const DEFAULT_STEPS: usize = 300;
 
-/// Randomized operation sequences: enqueue, claim, report every kind of outcome, stale
+/// Randomized operation sequences: enqueue (a third of the writes coalescing on one of two
+/// keys, a fifth carrying an expected version), claim, report every kind of outcome, stale
 /// reports, rounds (outcomes and a claim in one call), renew, lease recovery, a person's
-/// retry, discard and requeue, the halt set and cleared, prune, `stepped_back`, time moving and (for persistent backends, with nothing in flight) restarts, run on the backend
-/// and on the reference model with the results and the whole contents compared after every
-/// step.
+/// retry, discard and requeue, the halt set and cleared, prune, `stepped_back`, time moving
+/// and (for persistent backends, with nothing in flight) restarts, run on the backend and on
+/// the reference model with the results and the whole contents compared after every step.
 ///
 /// The seed is random unless `OUTBOX_TESTKIT_SEED` is set; a failure names the seed to replay.
 pub async fn random_ops_match_reference(backend: &dyn Backend) -> ScenarioResult {
@@ -159,6 +160,13 @@ impl Model {
                 if !group.is_empty() {
                     record = record.in_group(*group);
                 }
+            }
+            // A third of the writes coalesce on one of two keys, a fifth carry a version.
+            if let Some(key) = ["k1", "k2"].get(self.rng.usize(0..6)) {
+                record = record.replacing(*key);
+            }
+            if self.rng.usize(0..5) == 0 {
+                record = record.expecting(format!("v{}", self.keys));
             }
             batch.push(record);
         }
