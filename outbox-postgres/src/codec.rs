@@ -19,7 +19,7 @@ pub(crate) const RECORD_COLUMNS: &str = "id, grp, payload, key, created_at, stat
 /// The tombstone columns, in the order [`tombstone`] reads them.
 pub(crate) const TOMBSTONE_COLUMNS: &str = "id, grp, key, reason, discarded_at, attempts";
 
-/// A time as stored: saturating at `i64::MAX`.
+/// A time, or any count the schema keeps in a `bigint`, as stored: saturating at `i64::MAX`.
 pub(crate) fn millis(at: Millis) -> i64 {
     i64::try_from(at).unwrap_or(i64::MAX)
 }
@@ -57,7 +57,13 @@ fn unstate(code: i16) -> Result<State> {
         .ok_or_else(|| corrupt(format!("unknown state code {code}")))
 }
 
-fn unsigned(value: i64, what: &str) -> Result<u64> {
+/// An id as read back.
+pub(crate) fn record_id(id: i64) -> Result<RecordId> {
+    unsigned(id, "id").map(RecordId)
+}
+
+/// A stored `bigint` that must not be negative (an id, a time, a counter).
+pub(crate) fn unsigned(value: i64, what: &str) -> Result<u64> {
     u64::try_from(value).map_err(|_| corrupt(format!("negative {what}: {value}")))
 }
 
@@ -88,7 +94,7 @@ pub(crate) fn record(row: &Row) -> Result<Record> {
         value.map(|v| unsigned(v, what)).transpose()
     };
     Ok(Record {
-        id: RecordId(unsigned(row.try_get(0).map_err(pg)?, "id")?),
+        id: record_id(row.try_get(0).map_err(pg)?)?,
         group: row.try_get(1).map_err(pg)?,
         payload: row.try_get(2).map_err(pg)?,
         key: row.try_get(3).map_err(pg)?,
@@ -109,7 +115,7 @@ pub(crate) fn record(row: &Row) -> Result<Record> {
 /// Reads a tombstone from a row selected with [`TOMBSTONE_COLUMNS`].
 pub(crate) fn tombstone(row: &Row) -> Result<Tombstone> {
     Ok(Tombstone {
-        id: RecordId(unsigned(row.try_get(0).map_err(pg)?, "id")?),
+        id: record_id(row.try_get(0).map_err(pg)?)?,
         group: row.try_get(1).map_err(pg)?,
         key: row.try_get(2).map_err(pg)?,
         reason: row.try_get(3).map_err(pg)?,

@@ -68,21 +68,8 @@ fn allocated(rows: &[Row], expected: usize) -> Result<Vec<i64>> {
     Ok(ids)
 }
 
-/// A count of absorbed writes as stored (a batch holds far fewer than `i64::MAX`).
-fn stored_count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn record_id(id: i64) -> Result<RecordId> {
-    u64::try_from(id)
-        .map(RecordId)
-        .map_err(|_| corrupt("negative id"))
-}
-
 fn time(value: Option<i64>, what: &str) -> Result<Option<Millis>> {
-    value
-        .map(|v| u64::try_from(v).map_err(|_| corrupt(format!("a negative {what}"))))
-        .transpose()
+    value.map(|v| codec::unsigned(v, what)).transpose()
 }
 
 impl Core {
@@ -193,7 +180,9 @@ impl Core {
         )
         .map_err(pg)?;
         Ok(Enqueued::fresh(
-            ids.into_iter().map(record_id).collect::<Result<_>>()?,
+            ids.into_iter()
+                .map(codec::record_id)
+                .collect::<Result<_>>()?,
         ))
     }
 
@@ -254,7 +243,7 @@ impl Core {
         for row in &tail_rows {
             let group: String = row.try_get(0).map_err(pg)?;
             if let Some(id) = row.try_get::<_, Option<i64>>(1).map_err(pg)? {
-                last_members.insert(group, record_id(id)?);
+                last_members.insert(group, codec::record_id(id)?);
             }
         }
         // The (key, group) pairs of the batch: a record can only be replaced by a write with
@@ -316,7 +305,7 @@ impl Core {
             .collect();
         let replaces: Vec<Option<&str>> =
             fresh.iter().map(|f| f.record.replaces.as_deref()).collect();
-        let absorbed: Vec<i64> = fresh.iter().map(|f| stored_count(f.absorbed)).collect();
+        let absorbed: Vec<i64> = fresh.iter().map(|f| codec::millis(f.absorbed)).collect();
         let at = millis(now);
         let insert_params: [Param<'_>; 9] = [
             &fresh_ids, &grps, &payloads, &keys, &at, &claimable, &versions, &replaces, &absorbed,
@@ -332,7 +321,7 @@ impl Core {
             .values()
             .map(|(r, _)| r.expected_version.as_deref())
             .collect();
-        let rewrite_counts: Vec<i64> = rewritten.values().map(|(_, n)| stored_count(*n)).collect();
+        let rewrite_counts: Vec<i64> = rewritten.values().map(|(_, n)| codec::millis(*n)).collect();
         let rewrite_params: [Param<'_>; 6] = [
             &rewrite_ids,
             &rewrite_payloads,
@@ -366,7 +355,7 @@ impl Core {
                     .get(*n)
                     .copied()
                     .ok_or_else(|| corrupt("a fresh record without an id"))
-                    .and_then(record_id),
+                    .and_then(codec::record_id),
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Enqueued {

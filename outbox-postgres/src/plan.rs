@@ -22,8 +22,7 @@ pub(crate) fn locked(row: &Row) -> Result<(i64, Record)> {
         .ok()
         .and_then(State::from_code)
         .ok_or_else(|| corrupt(format!("unknown state code {code}")))?;
-    let unsigned = u64::try_from(id).map_err(|_| corrupt(format!("negative id {id}")))?;
-    let mut record = Record::fresh(RecordId(unsigned), group, Vec::new(), String::new(), 0);
+    let mut record = Record::fresh(codec::record_id(id)?, group, Vec::new(), String::new(), 0);
     record.state = state;
     record.lease = token.map(|t| Lease {
         token: codec::untoken(t),
