@@ -142,28 +142,16 @@ impl<'t> Tables<'t> {
     /// The latest record (highest id) with coalescing key `key`, in any state: one seek to the
     /// end of the key's range.
     fn latest_by_key(&self, key: &str) -> Result<Option<RecordId>> {
-        let mut records = self.coalescing.range((key, 0)..=(key, u64::MAX)).engine()?;
-        match records.next_back() {
-            Some(entry) => Ok(Some(RecordId(entry.engine()?.0.value().1))),
-            None => Ok(None),
-        }
+        end_of(&self.coalescing, key, true)
     }
 
     /// The last member of `group` (highest id) among those holding its order.
     fn group_tail(&self, group: &str) -> Result<Option<RecordId>> {
-        let mut members = self.groups.range((group, 0)..=(group, u64::MAX)).engine()?;
-        match members.next_back() {
-            Some(entry) => Ok(Some(RecordId(entry.engine()?.0.value().1))),
-            None => Ok(None),
-        }
+        end_of(&self.groups, group, true)
     }
 
     fn group_head(&self, group: &str) -> Result<Option<RecordId>> {
-        let mut members = self.groups.range((group, 0)..=(group, u64::MAX)).engine()?;
-        match members.next() {
-            Some(entry) => Ok(Some(RecordId(entry.engine()?.0.value().1))),
-            None => Ok(None),
-        }
+        end_of(&self.groups, group, false)
     }
 
     fn is_head(&self, record: &Record) -> Result<bool> {
@@ -707,5 +695,20 @@ impl ReadTables {
             }
         }
         Ok(stats)
+    }
+}
+
+/// The first (or, with `last`, the last) id filed under `name` in an index of (name, id): one
+/// seek to an end of the name's range.
+fn end_of(
+    index: &Table<'_, (&'static str, u64), ()>,
+    name: &str,
+    last: bool,
+) -> Result<Option<RecordId>> {
+    let mut ids = index.range((name, 0)..=(name, u64::MAX)).engine()?;
+    let end = if last { ids.next_back() } else { ids.next() };
+    match end {
+        Some(entry) => Ok(Some(RecordId(entry.engine()?.0.value().1))),
+        None => Ok(None),
     }
 }
