@@ -8,7 +8,7 @@
 //! - [`outcome`] and [`http`]: what a delivery reported, and the HTTP classifier;
 //! - [`policy`]: backoff, jitter, the ceiling and the crash-loop guard, as data;
 //! - [`machine`]: the pure transition function;
-//! - [`store`]: the trait a backend implements ([`file`]: creating a one-file store whole),
+//! - [`store`]: the trait a backend implements ([`mod@file`]: creating a one-file store whole),
 //!   and [`layer`]: wrappers that change a few of
 //!   its operations and forward the rest;
 //! - [`clock`]: where `now` comes from;
