@@ -1,14 +1,15 @@
 //! One device: the project's own [`Scheduler`] and policy over a [`MemoryStore`], with the
-//! store calls performed the way the runner's async shell performs them, synchronously.
+//! store calls made by the runner's own `perform`, waited for synchronously.
 
 use std::future::Future;
 
 use fastrand::Rng;
 use futures::FutureExt;
-use outbox_core::runner::scheduler::{Action, Input, Io, IoDone, Now, Report, Scheduler};
-use outbox_core::{
-    machine, Event, ListQuery, Millis, NewRecord, RecordId, RetryPolicy, State, Store,
+use outbox_core::runner::perform;
+use outbox_core::runner::scheduler::{
+    Action, FailureKind, Input, Now, Report, Scheduler, StoreFailure,
 };
+use outbox_core::{machine, Event, ListQuery, Millis, NewRecord, RecordId, State, Store};
 use outbox_memory::MemoryStore;
 
 use crate::params::{ms, Params, Scenario};
@@ -39,8 +40,6 @@ struct InFlight {
 pub(crate) struct Device {
     scheduler: Scheduler,
     store: MemoryStore,
-    policy: RetryPolicy,
-    lease: Millis,
     scenario: Scenario,
     rng: Rng,
     /// When the device writes its records, latest first (popped from the back).
@@ -72,13 +71,6 @@ fn ready<T>(future: impl Future<Output = outbox_core::Result<T>>) -> Result<T, S
     }
 }
 
-fn changed(changed: usize) -> IoDone {
-    IoDone {
-        changed,
-        ..IoDone::default()
-    }
-}
-
 impl Device {
     pub(crate) fn new(index: usize, params: &Params, scenario: Scenario) -> Self {
         let device = index as u64;
@@ -100,7 +92,7 @@ impl Device {
         let mut device_state = Device {
             scheduler: Scheduler::new(
                 params.runner(),
-                policy.clone(),
+                policy,
                 mix(params.seed, device, 1),
                 mix(params.seed, device, 2),
                 Now {
@@ -110,8 +102,6 @@ impl Device {
                 None,
             ),
             store: MemoryStore::new(),
-            policy,
-            lease: ms(params.runner().lease),
             scenario,
             rng,
             writes,
@@ -276,113 +266,20 @@ impl Device {
                     self.unsettled = self.unsettled.saturating_sub(1);
                 }
                 Action::Io(io) => {
-                    let done = self.perform(io, now.wall);
-                    self.scheduler.handle(now, Input::Done(done));
+                    // The runner's own `perform`: the store calls are the shell's, to the
+                    // letter; only the waiting is synchronous here.
+                    let answer = match perform(&self.store, io).now_or_never() {
+                        Some(result) => result.map_err(|e| StoreFailure::from(&e)),
+                        None => Err(StoreFailure {
+                            kind: FailureKind::Transient,
+                            error: "the memory store did not answer at once".into(),
+                        }),
+                    };
+                    self.scheduler.handle(now, Input::Answer(answer));
                 }
                 // Other events and log lines change nothing here; nothing is ever aborted.
                 _ => {}
             }
-        }
-    }
-
-    /// One store call, as the runner's shell makes it.
-    fn perform(&mut self, io: Io, now: Millis) -> Result<IoDone, String> {
-        let store = &self.store;
-        match io {
-            Io::Write { transitions, claim } => {
-                let round = ready(store.round(transitions, claim))?;
-                Ok(IoDone {
-                    skipped: round.applied.skipped,
-                    claimed: round.claimed,
-                    ..IoDone::default()
-                })
-            }
-            Io::Renew { ids, lease } => {
-                // As in the shell: deliveries go on, the next tick renews again.
-                let _ = ready(store.renew(&ids, lease));
-                Ok(IoDone::default())
-            }
-            Io::NextDue => Ok(IoDone {
-                next_due: ready(store.next_due())?,
-                ..IoDone::default()
-            }),
-            Io::RecoverExpired => {
-                let mut recovered = 0;
-                loop {
-                    let expired = ready(store.expired(now, 256))?;
-                    if expired.is_empty() {
-                        break;
-                    }
-                    let transitions: Vec<_> = expired
-                        .iter()
-                        .map(|r| machine::on_interrupted(r, &self.policy, now).transition)
-                        .collect();
-                    let count = transitions.len();
-                    let skipped = ready(store.apply(transitions))?.skipped.len();
-                    if skipped == count {
-                        break;
-                    }
-                    recovered += count - skipped;
-                }
-                Ok(changed(recovered))
-            }
-            Io::RecoverFarLeases { ours } => {
-                let limit = now.saturating_add(self.lease);
-                let in_flight = ready(store.expired(Millis::MAX, 4_096))?;
-                let transitions: Vec<_> = in_flight
-                    .iter()
-                    .filter(|r| !ours.contains(&r.id) && r.lease.is_some_and(|l| l.until > limit))
-                    .map(|r| machine::on_interrupted(r, &self.policy, now).transition)
-                    .collect();
-                let count = transitions.len();
-                if count == 0 {
-                    return Ok(IoDone::default());
-                }
-                let skipped = ready(store.apply(transitions))?.skipped.len();
-                Ok(changed(count - skipped))
-            }
-            Io::Rebase { step } => {
-                let mut rebased = 0;
-                loop {
-                    let stepped = ready(store.stepped_back(now, 256))?;
-                    let transitions: Vec<_> = stepped
-                        .iter()
-                        .filter_map(|r| match step {
-                            Some(step) => machine::rebase_by(r, now, step),
-                            None => machine::rebase(r, now),
-                        })
-                        .collect();
-                    if transitions.is_empty() {
-                        break;
-                    }
-                    let count = transitions.len();
-                    let skipped = ready(store.apply(transitions))?.skipped.len();
-                    if skipped == count {
-                        break;
-                    }
-                    rebased += count - skipped;
-                }
-                Ok(changed(rebased))
-            }
-            Io::Relink { ids } => {
-                let mut transitions = Vec::with_capacity(ids.len());
-                for id in ids {
-                    if let Some(record) = ready(store.get(id))? {
-                        transitions.extend(machine::relink(&record, now));
-                    }
-                }
-                let count = transitions.len();
-                if count == 0 {
-                    return Ok(IoDone::default());
-                }
-                let skipped = ready(store.apply(transitions))?.skipped.len();
-                Ok(changed(count - skipped))
-            }
-            Io::SetHalt(halt) => {
-                ready(store.set_halt(halt))?;
-                Ok(IoDone::default())
-            }
-            other => Err(format!("the simulation does not perform {other:?}")),
         }
     }
 }

@@ -33,7 +33,14 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 ///   answered record itself is not held, and a connectivity signal coming online (the device's
 ///   own link was at fault) sends at once.
 /// - `rejection_storm`: **5**: that many records of different groups rejected in a row with
-///   the same reason halt the runner as a suspected misconfiguration (0 turns it off).
+///   the same verdict (the status, not the server's words: see `Outcome::verdict`) halt the
+///   runner as a suspected misconfiguration (0 turns it off).
+/// - `store_timeout`: **30 s**: the longest the runner waits for one store call. A call that
+///   takes longer (a half-open connection, a business transaction holding a group's lock)
+///   counts as a store failure: the outcomes are kept and the runner backs off and says so.
+///   Keep it below `lease`, so a call that hangs is given up before the leases of the
+///   records it holds can lapse. A call given up that committed after all is harmless: its
+///   transitions are guarded, and records it claimed are recovered when their lease expires.
 /// - `seed`: **random**; set it to make jitter reproducible.
 ///
 /// ```
@@ -66,6 +73,8 @@ pub struct RunnerConfig {
     pub rejection_storm: u32,
     /// Seed of the jitter RNG; `None` for a random seed.
     pub seed: Option<u64>,
+    /// Longest wait for one store call the runner makes; past it the call counts as failed.
+    pub store_timeout: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -80,6 +89,7 @@ impl Default for RunnerConfig {
             relink_spread: Duration::from_secs(5 * 60),
             rejection_storm: 5,
             seed: None,
+            store_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -139,8 +149,19 @@ impl RunnerConfig {
         self
     }
 
+    /// Replaces `store_timeout`.
+    pub fn with_store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
+        self
+    }
+
     /// Checks every value is in range.
     pub fn validate(&self) -> Result<()> {
+        if self.store_timeout.is_zero() || self.store_timeout > MAX_WAIT {
+            return Err(Error::InvalidConfig(
+                "store_timeout must be between 1 ms and 7 days".into(),
+            ));
+        }
         if self.batch == 0 || self.concurrency == 0 {
             return Err(Error::InvalidConfig(
                 "batch and concurrency must be at least 1".into(),

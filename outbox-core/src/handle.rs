@@ -89,14 +89,19 @@ impl OutboxBuilder {
             self.clock,
             self.resolver,
         ));
-        shared.recover_expired().await?;
-        shared.rebase(None).await?;
         let halt = shared.store.halt().await?;
         shared.halted.store(halt.is_some(), Ordering::SeqCst);
         #[cfg(feature = "metrics")]
         crate::metrics::started(halt.is_some());
+        let (scheduler, started) = shell::prepare(&shared, halt).await?;
         let (stop, stop_rx) = watch::channel(None);
-        let task = tokio::spawn(shell::run(Arc::clone(&shared), stop_rx, self.online, halt));
+        let task = tokio::spawn(shell::run(
+            Arc::clone(&shared),
+            scheduler,
+            started,
+            stop_rx,
+            self.online,
+        ));
         Ok(Outbox {
             shared,
             stop,

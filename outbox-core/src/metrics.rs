@@ -52,16 +52,12 @@
 
 use std::time::Duration;
 
-use ::metrics::Unit;
-use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
-use tokio::time::Instant;
-
 use crate::event::Event;
-use crate::link::LinkState;
 use crate::outcome::Outcome;
 use crate::record::Millis;
-use crate::runner::{outcome_class, Shared};
-use crate::store::Stats;
+use crate::runner::scheduler::Gauges;
+use ::metrics::Unit;
+use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
 /// Counter: records enqueued through the handle.
 pub const ENQUEUED: &str = "outbox_enqueued_total";
@@ -97,11 +93,6 @@ pub const HALTED: &str = "outbox_halted";
 pub const DELIVERY_DURATION: &str = "outbox_delivery_duration_seconds";
 /// Histogram: seconds from enqueue to delivery.
 pub const ENQUEUE_TO_DELIVERY: &str = "outbox_enqueue_to_delivery_seconds";
-
-/// Gauges are read again when the runner goes idle, at most this often.
-const IDLE_EVERY: Duration = Duration::from_secs(1);
-/// And at least this often while it stays busy.
-const BUSY_EVERY: Duration = Duration::from_secs(10);
 
 /// Describes the metrics to the recorder and sets the gauges known at start.
 pub(crate) fn started(halted: bool) {
@@ -188,7 +179,7 @@ pub(crate) fn event(event: &Event) {
 
 /// A delivery ended with what the sink reported, after `took`.
 pub(crate) fn attempt(outcome: &Outcome, took: Duration) {
-    let class = outcome_class(outcome);
+    let class = outcome.class();
     counter!(ATTEMPTS, "outcome" => class).increment(1);
     histogram!(DELIVERY_DURATION, "outcome" => class).record(took.as_secs_f64());
 }
@@ -203,8 +194,14 @@ pub(crate) fn delivered_after(age_ms: Millis) {
     histogram!(ENQUEUE_TO_DELIVERY).record(Duration::from_millis(age_ms).as_secs_f64());
 }
 
-/// Sets the gauges from one reading of the store's stats.
-fn set_gauges(stats: &Stats, link: &LinkState, halted: bool, now: Millis) {
+/// Sets the gauges from one reading the scheduler asked for.
+pub(crate) fn set_gauges(reading: &Gauges) {
+    let Gauges {
+        stats,
+        link_up,
+        halted,
+        now,
+    } = reading;
     let states = [
         ("pending", stats.pending),
         ("retrying", stats.retrying),
@@ -221,8 +218,8 @@ fn set_gauges(stats: &Stats, link: &LinkState, halted: bool, now: Millis) {
         .oldest_created_at
         .map_or(0, |at| now.saturating_sub(at));
     gauge!(OLDEST_AGE).set(Duration::from_millis(age).as_secs_f64());
-    gauge!(LINK_UP).set(flag(*link == LinkState::Up));
-    gauge!(HALTED).set(flag(halted));
+    gauge!(LINK_UP).set(flag(*link_up));
+    gauge!(HALTED).set(flag(*halted));
 }
 
 fn flag(on: bool) -> f64 {
@@ -230,56 +227,5 @@ fn flag(on: bool) -> f64 {
         1.0
     } else {
         0.0
-    }
-}
-
-/// When the runner reads the store's stats for the gauges.
-#[derive(Debug, Default)]
-pub(crate) struct Gauges {
-    /// When they were last read.
-    last: Option<Instant>,
-    /// Something happened since.
-    stale: bool,
-}
-
-impl Gauges {
-    /// The runner took in an input: the gauges may have moved.
-    pub(crate) fn touched(&mut self) {
-        self.stale = true;
-    }
-
-    /// When an idle runner should wake to read them, if they are stale.
-    pub(crate) fn due_at(&self) -> Option<Instant> {
-        match self.last {
-            Some(last) if self.stale => Some(last + IDLE_EVERY),
-            _ => None,
-        }
-    }
-
-    /// Reads the stats and sets the gauges if it is time: first thing, when the runner is
-    /// idle and the last reading is a second old, when it has stayed busy ten seconds, and
-    /// when it stops (`last`).
-    pub(crate) async fn refresh(&mut self, shared: &Shared, idle: bool, last: bool) {
-        let due = match self.last {
-            None => true,
-            Some(at) => {
-                let since = at.elapsed();
-                last || since >= BUSY_EVERY || (idle && self.stale && since >= IDLE_EVERY)
-            }
-        };
-        if !due {
-            return;
-        }
-        self.last = Some(Instant::now());
-        self.stale = false;
-        match shared.store.stats().await {
-            Ok(stats) => set_gauges(
-                &stats,
-                &shared.link(),
-                shared.halted.load(std::sync::atomic::Ordering::SeqCst),
-                shared.now(),
-            ),
-            Err(err) => tracing::debug!(error = %err, "could not read stats for the gauges"),
-        }
     }
 }

@@ -174,6 +174,48 @@ impl Outcome {
         )
     }
 
+    /// The class of the outcome, as spans, metrics and reports name it: `delivered`,
+    /// `no_answer`, `transient`, `rejected`, `halt` or `conflict`.
+    ///
+    /// ```
+    /// use outbox_core::Outcome;
+    /// assert_eq!(Outcome::transient("HTTP 503", None).class(), "transient");
+    /// ```
+    pub fn class(&self) -> &'static str {
+        match self {
+            Outcome::Delivered => "delivered",
+            Outcome::NoAnswer { .. } => "no_answer",
+            Outcome::Transient { .. } => "transient",
+            Outcome::Rejected { .. } => "rejected",
+            Outcome::Halt { .. } => "halt",
+            Outcome::Conflict { .. } => "conflict",
+        }
+    }
+
+    /// What kind of refusal a rejection is, without the server's words: the reason up to its
+    /// first `": "` (`HTTP 404` for `HttpSink`'s `HTTP 404: Cannot PUT /v1/notes/7`). A sink
+    /// that writes its own reasons puts its kind of error first the same way. The runner's
+    /// rejection-storm breaker compares verdicts, so bodies that name the record do not hide
+    /// a misconfiguration. `None` for every other outcome.
+    ///
+    /// ```
+    /// use outbox_core::Outcome;
+    /// assert_eq!(Outcome::rejected("HTTP 404: Cannot PUT /v1/notes/7").verdict(), Some("HTTP 404"));
+    /// assert_eq!(Outcome::rejected("HTTP 422").verdict(), Some("HTTP 422"));
+    /// assert_eq!(Outcome::Delivered.verdict(), None);
+    /// ```
+    pub fn verdict(&self) -> Option<&str> {
+        match self {
+            Outcome::Rejected { reason } => Some(
+                reason
+                    .split_once(": ")
+                    .map_or(reason.as_str(), |(head, _)| head)
+                    .trim(),
+            ),
+            _ => None,
+        }
+    }
+
     /// Applies a resolver to a conflict; every other outcome is returned unchanged.
     ///
     /// ```

@@ -9,8 +9,11 @@
 //! connectivity transition, on `resume` and on shutdown; triggers that arrive during a drain
 //! coalesce into one more round.
 
+mod perform;
 pub mod scheduler;
 pub(crate) mod shell;
+
+pub use perform::perform;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,8 +25,8 @@ use crate::config::RunnerConfig;
 use crate::error::Result;
 use crate::event::Event;
 use crate::link::LinkState;
-use crate::machine::{self, Step};
-use crate::outcome::{ConflictResolver, Outcome};
+use crate::machine::Step;
+use crate::outcome::ConflictResolver;
 use crate::policy::RetryPolicy;
 use crate::record::Millis;
 use crate::sink::Sink;
@@ -126,67 +129,6 @@ impl Shared {
             self.emit(step.event.clone());
         }
         Ok(done)
-    }
-
-    /// Recovers records whose lease expired with no report (their process died): each counts
-    /// one interruption, and the crash-loop guard parks repeat offenders.
-    pub(crate) async fn recover_expired(&self) -> Result<usize> {
-        let mut recovered = 0;
-        loop {
-            let now = self.now();
-            let expired = self.store.expired(now, 256).await?;
-            if expired.is_empty() {
-                return Ok(recovered);
-            }
-            let steps = expired
-                .iter()
-                .map(|r| machine::on_interrupted(r, &self.policy, now))
-                .collect();
-            let done = self.commit(steps).await?;
-            if done.is_empty() {
-                // Every lease was taken over meanwhile: nothing more to do now.
-                return Ok(recovered);
-            }
-            recovered += done.len();
-        }
-    }
-
-    /// Re-bases the deadlines set before the wall clock stepped back: by the measured `step`
-    /// while running, from now at start-up (see [`machine::rebase`]).
-    pub(crate) async fn rebase(&self, step: Option<Millis>) -> Result<usize> {
-        let mut rebased = 0;
-        loop {
-            let now = self.now();
-            let stepped = self.store.stepped_back(now, 256).await?;
-            let transitions: Vec<_> = stepped
-                .iter()
-                .filter_map(|r| match step {
-                    Some(step) => machine::rebase_by(r, now, step),
-                    None => machine::rebase(r, now),
-                })
-                .collect();
-            if transitions.is_empty() {
-                return Ok(rebased);
-            }
-            let count = transitions.len();
-            let applied = self.store.apply(transitions).await?;
-            if applied.skipped.len() == count {
-                return Ok(rebased);
-            }
-            rebased += count - applied.skipped.len();
-        }
-    }
-}
-
-/// The class of a delivery's outcome, as spans and metrics name it.
-pub(crate) fn outcome_class(outcome: &Outcome) -> &'static str {
-    match outcome {
-        Outcome::Delivered => "delivered",
-        Outcome::NoAnswer { .. } => "no_answer",
-        Outcome::Transient { .. } => "transient",
-        Outcome::Rejected { .. } => "rejected",
-        Outcome::Halt { .. } => "halt",
-        Outcome::Conflict { .. } => "conflict",
     }
 }
 

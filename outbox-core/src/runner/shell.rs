@@ -14,9 +14,10 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use super::scheduler::{Action, Input, Io, IoDone, Notice, Now, Report, Scheduler};
-use super::{outcome_class, publish, Shared};
-use crate::machine;
+use super::perform::perform;
+use super::scheduler::{Action, Answer, Input, Io, Notice, Now, Report, Scheduler, StoreFailure};
+use super::{publish, Shared};
+use crate::error::Result;
 use crate::outcome::{duration_ms, Outcome};
 use crate::record::{Millis, Record, RecordId};
 use crate::store::Halt;
@@ -31,19 +32,10 @@ impl Drop for Stopped<'_> {
     }
 }
 
-/// Runs the outbox's runner until shutdown (or the handle is dropped).
-///
-/// Tracing: each store write that claims opens an `outbox.round` span (records written,
-/// records claimed), and each delivery runs in an `outbox.deliver` span inside it (record id,
-/// group, the record's counters before this try, then the outcome and how long the sink took),
-/// both at debug level.
-pub(crate) async fn run(
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<Option<Instant>>,
-    mut online: Option<watch::Receiver<bool>>,
-    halt: Option<Halt>,
-) {
-    let _stopped = Stopped(&shared);
+/// The scheduler of a new runner, with what a previous process left recovered (expired
+/// leases, deadlines set before a step back): the start-up's store calls are the scheduler's
+/// own, performed here before anything is delivered, and the first failure is returned.
+pub(crate) async fn prepare(shared: &Shared, halt: Option<Halt>) -> Result<(Scheduler, Instant)> {
     let start = Instant::now();
     let now = || Now {
         wall: shared.now(),
@@ -52,7 +44,7 @@ pub(crate) async fn run(
     let seed = shared.config.seed.unwrap_or_else(|| fastrand::u64(..));
     // Lease tokens come from the process-wide RNG: two runners with the same seed must still
     // hold different leases.
-    let mut scheduler = Scheduler::new(
+    let scheduler = Scheduler::new(
         shared.config.clone(),
         shared.policy.clone(),
         seed,
@@ -60,6 +52,43 @@ pub(crate) async fn run(
         now(),
         halt,
     );
+    #[cfg(feature = "metrics")]
+    let scheduler = scheduler.with_gauges();
+    let mut scheduler = scheduler;
+    scheduler.recover_left_over();
+    while scheduler.is_recovering() {
+        let Some(action) = scheduler.poll_action() else {
+            break;
+        };
+        match action {
+            Action::Io(io) => {
+                let answer = call(shared, io).await?;
+                scheduler.handle(now(), Input::Answer(Ok(answer)));
+            }
+            other => act(shared, &scheduler, other),
+        }
+    }
+    Ok((scheduler, start))
+}
+
+/// Runs the outbox's runner until shutdown (or the handle is dropped).
+///
+/// Tracing: each store write that claims opens an `outbox.round` span (records written,
+/// records claimed), and each delivery runs in an `outbox.deliver` span inside it (record id,
+/// group, the record's counters before this try, then the outcome and how long the sink took),
+/// both at debug level.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    mut scheduler: Scheduler,
+    start: Instant,
+    mut stop: watch::Receiver<Option<Instant>>,
+    mut online: Option<watch::Receiver<bool>>,
+) {
+    let _stopped = Stopped(&shared);
+    let now = || Now {
+        wall: shared.now(),
+        mono: duration_ms(start.elapsed()),
+    };
     if let Some(rx) = &online {
         let is_online = *rx.borrow();
         scheduler.handle(now(), Input::Online(is_online));
@@ -76,8 +105,6 @@ pub(crate) async fn run(
     let mut stopping = stop.borrow().is_some();
     // The span of the current round: deliveries open theirs inside it.
     let mut round = Span::none();
-    #[cfg(feature = "metrics")]
-    let mut gauges = crate::metrics::Gauges::default();
     if let Some(grace) = *stop.borrow() {
         scheduler.handle(
             now(),
@@ -135,17 +162,9 @@ pub(crate) async fn run(
                         finished.push_back((id, Report::Abandoned));
                     }
                 }
-                Action::Emit(event) => {
-                    // What the event says is visible on the handle before observers hear it.
-                    publish(
-                        &shared,
-                        scheduler.holding(),
-                        scheduler.halt().is_some(),
-                        scheduler.link(),
-                    );
-                    shared.emit(event);
+                Action::Emit(_) | Action::Log(_) | Action::Gauges(_) => {
+                    act(&shared, &scheduler, action);
                 }
-                Action::Log(notice) => log(&notice),
                 Action::Io(io) => {
                     // A claim under way counts as held before the store commits it: `flush`
                     // must never see the claimed records neither due nor held.
@@ -155,8 +174,8 @@ pub(crate) async fn run(
                         scheduler.halt().is_some(),
                         scheduler.link(),
                     );
-                    let claims = matches!(&io, Io::Write { claim: Some(_), .. });
-                    if let (true, Io::Write { transitions, .. }) = (claims, &io) {
+                    let claims = matches!(&io, Io::Round { claim: Some(_), .. });
+                    if let (true, Io::Round { transitions, .. }) = (claims, &io) {
                         round = tracing::debug_span!(
                             "outbox.round",
                             written = transitions.len(),
@@ -164,7 +183,7 @@ pub(crate) async fn run(
                         );
                     }
                     let span = if claims { round.clone() } else { Span::none() };
-                    let store_call = perform(&shared, io).instrument(span);
+                    let store_call = call(&shared, io).instrument(span);
                     tokio::pin!(store_call);
                     // Deliveries go on while the store works; their reports wait for it.
                     let done = loop {
@@ -177,10 +196,11 @@ pub(crate) async fn run(
                             }
                         }
                     };
-                    if let (true, Ok(done)) = (claims, &done) {
-                        round.record("claimed", done.claimed.len());
+                    if let (true, Ok(Answer::Round { claimed, .. })) = (claims, &done) {
+                        round.record("claimed", claimed.len());
                     }
-                    scheduler.handle(now(), Input::Done(done));
+                    let done = done.map_err(|err| StoreFailure::from(&err));
+                    scheduler.handle(now(), Input::Answer(done));
                 }
             }
         }
@@ -194,10 +214,6 @@ pub(crate) async fn run(
             // The round is over: its span closes with its last delivery's, not at the next.
             round = Span::none();
         }
-        #[cfg(feature = "metrics")]
-        gauges
-            .refresh(&shared, scheduler.holding() == 0, scheduler.is_finished())
-            .await;
         if scheduler.is_finished() {
             return;
         }
@@ -205,18 +221,10 @@ pub(crate) async fn run(
             .poll_timeout()
             .map(|ms| start + Duration::from_millis(ms));
         let sleep = sleep_until(deadline);
-        // An idle runner wakes once more to read stale gauges; nothing else does.
-        #[cfg(feature = "metrics")]
-        let gauges_at = gauges.due_at().filter(|_| scheduler.holding() == 0);
-        #[cfg(not(feature = "metrics"))]
-        let gauges_at = None;
-        let gauges_due = sleep_until(gauges_at);
         // In this order: a connectivity change is seen before a wake-up that came with it (an
         // app that goes offline and then writes must not have the write sent), and a report
         // before a new claim.
         if let Some((id, report)) = finished.pop_front() {
-            #[cfg(feature = "metrics")]
-            gauges.touched();
             scheduler.handle(now(), Input::Reported { id, report });
             continue;
         }
@@ -226,17 +234,17 @@ pub(crate) async fn run(
         // Everything else, the sink's futures included, keeps the budget.
         let input = tokio::select! {
             biased;
-            is_online = unconstrained(online_changed(&mut online)) => Some(Input::Online(is_online)),
+            is_online = unconstrained(online_changed(&mut online)) => Input::Online(is_online),
             Some((id, report)) = deliveries.next(), if !deliveries.is_empty() => {
                 running.remove(&id);
-                Some(Input::Reported { id, report })
+                Input::Reported { id, report }
             }
             _ = shared.wake.notified() => {
-                Some(if shared.resume.swap(false, Ordering::SeqCst) {
+                if shared.resume.swap(false, Ordering::SeqCst) {
                     Input::Resume
                 } else {
                     Input::Wake
-                })
+                }
             }
             changed = unconstrained(stop.changed()), if !stopping => {
                 stopping = true;
@@ -244,16 +252,11 @@ pub(crate) async fn run(
                     Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
                     Err(_) => Instant::now(),
                 };
-                Some(Input::Shutdown { grace: mono(start, grace) })
+                Input::Shutdown { grace: mono(start, grace) }
             }
-            _ = sleep => Some(Input::Timer),
-            _ = gauges_due => None,
+            _ = sleep => Input::Timer,
         };
-        if let Some(input) = input {
-            #[cfg(feature = "metrics")]
-            gauges.touched();
-            scheduler.handle(now(), input);
-        }
+        scheduler.handle(now(), input);
     }
 }
 
@@ -268,7 +271,7 @@ async fn deliver(shared: Arc<Shared>, record: Record) -> Outcome {
     };
     let took = started.elapsed();
     let span = Span::current();
-    span.record("outcome", outcome_class(&outcome));
+    span.record("outcome", outcome.class());
     span.record("took_ms", duration_ms(took));
     match &outcome {
         Outcome::Delivered => {}
@@ -304,78 +307,32 @@ fn mono(start: Instant, at: Instant) -> Millis {
     duration_ms(at.saturating_duration_since(start))
 }
 
-/// Makes one store call the scheduler asked for.
-async fn perform(shared: &Shared, io: Io) -> Result<IoDone, String> {
-    let store = &shared.store;
-    let text = |err: crate::Error| err.to_string();
-    match io {
-        Io::Write { transitions, claim } => {
-            let round = store.round(transitions, claim).await.map_err(text)?;
-            Ok(IoDone {
-                skipped: round.applied.skipped,
-                claimed: round.claimed,
-                ..IoDone::default()
-            })
-        }
-        Io::Renew { ids, lease } => {
-            if let Err(err) = store.renew(&ids, lease).await {
-                // Deliveries go on; the next tick tries again.
-                tracing::warn!(error = %err, "could not renew leases");
-            }
-            Ok(IoDone::default())
-        }
-        Io::NextDue => Ok(IoDone {
-            next_due: store.next_due().await.map_err(text)?,
-            ..IoDone::default()
-        }),
-        Io::RecoverExpired => Ok(changed(shared.recover_expired().await.map_err(text)?)),
-        Io::RecoverFarLeases { ours } => {
-            let now = shared.now();
-            let limit = now.saturating_add(duration_ms(shared.config.lease));
-            // In-flight records are few (batches of live runners): read them all.
-            let in_flight = store.expired(Millis::MAX, 4_096).await.map_err(text)?;
-            let steps = in_flight
-                .iter()
-                .filter(|r| !ours.contains(&r.id) && r.lease.is_some_and(|l| l.until > limit))
-                .map(|r| machine::on_interrupted(r, &shared.policy, now))
-                .collect();
-            Ok(changed(shared.commit(steps).await.map_err(text)?.len()))
-        }
-        Io::Rebase { step } => {
-            let rebased = shared.rebase(step).await.map_err(text)?;
-            tracing::warn!(
-                rebased,
-                step_ms = step,
-                "the wall clock stepped back: deadlines set before the step keep their waits"
-            );
-            Ok(changed(rebased))
-        }
-        Io::Relink { ids } => {
-            let now = shared.now();
-            let mut transitions = Vec::with_capacity(ids.len());
-            for id in ids {
-                if let Some(record) = store.get(id).await.map_err(text)? {
-                    transitions.extend(machine::relink(&record, now));
-                }
-            }
-            let count = transitions.len();
-            if count == 0 {
-                return Ok(IoDone::default());
-            }
-            let skipped = store.apply(transitions).await.map_err(text)?.skipped.len();
-            Ok(changed(count - skipped))
-        }
-        Io::SetHalt(halt) => {
-            store.set_halt(halt).await.map_err(text)?;
-            Ok(IoDone::default())
-        }
+/// One store call, bounded by `store_timeout`.
+async fn call(shared: &Shared, io: Io) -> Result<Answer> {
+    let limit = shared.config.store_timeout;
+    match tokio::time::timeout(limit, perform(shared.store.as_ref(), io)).await {
+        Ok(answer) => answer,
+        Err(_) => Err(crate::Error::Timeout(limit)),
     }
 }
 
-fn changed(changed: usize) -> IoDone {
-    IoDone {
-        changed,
-        ..IoDone::default()
+/// Performs an action that is not a store call or a delivery.
+fn act(shared: &Shared, scheduler: &Scheduler, action: Action) {
+    match action {
+        Action::Emit(event) => {
+            // What the event says is visible on the handle before observers hear it.
+            publish(
+                shared,
+                scheduler.holding(),
+                scheduler.halt().is_some(),
+                scheduler.link(),
+            );
+            shared.emit(event);
+        }
+        Action::Log(notice) => log(&notice),
+        #[cfg(feature = "metrics")]
+        Action::Gauges(gauges) => crate::metrics::set_gauges(&gauges),
+        _ => {}
     }
 }
 
@@ -399,6 +356,27 @@ fn log(notice: &Notice) {
         }
         Notice::StoreFailed { error, retry_in } => {
             tracing::error!(%error, ?retry_in, "outbox store error; runner backing off");
+        }
+        Notice::StorePaused { kind, error } => {
+            tracing::error!(
+                ?kind,
+                %error,
+                "the outbox store cannot be written (read-only or full): deliveries paused, \
+                 outcomes kept, trying again on backoff"
+            );
+        }
+        Notice::StoreBack => {
+            tracing::warn!("the outbox store takes writes again: deliveries go on")
+        }
+        Notice::RenewFailed { error } => {
+            tracing::warn!(%error, "could not renew leases");
+        }
+        Notice::Rebased { rebased, step } => {
+            tracing::warn!(
+                rebased,
+                step_ms = step,
+                "the wall clock stepped back: deadlines set before the step keep their waits"
+            );
         }
     }
 }

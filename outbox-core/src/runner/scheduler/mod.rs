@@ -1,0 +1,651 @@
+//! The runner's decisions as a plain value: events in, actions and the next wake-up out.
+//!
+//! Nothing here reads a clock, sleeps, spawns or touches the store or the sink. The async
+//! shell feeds it what happened ([`Input`], with the wall and monotonic time of the reading)
+//! and performs what it asks for ([`Action`]): each [`Io`] is exactly one store call, made by
+//! [`perform`](crate::runner::perform), whose [`Answer`] comes back as its own variant. Every
+//! rule of the runner is therefore a unit test on plain values.
+//!
+//! The room, one concept a file: [`io`] (what goes in and out), `timer` (the one table of
+//! wake-ups), `round` (a claim and its flight table), `chore` (store work around deliveries:
+//! recovery, re-basing, relinking, renewal, the halt), `halt` (a refused credential and a
+//! rejection storm), `pace` (`Retry-After` hold, window, empty-claim quiet), `clock_step`
+//! (steps of the wall clock), `gauges` (when the metrics read the store), and this module,
+//! which ties them together.
+//!
+//! It is public for those who drive many runners without tokio, e.g. a simulation of a fleet
+//! on a virtual clock (the `fleet-sim` crate does exactly that). An application
+//! uses [`Outbox`](crate::Outbox), which runs it for you.
+//!
+//! ```
+//! use outbox_core::runner::scheduler::{Action, Io, Now, Scheduler};
+//! use outbox_core::{RetryPolicy, RunnerConfig};
+//!
+//! let now = Now { wall: 1_700_000_000_000, mono: 0 };
+//! let mut runner = Scheduler::new(RunnerConfig::default(), RetryPolicy::default(), 1, 2, now, None);
+//! // Started, it looks for due work: one store call that claims.
+//! let Some(Action::Io(Io::Round { claim: Some(claim), .. })) = runner.poll_action() else {
+//!     unreachable!()
+//! };
+//! assert_eq!(claim.limit, 32);
+//! ```
+
+mod answer;
+mod chore;
+mod clock_step;
+mod gauges;
+mod halt;
+pub mod io;
+mod pace;
+mod report;
+mod round;
+mod timer;
+
+#[cfg(test)]
+mod tests;
+
+use fastrand::Rng;
+use std::collections::VecDeque;
+
+use self::chore::Chore;
+use self::clock_step::{Moved, StepWatch};
+use self::gauges::GaugeClock;
+use self::halt::Halting;
+use self::pace::Pace;
+use self::round::{sort_claim, Round, Write};
+use self::timer::{Timer, TimerTable};
+use crate::config::RunnerConfig;
+use crate::event::Event;
+use crate::link::{Link, LinkState};
+use crate::outcome::duration_ms;
+use crate::policy::RetryPolicy;
+use crate::record::{Lease, Millis, Record, RecordId};
+use crate::store::{Claim, Halt};
+
+pub use self::clock_step::STEP_TOLERANCE;
+pub use self::io::{
+    Action, Answer, FailureKind, Gauges, Input, Io, Notice, Now, Report, StoreFailure,
+};
+
+/// How long finished deliveries wait for others of their round before their outcomes are
+/// written anyway: long enough to gather a wave of quick deliveries into one write, short
+/// enough that a slow neighbour does not hold them back.
+pub const COMMIT_DELAY: Millis = 20;
+
+/// Which store call is under way, and what it carried.
+#[derive(Debug)]
+enum Pending {
+    Round {
+        writes: Vec<Write>,
+        claim: Option<Claim>,
+        /// The claim was made on the store's word that work was due, not on a trigger.
+        on_deadline: bool,
+    },
+    NextDue,
+    Stats,
+    /// A chore's read (`writing: None`) or its write.
+    Chore {
+        chore: Chore,
+        writing: Option<Vec<Write>>,
+    },
+}
+
+/// How the store has been answering.
+#[derive(Debug, Default)]
+struct StoreHealth {
+    failures: u32,
+    /// Read-only or full: said once, until a write succeeds.
+    paused: Option<FailureKind>,
+}
+
+/// The runner as a pure value (see the module documentation).
+#[derive(Debug)]
+pub struct Scheduler {
+    config: RunnerConfig,
+    policy: RetryPolicy,
+    /// The jitter RNG (seeded by the configuration).
+    rng: Rng,
+    /// Lease tokens: never from the jitter RNG, so two runners with one seed hold different
+    /// leases.
+    tokens: Rng,
+    now: Now,
+    steps: StepWatch,
+    link: Link,
+    online: bool,
+    halting: Halting,
+    /// Monotonic grace deadline once shutdown was asked for.
+    stopping: Option<Millis>,
+    aborted: bool,
+    finished: bool,
+    /// A trigger arrived: look for due work.
+    wanted: bool,
+    actions: VecDeque<Action>,
+    /// Store work wanted, in order, before the next claim.
+    chores: VecDeque<Chore>,
+    /// Start-up recovery is under way (see [`Scheduler::recover_left_over`]).
+    recovering: bool,
+    /// The store call under way.
+    pending: Option<Pending>,
+    /// The one buffer of transitions not yet written.
+    writes: Vec<Write>,
+    round: Option<Round>,
+    /// Earliest deadline as last read, and whether it must be read again.
+    next_due: Option<Millis>,
+    next_due_stale: bool,
+    timers: TimerTable,
+    /// When the next claim first looks for expired leases (monotonic).
+    recover_at: Millis,
+    store: StoreHealth,
+    pace: Pace,
+    gauges: Option<GaugeClock>,
+}
+
+impl Scheduler {
+    /// A runner starting at `now`, halted if the store says so. `token_seed` must differ
+    /// between runners (the shell takes it from the process-wide RNG).
+    pub fn new(
+        config: RunnerConfig,
+        policy: RetryPolicy,
+        seed: u64,
+        token_seed: u64,
+        now: Now,
+        halt: Option<Halt>,
+    ) -> Self {
+        let lease_ms = duration_ms(config.lease);
+        let mut timers = TimerTable::default();
+        if let Some(poll) = config.safety_poll {
+            timers.set(Timer::Poll, now.mono.saturating_add(duration_ms(poll)));
+        }
+        // Leases further ahead than one lease were taken before a step back, or by a
+        // process that is still renewing: after one lease, a live one has renewed.
+        timers.set(Timer::FarLeases, now.mono.saturating_add(lease_ms));
+        let mut scheduler = Scheduler {
+            recover_at: now.mono.saturating_add(lease_ms / 3),
+            pace: Pace::new(config.concurrency),
+            config,
+            policy,
+            rng: Rng::with_seed(seed),
+            tokens: Rng::with_seed(token_seed),
+            now,
+            steps: StepWatch::new(now),
+            link: Link::default(),
+            online: true,
+            halting: Halting::new(halt),
+            stopping: None,
+            aborted: false,
+            finished: false,
+            wanted: true,
+            actions: VecDeque::new(),
+            chores: VecDeque::new(),
+            recovering: false,
+            pending: None,
+            writes: Vec::new(),
+            round: None,
+            next_due: None,
+            next_due_stale: true,
+            timers,
+            store: StoreHealth::default(),
+            gauges: None,
+        };
+        scheduler.arm();
+        scheduler
+    }
+
+    /// Asks for [`Action::Gauges`] readings (the `metrics` feature's gauges): one
+    /// [`Io::Stats`] first thing, when idle at most once a second, while busy every ten
+    /// seconds, and once more at shutdown.
+    pub fn with_gauges(mut self) -> Self {
+        self.gauges = Some(GaugeClock::default());
+        self.arm();
+        self
+    }
+
+    /// Recovers what a previous process left before anything is claimed: expired leases
+    /// (one interruption each) and deadlines set before the wall clock stepped back (re-based
+    /// from now). [`Scheduler::is_recovering`] says when it is done.
+    pub fn recover_left_over(&mut self) {
+        self.recovering = true;
+        self.chores
+            .push_back(Chore::RecoverExpired { recovered: 0 });
+        self.chores.push_back(Chore::Rebase {
+            step: None,
+            rebased: 0,
+        });
+    }
+
+    /// True while the start-up recovery is not finished: the shell performs the actions
+    /// until then, before it starts delivering.
+    pub fn is_recovering(&self) -> bool {
+        self.recovering
+            && (self.pending.is_some() || !self.chores.is_empty() || !self.actions.is_empty())
+    }
+
+    /// Records this runner holds: claimed and not yet reported, or reported and not yet
+    /// written. Derived, never counted by hand.
+    pub fn holding(&self) -> usize {
+        let writing = match &self.pending {
+            Some(Pending::Round { writes, claim, .. }) => {
+                writes.len() + usize::from(claim.is_some())
+            }
+            _ => 0,
+        };
+        self.round.as_ref().map_or(0, Round::held) + self.writes.len() + writing
+    }
+
+    /// The halt in force, if any.
+    pub fn halt(&self) -> Option<&Halt> {
+        self.halting.halt()
+    }
+
+    /// The link as this runner sees it.
+    pub fn link(&self) -> &LinkState {
+        self.link.state()
+    }
+
+    /// True once shutdown finished: nothing held, everything written or given up.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Takes in what happened at `now`.
+    pub fn handle(&mut self, now: Now, input: Input) {
+        self.observe(now);
+        if let Some(gauges) = &mut self.gauges {
+            if !matches!(input, Input::Answer(Ok(Answer::Stats(_)))) {
+                gauges.touched();
+            }
+        }
+        match input {
+            Input::Wake => self.wanted = true,
+            Input::Timer => {}
+            Input::Online(online) => self.set_online(online),
+            Input::Resume => {
+                self.wanted = true;
+                if self.halting.resume() {
+                    self.chores.push_back(Chore::SetHalt(None));
+                }
+            }
+            Input::Shutdown { grace } => {
+                self.stopping = Some(self.stopping.map_or(grace, |g| g.min(grace)));
+                self.cut_round();
+            }
+            Input::Reported { id, report } => self.reported(id, report),
+            Input::Answer(result) => self.answered(result),
+        }
+        self.on_timers();
+        self.arm();
+    }
+
+    /// The next thing to do, or `None` to wait for an input (until [`Self::poll_timeout`]).
+    pub fn poll_action(&mut self) -> Option<Action> {
+        if self.actions.is_empty() && self.pending.is_none() && !self.finished {
+            self.decide();
+            self.arm();
+        }
+        self.actions.pop_front()
+    }
+
+    /// When to feed [`Input::Timer`] at the latest (monotonic milliseconds).
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        self.timers.next_timeout()
+    }
+
+    fn mono_of(&self, wall: Millis) -> Millis {
+        self.now
+            .mono
+            .saturating_add(wall.saturating_sub(self.now.wall))
+    }
+
+    fn lease_ms(&self) -> Millis {
+        duration_ms(self.config.lease)
+    }
+
+    fn may_start(&self) -> bool {
+        self.stopping.is_none() && self.online && !self.halting.is_halted()
+    }
+
+    /// Reads the clocks: a wall clock that moved against the monotonic clock stepped.
+    fn observe(&mut self, now: Now) {
+        self.now = now;
+        match self.steps.observe(now) {
+            Moved::Steady => {}
+            Moved::Back(step) => {
+                self.link.step_back(step);
+                self.pace.step_back(step);
+                self.chores.push_back(Chore::Rebase {
+                    step: Some(step),
+                    rebased: 0,
+                });
+                let far = now.mono.saturating_add(self.lease_ms());
+                self.timers.set(Timer::FarLeases, far);
+                self.next_due_stale = true;
+                self.wanted = true;
+            }
+            Moved::Ahead => {
+                // A step forward only makes deadlines come sooner: look again.
+                self.next_due_stale = true;
+                self.wanted = true;
+            }
+        }
+    }
+
+    /// Acts on the timers that passed; the claim, the commit and the gauges are acted on
+    /// where the scheduler decides (`decide`, `drive_round`).
+    fn on_timers(&mut self) {
+        let mono = self.now.mono;
+        let third = self.lease_ms() / 3;
+        let expired: Vec<Timer> = self.timers.expired(mono).collect();
+        for timer in expired {
+            match timer {
+                Timer::Poll => {
+                    let next = self
+                        .config
+                        .safety_poll
+                        .map(|p| mono.saturating_add(duration_ms(p)));
+                    self.timers.set_or_stop(Timer::Poll, next);
+                    // The poll looks for leases other processes left to expire (records it
+                    // recovers wake the runner) and reads the next deadline again; it
+                    // claims nothing itself.
+                    self.recover_at = mono.saturating_add(third);
+                    self.chores
+                        .push_back(Chore::RecoverExpired { recovered: 0 });
+                    self.next_due_stale = true;
+                }
+                Timer::FarLeases => {
+                    self.timers.stop(Timer::FarLeases);
+                    let ours = self.held_ids();
+                    self.chores.push_back(Chore::FarLeases { ours });
+                }
+                Timer::RetryIo => self.timers.stop(Timer::RetryIo),
+                Timer::LinkWarn => self.link_still_down(),
+                Timer::Renew => self.renew(),
+                Timer::Grace => {
+                    self.timers.stop(Timer::Grace);
+                    if !self.aborted {
+                        self.aborted = true;
+                        self.actions.push_back(Action::AbortDeliveries);
+                    }
+                }
+                Timer::Commit | Timer::Claim | Timer::Gauges => {}
+            }
+        }
+    }
+
+    fn link_still_down(&mut self) {
+        let every = duration_ms(self.config.link_down_warn_every);
+        if let LinkState::Down { since, last_error } = self.link.state() {
+            self.actions.push_back(Action::Log(Notice::LinkStillDown {
+                since: *since,
+                last_error: last_error.clone(),
+            }));
+            self.timers
+                .set(Timer::LinkWarn, self.now.mono.saturating_add(every));
+        } else {
+            self.timers.stop(Timer::LinkWarn);
+        }
+    }
+
+    fn renew(&mut self) {
+        let Some(round) = self.round.as_ref().filter(|r| r.held() > 0) else {
+            self.timers.stop(Timer::Renew);
+            return;
+        };
+        let lease = Lease {
+            token: round.lease.token,
+            until: self.now.wall.saturating_add(self.lease_ms()),
+        };
+        // Records waiting for a slot are renewed too: they are ours until released.
+        let ids = round.ids().collect();
+        self.chores.push_front(Chore::Renew { ids, lease });
+        let next = self.now.mono.saturating_add(self.lease_ms() / 3);
+        self.timers.set(Timer::Renew, next);
+    }
+
+    /// Sets the timers derived from the state: the next claim, the commit, the grace, the
+    /// gauges. Called after every change, so [`Self::poll_timeout`] is one look at the table.
+    fn arm(&mut self) {
+        let claim_at = if self.round.is_none() && self.may_start() {
+            self.claim_at()
+        } else {
+            None
+        };
+        self.timers.set_or_stop(Timer::Claim, claim_at);
+        if self.round.is_none() || self.writes.is_empty() {
+            self.timers.stop(Timer::Commit);
+        }
+        let grace = self
+            .stopping
+            .filter(|_| !self.aborted && self.round.as_ref().is_some_and(Round::is_running));
+        self.timers.set_or_stop(Timer::Grace, grace);
+        if let Some(gauges) = &self.gauges {
+            let idle = self.holding() == 0;
+            let at = gauges
+                .due_at(idle, self.now.mono)
+                .filter(|_| !self.recovering);
+            self.timers.set_or_stop(Timer::Gauges, at);
+        }
+    }
+
+    /// When the next claim may go (monotonic), if anything is due at all.
+    fn claim_at(&self) -> Option<Millis> {
+        let not_before = match (self.link.probe_at(), self.pace.hold_until()) {
+            (Some(probe), Some(hold)) => Some(probe.max(hold)),
+            (probe, hold) => probe.or(hold),
+        };
+        // A trigger that arrived during a hold or a probe wait is served when it ends.
+        let (due, quiet) = if self.wanted {
+            (self.now.wall, 0)
+        } else {
+            (self.next_due?, self.pace.quiet_until())
+        };
+        let due = not_before.map_or(due, |nb| due.max(nb));
+        let retry = self.timers.get(Timer::RetryIo).unwrap_or(0);
+        Some(self.mono_of(due).max(quiet).max(retry))
+    }
+
+    fn held_ids(&self) -> Vec<RecordId> {
+        let mut ids: Vec<RecordId> = self.writes.iter().map(|w| w.transition.id).collect();
+        if let Some(round) = &self.round {
+            ids.extend(round.ids());
+        }
+        ids
+    }
+
+    /// No delivery of this round starts any more; the records not started go back.
+    fn cut_round(&mut self) {
+        if let Some(round) = &mut self.round {
+            let released = round.cut();
+            self.writes.extend(released);
+            if !self.writes.is_empty() {
+                self.commit_soon();
+            }
+        }
+    }
+
+    fn start_round(&mut self, claim: Claim, claimed: Vec<Record>, on_deadline: bool) {
+        // Whatever the claim found, the earliest deadline is read again before waiting.
+        self.next_due = None;
+        self.next_due_stale = true;
+        self.pace.claimed(claimed.len(), on_deadline, self.now.mono);
+        if claimed.is_empty() {
+            return;
+        }
+        let full = claimed.len() >= claim.limit;
+        let sorted = sort_claim(claimed, &self.policy, self.now.wall);
+        let has_writes = !sorted.writes.is_empty();
+        self.writes.extend(sorted.writes);
+        if sorted.solo {
+            // The records claimed with a suspect are released before it goes (`drive_round`).
+            if has_writes {
+                self.commit_soon();
+            }
+        } else {
+            self.timers.stop(Timer::Commit);
+        }
+        self.link.new_round();
+        let renew = self.now.mono.saturating_add(self.lease_ms() / 3);
+        self.timers.set(Timer::Renew, renew);
+        self.round = Some(Round::new(
+            claim.lease,
+            sorted.queue,
+            full,
+            sorted.solo,
+            self.config.concurrency,
+        ));
+        if !self.may_start() {
+            self.cut_round();
+        }
+    }
+
+    fn claim_limit(&self) -> usize {
+        if self.link.is_down() {
+            1
+        } else {
+            self.config.batch
+        }
+    }
+
+    /// Nothing is queued and no store call is under way: what next?
+    fn decide(&mut self) {
+        if self.timers.is_set(Timer::RetryIo) {
+            if self.stopping.is_some() && self.round.is_none() {
+                // The store keeps failing at shutdown: give up; leases will expire.
+                self.finish();
+            }
+            return;
+        }
+        if let Some(chore) = self.chores.pop_front() {
+            self.run_chore(chore);
+            return;
+        }
+        self.recovering = false;
+        if self.timers.is_expired(Timer::Gauges, self.now.mono) {
+            self.pending = Some(Pending::Stats);
+            self.actions.push_back(Action::Io(Io::Stats));
+            return;
+        }
+        if self.round.is_some() {
+            self.drive_round();
+            return;
+        }
+        if self.stopping.is_some() {
+            if self.writes.is_empty() {
+                self.finish();
+            } else {
+                self.write(None, false);
+            }
+            return;
+        }
+        if self.may_start() && self.due_now() {
+            if self.recover_at <= self.now.mono {
+                self.recover_at = self.now.mono.saturating_add(self.lease_ms() / 3);
+                self.run_chore(Chore::RecoverExpired { recovered: 0 });
+                return;
+            }
+            let on_deadline = !self.wanted;
+            self.wanted = false;
+            let lease = Lease {
+                token: self.tokens.u64(..),
+                until: self.now.wall.saturating_add(self.lease_ms()),
+            };
+            self.write(Some(lease), on_deadline);
+            return;
+        }
+        if !self.writes.is_empty() {
+            self.write(None, false);
+        } else if self.next_due_stale {
+            self.pending = Some(Pending::NextDue);
+            self.actions.push_back(Action::Io(Io::NextDue));
+        }
+    }
+
+    /// Shutdown is complete once the gauges had their last reading.
+    fn finish(&mut self) {
+        if self.gauges.as_mut().is_some_and(GaugeClock::last_reading) {
+            self.pending = Some(Pending::Stats);
+            self.actions.push_back(Action::Io(Io::Stats));
+        } else {
+            self.finished = true;
+        }
+    }
+
+    /// Whether a claim may find work now.
+    fn due_now(&self) -> bool {
+        let wall = self.now.wall;
+        if self.link.probe_at().is_some_and(|probe| probe > wall) || self.pace.holds(wall) {
+            return false;
+        }
+        self.wanted
+            || (self.pace.quiet_until() <= self.now.mono
+                && self.next_due.is_some_and(|due| due <= wall))
+    }
+
+    fn drive_round(&mut self) {
+        let may_start = self.may_start();
+        if !may_start {
+            self.cut_round();
+        }
+        let Some(round) = &mut self.round else {
+            return;
+        };
+        if round.solo && !round.is_running() && round.is_waiting() && !self.writes.is_empty() {
+            // The records claimed with a suspect are released before it is delivered: if it
+            // kills the process again, they must not be charged with it.
+            self.timers.stop(Timer::Commit);
+            self.write(None, false);
+            return;
+        }
+        for record in round.start(self.pace.window()) {
+            self.actions.push_back(Action::Emit(Event::Attempted {
+                id: record.id,
+                attempts: record.attempts,
+            }));
+            self.actions.push_back(Action::Deliver(record));
+        }
+        if !self.actions.is_empty() {
+            return;
+        }
+        if round.is_over() {
+            let again = !round.cut_short && (round.full || round.solo) && may_start;
+            self.round = None;
+            self.timers.stop(Timer::Renew);
+            self.timers.stop(Timer::Commit);
+            if again {
+                // The round's outcomes travel with the next claim: one commit.
+                self.wanted = true;
+                self.decide();
+            } else if !self.writes.is_empty() {
+                self.write(None, false);
+            }
+            return;
+        }
+        if !self.writes.is_empty() && self.timers.is_expired(Timer::Commit, self.now.mono) {
+            // Deliveries are still running: record what is known so far.
+            self.timers.stop(Timer::Commit);
+            self.write(None, false);
+        }
+    }
+
+    /// Writes what is waiting within the commit delay, unless a commit is due already.
+    fn commit_soon(&mut self) {
+        let at = self.now.mono.saturating_add(COMMIT_DELAY);
+        self.timers.set_if_unset(Timer::Commit, at);
+    }
+
+    fn write(&mut self, lease: Option<Lease>, on_deadline: bool) {
+        let writes = std::mem::take(&mut self.writes);
+        let transitions = writes.iter().map(|w| w.transition.clone()).collect();
+        let claim = lease.map(|lease| Claim {
+            now: self.now.wall,
+            limit: self.claim_limit(),
+            lease,
+        });
+        self.pending = Some(Pending::Round {
+            writes,
+            claim,
+            on_deadline,
+        });
+        self.actions
+            .push_back(Action::Io(Io::Round { transitions, claim }));
+    }
+}

@@ -1,0 +1,279 @@
+//! A round: the records one claim took, and the table of those in flight.
+//!
+//! A claim is sorted first ([`sort_claim`]): records older than the age policy allows are
+//! parked, and a record whose delivery was interrupted goes alone, the others released, so
+//! that if it kills the process again only it is charged. The [`Round`] then starts deliveries
+//! up to its concurrency and the pacing window, and knows when it is over.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::event::Event;
+use crate::machine::{self, Step, Transition};
+use crate::policy::RetryPolicy;
+use crate::record::{Lease, Millis, Record, RecordId};
+
+/// A transition waiting to be written, with the event to send once it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Write {
+    pub(super) transition: Transition,
+    pub(super) event: Option<Event>,
+}
+
+impl Write {
+    /// A claimed record given back without an attempt.
+    pub(super) fn release(record: &Record) -> Self {
+        Write::silent(machine::release(record))
+    }
+
+    /// A transition nobody is told of.
+    pub(super) fn silent(transition: Transition) -> Self {
+        Write {
+            transition,
+            event: None,
+        }
+    }
+}
+
+impl From<Step> for Write {
+    fn from(step: Step) -> Self {
+        Write {
+            transition: step.transition,
+            event: Some(step.event),
+        }
+    }
+}
+
+/// The events of the writes whose guard held (those not in `skipped`).
+pub(super) fn written_events(
+    writes: Vec<Write>,
+    skipped: &[RecordId],
+) -> impl Iterator<Item = Event> + '_ {
+    writes
+        .into_iter()
+        .filter(|w| !skipped.contains(&w.transition.id))
+        .filter_map(|w| w.event)
+}
+
+/// A claim, sorted: what to deliver, and what to write without delivering.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Sorted {
+    pub(super) queue: VecDeque<Record>,
+    /// Parked as stale, or released to let a suspect go alone.
+    pub(super) writes: Vec<Write>,
+    /// A suspect goes alone.
+    pub(super) solo: bool,
+}
+
+/// Parks the stale records of a claim and puts a suspect (a record whose delivery was
+/// interrupted) alone, releasing the others.
+pub(super) fn sort_claim(mut claimed: Vec<Record>, policy: &RetryPolicy, now: Millis) -> Sorted {
+    let mut writes = Vec::new();
+    // Records older than the age policy allows are parked, not sent: a person decides.
+    claimed.retain(|r| match machine::on_stale(r, policy, now) {
+        Some(step) => {
+            writes.push(Write::from(step));
+            false
+        }
+        None => true,
+    });
+    let suspect = claimed
+        .iter()
+        .position(|r| r.interrupted > 0)
+        .map(|at| claimed.remove(at));
+    match suspect {
+        Some(suspect) => {
+            writes.extend(claimed.iter().map(Write::release));
+            Sorted {
+                queue: VecDeque::from([suspect]),
+                writes,
+                solo: true,
+            }
+        }
+        None => Sorted {
+            queue: claimed.into(),
+            writes,
+            solo: false,
+        },
+    }
+}
+
+/// The records a round holds.
+#[derive(Debug)]
+pub(super) struct Round {
+    pub(super) lease: Lease,
+    /// Claimed, not yet started.
+    queue: VecDeque<Record>,
+    /// Being delivered: the records without their payloads.
+    running: HashMap<RecordId, Record>,
+    /// The claim was full: more may be due right away.
+    pub(super) full: bool,
+    /// A suspect record goes alone (see the crash-loop guard).
+    pub(super) solo: bool,
+    /// No delivery starts any more (no answer, halt, offline or shutdown).
+    pub(super) cut_short: bool,
+    concurrency: usize,
+}
+
+impl Round {
+    pub(super) fn new(
+        lease: Lease,
+        queue: VecDeque<Record>,
+        full: bool,
+        solo: bool,
+        concurrency: usize,
+    ) -> Self {
+        Round {
+            lease,
+            queue,
+            running: HashMap::new(),
+            full,
+            solo,
+            cut_short: false,
+            concurrency: if solo { 1 } else { concurrency },
+        }
+    }
+
+    /// Records claimed and not yet reported.
+    pub(super) fn held(&self) -> usize {
+        self.queue.len() + self.running.len()
+    }
+
+    /// Every record the round holds, running or waiting for a slot.
+    pub(super) fn ids(&self) -> impl Iterator<Item = RecordId> + '_ {
+        self.running
+            .keys()
+            .copied()
+            .chain(self.queue.iter().map(|r| r.id))
+    }
+
+    pub(super) fn is_running(&self) -> bool {
+        !self.running.is_empty()
+    }
+
+    pub(super) fn is_waiting(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    pub(super) fn is_over(&self) -> bool {
+        self.held() == 0
+    }
+
+    /// No delivery starts any more; the records not started are returned to be released.
+    pub(super) fn cut(&mut self) -> Vec<Write> {
+        self.cut_short = true;
+        self.queue.drain(..).map(|r| Write::release(&r)).collect()
+    }
+
+    /// Starts deliveries up to the round's concurrency and `window`: the records to deliver,
+    /// with their payloads (the round keeps them without: the scheduler decides on schedules
+    /// and counters, never on bytes).
+    pub(super) fn start(&mut self, window: usize) -> Vec<Record> {
+        let mut started = Vec::new();
+        while !self.cut_short && self.running.len() < self.concurrency.min(window) {
+            let Some(mut held) = self.queue.pop_front() else {
+                break;
+            };
+            let payload = std::mem::take(&mut held.payload);
+            started.push(Record {
+                payload,
+                ..held.clone()
+            });
+            self.running.insert(held.id, held);
+        }
+        started
+    }
+
+    /// The record of a delivery that ended, if this round delivers it.
+    pub(super) fn finish(&mut self, id: RecordId) -> Option<Record> {
+        self.running.remove(&id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::RetryPolicy;
+    use crate::state::State;
+    use std::time::Duration;
+
+    fn record(id: u64) -> Record {
+        let mut r = Record::fresh(RecordId(id), None, b"x".to_vec(), format!("k{id}"), 0);
+        r.state = State::InFlight;
+        r
+    }
+
+    fn lease() -> Lease {
+        Lease {
+            token: 1,
+            until: 30_000,
+        }
+    }
+
+    #[test]
+    fn a_suspect_goes_alone_and_the_others_are_released() {
+        let mut suspect = record(2);
+        suspect.interrupted = 1;
+        let sorted = sort_claim(
+            vec![record(1), suspect, record(3)],
+            &RetryPolicy::default(),
+            0,
+        );
+        assert!(sorted.solo);
+        assert_eq!(sorted.queue.iter().map(|r| r.id.0).collect::<Vec<_>>(), [2]);
+        let released: Vec<u64> = sorted.writes.iter().map(|w| w.transition.id.0).collect();
+        assert_eq!(released, [1, 3]);
+    }
+
+    #[test]
+    fn stale_records_are_parked_not_queued() {
+        let policy = RetryPolicy::default().with_max_age(Duration::from_secs(1));
+        let sorted = sort_claim(vec![record(1)], &policy, 5_000);
+        assert!(sorted.queue.is_empty());
+        assert!(matches!(sorted.writes[0].event, Some(Event::Parked { .. })));
+    }
+
+    #[test]
+    fn deliveries_start_up_to_the_smaller_of_concurrency_and_window() {
+        let queue = (1..=5).map(record).collect();
+        let mut round = Round::new(lease(), queue, true, false, 3);
+        let started = round.start(2);
+        assert_eq!(started.len(), 2);
+        assert_eq!(started[0].payload, b"x", "the delivery carries the payload");
+        assert_eq!(round.held(), 5);
+        assert!(round
+            .finish(RecordId(1))
+            .is_some_and(|r| r.payload.is_empty()));
+        assert_eq!(round.start(8).len(), 2, "concurrency 3: two more");
+        assert_eq!(round.ids().count(), 4);
+    }
+
+    #[test]
+    fn a_cut_round_starts_nothing_and_gives_back_the_waiting_records() {
+        let mut round = Round::new(lease(), (1..=3).map(record).collect(), false, false, 1);
+        assert_eq!(round.start(1).len(), 1);
+        let released = round.cut();
+        assert_eq!(released.len(), 2);
+        assert!(round.start(1).is_empty());
+        assert!(round.finish(RecordId(1)).is_some());
+        assert!(round.is_over());
+    }
+
+    #[test]
+    fn a_solo_round_delivers_one_at_a_time() {
+        let mut round = Round::new(lease(), (1..=2).map(record).collect(), false, true, 8);
+        assert_eq!(round.start(8).len(), 1);
+    }
+
+    #[test]
+    fn events_are_sent_only_for_writes_whose_guard_held() {
+        let mut idle = record(1);
+        idle.state = State::Pending;
+        let discard = machine::discard(&idle, "x", 0).map(Write::from);
+        let writes = vec![
+            discard.unwrap_or_else(|| Write::release(&idle)),
+            Write::release(&record(2)),
+        ];
+        assert_eq!(written_events(writes.clone(), &[]).count(), 1);
+        assert_eq!(written_events(writes, &[RecordId(1)]).count(), 0);
+    }
+}

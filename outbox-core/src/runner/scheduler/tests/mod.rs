@@ -1,0 +1,2 @@
+#[path = "all.rs"]
+mod all;
