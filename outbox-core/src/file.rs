@@ -82,3 +82,52 @@ pub fn create_new<T>(
     let _ = sync_dir;
     Ok(built)
 }
+
+/// How many times [`open_or_create`] tries again when the file vanished between its open and
+/// its create.
+pub const OPEN_OR_CREATE_PASSES: usize = 3;
+
+/// Opens a one-file store, creating the file first when it is missing, whatever other
+/// processes do meanwhile: the one loop every one-file backend (SQLite, redb) runs.
+///
+/// `open` fails with [`Error::NotFound`] for a missing file; `create` makes it (with
+/// [`create_new`]) and returns the store, or [`Error::AlreadyExists`] when another caller
+/// created it first, and then the file is opened. A pass fails only when the file is gone at
+/// the open and present at the create (another process deleting it as fast as it appears, or
+/// a dangling symlink): after [`OPEN_OR_CREATE_PASSES`] such passes the error is returned.
+///
+/// ```
+/// use std::cell::Cell;
+/// use outbox_core::{file, Error};
+///
+/// // The file appears between our open and our create: we open theirs.
+/// let opens = Cell::new(0);
+/// let open = || {
+///     opens.set(opens.get() + 1);
+///     if opens.get() == 1 { Err(Error::NotFound { path: "q.db".into() }) } else { Ok("theirs") }
+/// };
+/// let create = || Err(Error::AlreadyExists { path: "q.db".into() });
+/// assert_eq!(file::open_or_create(open, create).unwrap(), "theirs");
+///
+/// // Always gone at the open and present at the create: given up, not looped for ever.
+/// let open = || Err::<(), _>(Error::NotFound { path: "q.db".into() });
+/// let create = || Err(Error::AlreadyExists { path: "q.db".into() });
+/// assert!(matches!(file::open_or_create(open, create), Err(Error::AlreadyExists { .. })));
+/// ```
+pub fn open_or_create<T>(
+    mut open: impl FnMut() -> Result<T>,
+    mut create: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let mut passes = 0;
+    loop {
+        match open() {
+            Err(Error::NotFound { .. }) => {}
+            opened => return opened,
+        }
+        match create() {
+            // Someone else created it first: open theirs.
+            Err(Error::AlreadyExists { .. }) if passes < OPEN_OR_CREATE_PASSES => passes += 1,
+            created => return created,
+        }
+    }
+}

@@ -523,3 +523,26 @@ pub struct Tombstone {
     /// Answered failures it had spent.
     pub attempts: u32,
 }
+
+impl Tombstone {
+    /// The tombstone `record` leaves when a discard (`reason`, at `at`, with `attempts` spent)
+    /// removes it: the one rule every backend applies to a [`Change::Discard`](crate::Change).
+    ///
+    /// ```
+    /// use outbox_core::{Record, RecordId, Tombstone};
+    /// let record = Record::fresh(RecordId(3), Some("doc".into()), b"x".to_vec(), "k".into(), 0);
+    /// let t = Tombstone::of(record, "duplicate".into(), 9, 2);
+    /// assert_eq!((t.id, t.group.as_deref(), t.key.as_str()), (RecordId(3), Some("doc"), "k"));
+    /// assert_eq!((t.reason.as_str(), t.discarded_at, t.attempts), ("duplicate", 9, 2));
+    /// ```
+    pub fn of(record: Record, reason: String, at: Millis, attempts: u32) -> Tombstone {
+        Tombstone {
+            id: record.id,
+            group: record.group,
+            key: record.key,
+            reason,
+            discarded_at: at,
+            attempts,
+        }
+    }
+}

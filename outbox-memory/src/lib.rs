@@ -84,6 +84,9 @@ struct Inner {
     due: BTreeSet<(Millis, RecordId)>,
     /// In-flight records by `(lease.until, id)`.
     leases: BTreeSet<(Millis, RecordId)>,
+    /// Every pending or retrying record (head or not) by `(next_attempt_at, id)`: the part
+    /// after a time is what `stepped_back` reads, never the due backlog.
+    scheduled: BTreeSet<(Millis, RecordId)>,
     /// Members of each group that hold its order (every state but rejected), by id.
     groups: HashMap<String, BTreeSet<RecordId>>,
     /// Records of each coalescing key, by id.
@@ -111,6 +114,7 @@ impl Inner {
         if let Some(record) = self.records.get(&id) {
             if let Some(at) = record.next_attempt_at {
                 self.due.remove(&(at, id));
+                self.scheduled.remove(&(at, id));
             }
             if let Some(lease) = record.lease {
                 self.leases.remove(&(lease.until, id));
@@ -123,8 +127,9 @@ impl Inner {
         let Some(record) = self.records.get(&id) else {
             return;
         };
-        if record.state.is_due_kind() && self.is_head(record) {
-            if let Some(at) = record.next_attempt_at {
+        if let (true, Some(at)) = (record.state.is_due_kind(), record.next_attempt_at) {
+            self.scheduled.insert((at, id));
+            if self.is_head(record) {
                 self.due.insert((at, id));
             }
         }
@@ -255,17 +260,8 @@ impl Inner {
                 attempts,
             } => {
                 if let Some(record) = self.remove(id) {
-                    self.tombstones.insert(
-                        id,
-                        Tombstone {
-                            id,
-                            group: record.group,
-                            key: record.key,
-                            reason,
-                            discarded_at: at,
-                            attempts,
-                        },
-                    );
+                    let tombstone = Tombstone::of(record, reason, at, attempts);
+                    self.tombstones.insert(id, tombstone);
                 }
             }
             Change::Requeue { at } => {
@@ -281,7 +277,7 @@ impl Inner {
                         })
                     })
                 });
-                if record.state != State::Rejected || busy {
+                if !outbox_core::machine::admits_requeue(record, busy) {
                     return false;
                 }
                 let group = record.group.clone();
@@ -305,6 +301,13 @@ impl Inner {
                 }
             }
             Change::Update(progress) => {
+                if !self
+                    .records
+                    .get(&id)
+                    .is_some_and(|r| outbox_core::machine::admits_update(r, &progress))
+                {
+                    return false;
+                }
                 self.unindex(id);
                 let Some(record) = self.records.get_mut(&id) else {
                     return false;
@@ -384,17 +387,15 @@ impl Store for MemoryStore {
 
     async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
         let inner = self.lock();
-        Ok(inner
-            .records
-            .values()
-            .filter(|r| {
-                r.state.is_due_kind()
-                    && r.next_attempt_at.is_some_and(|t| t > now)
-                    && r.last_attempt_at.is_none_or(|t| t > now)
-            })
-            .take(limit)
-            .cloned()
-            .collect())
+        // The records whose deadline lies after `now` (an index range), lowest id first.
+        let mut found: Vec<&Record> = inner
+            .scheduled
+            .range((now.saturating_add(1), RecordId(0))..)
+            .filter_map(|(_, id)| inner.records.get(id))
+            .filter(|r| r.last_attempt_at.is_none_or(|t| t > now))
+            .collect();
+        found.sort_unstable_by_key(|r| r.id);
+        Ok(found.into_iter().take(limit).cloned().collect())
     }
 
     async fn get(&self, id: RecordId) -> Result<Option<Record>> {

@@ -89,7 +89,7 @@ impl Plan {
                         .as_ref()
                         .and_then(|g| in_flight.get(g))
                         .is_some_and(|members| !members.is_empty());
-                    if record.state != State::Rejected || busy {
+                    if !outbox_core::machine::admits_requeue(record, busy) {
                         plan.skipped.push(id);
                         continue;
                     }
@@ -100,6 +100,10 @@ impl Plan {
                     Op::Update(fresh)
                 }
                 Change::Update(progress) => {
+                    if !outbox_core::machine::admits_update(record, &progress) {
+                        plan.skipped.push(id);
+                        continue;
+                    }
                     record.set_progress(progress.clone());
                     Op::Update(progress)
                 }

@@ -391,27 +391,23 @@ impl<'t> Tables<'t> {
                 attempts,
             } => {
                 self.remove(&record)?;
-                let tombstone = Tombstone {
-                    id: *id,
-                    group: record.group,
-                    key: record.key,
-                    reason: reason.clone(),
-                    discarded_at: *at,
-                    attempts: *attempts,
-                };
+                let tombstone = Tombstone::of(record, reason.clone(), *at, *attempts);
                 let bytes = codec::encode_tombstone(&tombstone);
                 self.tombstones.insert(id.0, bytes.as_slice()).engine()?;
             }
             Change::Requeue { at } => {
-                if record.state != State::Rejected {
-                    return Ok(Done::Skipped);
-                }
                 // Back in its own place: refused while its group has a record in flight,
                 // which would put two of the group in flight.
-                if let Some(group) = record.group.as_deref() {
-                    if self.group_in_flight(group)? {
-                        return Ok(Done::Skipped);
+                let busy = match record.group.as_deref() {
+                    Some(group) if record.state == State::Rejected => {
+                        self.group_in_flight(group)?
                     }
+                    _ => false,
+                };
+                if !outbox_core::machine::admits_requeue(&record, busy) {
+                    return Ok(Done::Skipped);
+                }
+                if let Some(group) = record.group.as_deref() {
                     self.join_group(group, *id)?;
                 }
                 self.changed = true;
@@ -425,6 +421,9 @@ impl<'t> Tables<'t> {
                 }
             }
             Change::Update(progress) => {
+                if !outbox_core::machine::admits_update(&record, progress) {
+                    return Ok(Done::Skipped);
+                }
                 self.unindex(&record)?;
                 record.set_progress(progress.clone());
                 self.put(&record)?;

@@ -21,10 +21,6 @@ use crate::queue::{ReadTables, Tables};
 use crate::schema;
 use crate::writer::Writer;
 
-/// How many times `open_or_create` goes back to opening after its create found the path
-/// taken, before it reports that.
-const OPEN_OR_CREATE_PASSES: usize = 3;
-
 /// The first bytes of every redb file.
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
@@ -141,22 +137,10 @@ impl RedbStore {
     pub async fn open_or_create(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbStore> {
         let path = path.as_ref().to_path_buf();
         blocking(move || {
-            // Each pass that fails found the file gone at the open and present at the create:
-            // another process deleting it as fast as it appears, or a dangling symlink.
-            let mut passes = 0;
-            loop {
-                match open_file(path.clone(), config.clone()) {
-                    Err(Error::NotFound { .. }) => {}
-                    opened => return opened,
-                }
-                match create_file(path.clone(), config.clone()) {
-                    // Someone else created it first: open theirs.
-                    Err(Error::AlreadyExists { .. }) if passes < OPEN_OR_CREATE_PASSES => {
-                        passes += 1;
-                    }
-                    created => return created,
-                }
-            }
+            outbox_core::file::open_or_create(
+                || open_file(path.clone(), config.clone()),
+                || create_file(path.clone(), config.clone()),
+            )
         })
         .await
     }

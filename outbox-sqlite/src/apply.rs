@@ -120,33 +120,25 @@ impl Batch {
                 attempts,
             } => {
                 if let Some(entry) = self.remove(id) {
-                    self.tombstones.push(Tombstone {
-                        id,
-                        group: entry.record.group,
-                        key: entry.record.key,
-                        reason,
-                        discarded_at: at,
-                        attempts,
-                    });
+                    let tombstone = Tombstone::of(entry.record, reason, at, attempts);
+                    self.tombstones.push(tombstone);
                 }
             }
             Change::Requeue { at } => {
-                if entry.record.state != State::Rejected {
-                    return Ok(None);
-                }
                 // Back in its own place, unless its group has a record in flight: two of a
                 // group must never be in flight.
-                if let Some(group) = &entry.record.group {
-                    let busy: bool = conn
+                let busy = match &entry.record.group {
+                    Some(group) if entry.record.state == State::Rejected => conn
                         .prepare_cached(
                             "SELECT EXISTS (SELECT 1 FROM records WHERE grp = ?1 AND state = 2)",
                         )
                         .map_err(db)?
                         .query_row([group], |row| row.get(0))
-                        .map_err(db)?;
-                    if busy {
-                        return Ok(None);
-                    }
+                        .map_err(db)?,
+                    _ => false,
+                };
+                if !outbox_core::machine::admits_requeue(&entry.record, busy) {
+                    return Ok(None);
                 }
                 entry.record.set_progress(Progress::requeued(at));
                 entry.member = entry.record.group.is_some();
@@ -156,6 +148,9 @@ impl Batch {
                 self.changed.insert(id);
             }
             Change::Update(progress) => {
+                if !outbox_core::machine::admits_update(&entry.record, &progress) {
+                    return Ok(None);
+                }
                 entry.record.set_progress(progress);
                 // A rejected record stops holding its group's order; nothing puts it back.
                 let left = entry.member && !entry.record.state.holds_group();

@@ -61,10 +61,6 @@ pub struct SqliteStore {
 /// Prepared statements kept per connection: every statement the store runs, with room to spare.
 const STATEMENT_CACHE: usize = 48;
 
-/// How many times `open_or_create` goes back to opening after its create found the path
-/// taken, before it reports that.
-const OPEN_OR_CREATE_PASSES: usize = 3;
-
 /// Runs blocking work on a thread of its own, so `create` and `open` never block an executor.
 async fn off_executor<T: Send + 'static>(
     work: impl FnOnce() -> Result<T> + Send + 'static,
@@ -155,23 +151,13 @@ impl SqliteStore {
             if config.read_only {
                 return Self::open_now(path, config);
             }
-            // Each pass that fails found the file gone at the open and present at the create:
-            // another process deleting it as fast as it appears, or a dangling symlink.
-            let mut passes = 0;
-            loop {
-                match Self::open_now(path.clone(), config.clone()) {
-                    Err(Error::NotFound { .. }) => {}
-                    opened => return opened,
-                }
-                match create_file(&path, &config) {
-                    Ok(()) => return Self::open_now(path, config),
-                    // Someone else created it first: open theirs.
-                    Err(Error::AlreadyExists { .. }) if passes < OPEN_OR_CREATE_PASSES => {
-                        passes += 1;
-                    }
-                    Err(err) => return Err(err),
-                }
-            }
+            outbox_core::file::open_or_create(
+                || Self::open_now(path.clone(), config.clone()),
+                || {
+                    create_file(&path, &config)
+                        .and_then(|()| Self::open_now(path.clone(), config.clone()))
+                },
+            )
         })
         .await
     }

@@ -152,14 +152,7 @@ impl Tables {
                 } => {
                     let record = record.clone();
                     self.take(id);
-                    let tombstone = Tombstone {
-                        id,
-                        group: record.group,
-                        key: record.key,
-                        reason,
-                        discarded_at: at,
-                        attempts,
-                    };
+                    let tombstone = Tombstone::of(record, reason, at, attempts);
                     self.tombstones.insert(id, tombstone);
                 }
                 Change::Requeue { at } => {
@@ -174,7 +167,7 @@ impl Tables {
                             })
                         })
                     });
-                    if record.state != State::Rejected || busy {
+                    if !outbox_core::machine::admits_requeue(record, busy) {
                         applied.skipped.push(id);
                         continue;
                     }
@@ -183,6 +176,10 @@ impl Tables {
                     self.put(back);
                 }
                 Change::Update(progress) => {
+                    if !outbox_core::machine::admits_update(record, &progress) {
+                        applied.skipped.push(id);
+                        continue;
+                    }
                     let mut record = record.clone();
                     record.set_progress(progress);
                     self.put(record);
