@@ -58,7 +58,7 @@ macro_rules! __with_scenarios {
             store halt_survives_restart (Persistent) 60
                 "a halt, and its clearing, survive a restart";
             store requeue_takes_its_place () 60
-                "a rejected record moves to a fresh id behind its group's queue with a fresh budget; any other record is refused";
+                "a rejected record takes its own place again (same id, before what its group still has queued) with a fresh budget; any other record, or one whose group has a record in flight, is refused";
             store group_key_validated () 60
                 "an empty, NUL-containing or 1,025-byte group refuses the batch (`InvalidGroup`); 1,024 bytes are kept";
             store coalescing_replaces_in_place () 60
@@ -81,6 +81,8 @@ macro_rules! __with_scenarios {
                 "through the runner, batch of one";
             store runner_retry_after () 60
                 "through the runner: a 429 asking for 120 s";
+            store runner_retries_at_their_draw () 60
+                "200 runners each failing one write with a 503: every retry at its own full-jitter deadline, no 10 ms window with more than 5 %";
             store runner_halt_resume () 60
                 "a 401 halts everything with no budget spent; `resume` delivers";
             store runner_groups () 60

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use outbox_core::{
-    machine, Applied, Change, Claim, Error, Guard, Halt, NewRecord, Outcome, Record, RecordId,
-    RetryAfter, Round, Store, Transition, MAX_GROUP_LEN,
+    machine, Applied, Change, Claim, Error, Guard, Halt, NewRecord, Outcome, Progress, Record,
+    RecordId, RetryAfter, Round, Store, Transition, MAX_GROUP_LEN,
 };
 use outbox_memory::MemoryStore;
 
@@ -348,20 +348,28 @@ pub async fn requeue_takes_its_place(backend: &dyn Backend) -> ScenarioResult {
         guard,
         change: Change::Requeue { at: T0 + 1_500 },
     };
+    // Only a requeue takes a rejected record back: an update to pending would leave it
+    // outside its group's order (`machine::admits_update`).
+    let revive = Transition {
+        id: u,
+        guard: Guard::Idle,
+        change: Change::Update(Progress::requeued(T0 + 1)),
+    };
     let refused = vec![
         requeue(g3, Guard::Idle),
         requeue(g2, Guard::Lease(2)),
         requeue(p, Guard::Idle),
         requeue(RecordId(u64::MAX - 1), Guard::Idle),
         requeue(g1, Guard::Idle),
+        revive,
     ];
     let untouched = all_records(store).await?;
     let applied = store.apply(refused).await?;
     ensure_eq(
         applied.skipped,
-        vec![g3, g2, p, RecordId(u64::MAX - 1), g1],
+        vec![g3, g2, p, RecordId(u64::MAX - 1), g1, u],
         "requeue of pending, in-flight, parked and missing records is skipped, and of g1 while \
-         g2 of its group is in flight",
+         g2 of its group is in flight; an update taking the rejected u back to pending too",
     )?;
     ensure_eq(all_records(store).await?, untouched, "nothing changed")?;
 

@@ -32,6 +32,7 @@ mod leases;
 mod lifecycle;
 mod link;
 mod model;
+mod pacing;
 mod queue;
 mod restart;
 mod runner;
@@ -53,6 +54,7 @@ pub use lifecycle::{
 };
 pub use link::{runner_no_answer_probes, runner_offline_waits};
 pub use model::{random_ops_match_reference, run_model, seed_from_env, DEFAULT_STEPS, SEED_ENV};
+pub use pacing::runner_retries_at_their_draw;
 pub use queue::{
     claims_are_exclusive, deadlines_honoured, due_query_ignores_backlog, fifo,
     groups_in_order_held_back, ids_never_reused, paging, payload_limit,

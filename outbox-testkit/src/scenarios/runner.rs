@@ -169,7 +169,7 @@ impl Rig {
     }
 
     /// `Retrying` deadlines seen for `id`, in order.
-    fn retry_deadlines(&self, id: RecordId) -> Vec<Millis> {
+    pub(super) fn retry_deadlines(&self, id: RecordId) -> Vec<Millis> {
         self.seen
             .iter()
             .filter_map(|e| match e {

@@ -53,6 +53,11 @@ pub async fn coalescing_replaces_in_place(backend: &dyn Backend) -> ScenarioResu
     let (_, store) = fresh(backend).await?;
     let s = &*store;
     let first = enqueue_one(s, T0, edit("e1", "note", "3"), false).await?;
+    ensure_eq(
+        get(s, first).await?.expected_version.as_deref(),
+        Some("3"),
+        "the first edit, a new record, keeps its expected version",
+    )?;
     for n in 2..=6 {
         let id = enqueue_one(s, T0 + n, edit(&format!("e{n}"), "note", "3"), true).await?;
         ensure_eq(

@@ -75,6 +75,8 @@ enum Kind {
     LastErrorDropped,
     NeverCoalesces,
     ExpectedVersionDropped,
+    VersionDroppedOnInsert,
+    UpdateRevivesRejected,
     CoalescesIntoInFlight,
     CreatedAtIsClaimTime,
 }
@@ -138,7 +140,7 @@ pub(crate) const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "due_in_seconds",
         bug: "the due test compares whole seconds",
-        meant_for: &["deadlines_honoured"],
+        meant_for: &["deadlines_honoured", "runner_retries_at_their_draw"],
         kind: Kind::DeadlinesInWholeSeconds,
     },
     Mutant {
@@ -353,6 +355,18 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         bug: "the expected version is not stored",
         meant_for: &["coalescing_replaces_in_place", "writes_survive_restart"],
         kind: Kind::ExpectedVersionDropped,
+    },
+    Mutant {
+        name: "version_dropped_on_insert",
+        bug: "the expected version is not stored when a write makes a new record (a merge keeps it)",
+        meant_for: &["coalescing_replaces_in_place"],
+        kind: Kind::VersionDroppedOnInsert,
+    },
+    Mutant {
+        name: "update_revives_rejected",
+        bug: "an update of a rejected record to pending applies, leaving it outside its group's order",
+        meant_for: &["requeue_takes_its_place"],
+        kind: Kind::UpdateRevivesRejected,
     },
     Mutant {
         name: "coalesces_in_flight",
@@ -639,7 +653,25 @@ impl Layer {
     }
 
     async fn write_mutated(&self, transitions: Vec<Transition>) -> Result<Applied> {
-        let transitions = self.mutate(transitions).await?;
+        let mut transitions = self.mutate(transitions).await?;
+        if self.kind == Kind::UpdateRevivesRejected {
+            for t in &mut transitions {
+                let Change::Update(progress) = &t.change else {
+                    continue;
+                };
+                let rejected = self
+                    .inner
+                    .get(t.id)
+                    .await?
+                    .is_some_and(|r| r.state == State::Rejected);
+                if rejected && progress.state != State::Rejected {
+                    // The rule refuses it; this store lets it through the only door it has.
+                    let at = progress.next_attempt_at.unwrap_or(0);
+                    t.change = Change::Requeue { at };
+                    t.guard = Guard::Idle;
+                }
+            }
+        }
         if self.kind == Kind::ApplyStopsAtSkip {
             let mut applied = Applied::default();
             for t in transitions {
@@ -790,6 +822,24 @@ impl StoreLayer for Layer {
                     .map(|mut r| {
                         if r.group.as_deref() == Some("") {
                             r.group = None;
+                        }
+                        r
+                    })
+                    .collect();
+                self.inner.enqueue(records, now).await
+            }
+            Kind::VersionDroppedOnInsert => {
+                // A write merges only into an undelivered record of its key: every other one
+                // makes a new record, and loses its version here.
+                let present = self.inner.list(&ListQuery::new(usize::MAX)).await?;
+                let records = records
+                    .into_iter()
+                    .map(|mut r| {
+                        let merges = r.replaces.as_ref().is_some_and(|key| {
+                            present.iter().any(|p| p.replaces.as_ref() == Some(key))
+                        });
+                        if !merges {
+                            r.expected_version = None;
                         }
                         r
                     })

@@ -1,0 +1,151 @@
+//! The verbs a person uses on the queue through the handle: retry, requeue, discard, prune,
+//! resume. Each reads the record, asks the machine for its transition, commits it guarded,
+//! and wakes the runner.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::Outbox;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::machine;
+use crate::outcome::duration_ms;
+use crate::record::RecordId;
+use crate::state::State;
+use crate::store::ListQuery;
+
+impl Outbox {
+    /// Retries one record now with a fresh budget (a person's intent outweighs the ceiling).
+    pub async fn retry(&self, id: RecordId) -> Result<()> {
+        let record = self.record(id).await?;
+        let step = match record.state {
+            State::InFlight => return Err(Error::RecordInFlight(id)),
+            State::Rejected => return Err(Error::RecordRejected(id)),
+            _ => machine::retry_now(&record, self.shared.now()),
+        };
+        self.commit_manual(id, step).await
+    }
+
+    /// Retries every needs-attention record now with a fresh budget; returns how many.
+    pub async fn retry_all(&self) -> Result<u64> {
+        let mut count = 0u64;
+        let mut after = None;
+        loop {
+            let mut query = ListQuery::new(256).state(State::NeedsAttention);
+            query.after = after;
+            let page = self.shared.store.list(&query).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            let now = self.shared.now();
+            let steps = page
+                .iter()
+                .filter_map(|r| machine::retry_now(r, now))
+                .collect();
+            count += self.shared.commit(steps).await?.len() as u64;
+        }
+        self.notify();
+        Ok(count)
+    }
+
+    /// Removes a record from delivery; a tombstone stays (listable until pruned) and a
+    /// `Discarded` event says so.
+    pub async fn discard(&self, id: RecordId, reason: &str) -> Result<()> {
+        let record = self.record(id).await?;
+        if record.state == State::InFlight {
+            return Err(Error::RecordInFlight(id));
+        }
+        let step = machine::discard(&record, reason, self.shared.now());
+        self.commit_manual(id, step).await
+    }
+
+    /// Removes rejected records and tombstones older than `older_than`: a rejected record
+    /// whose last delivery reported longer ago than that, a tombstone of a record discarded
+    /// longer ago. Returns how many went.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use outbox_core::{sink_fn, Outbox, Outcome, Record};
+    ///
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let outbox = Outbox::builder(Arc::new(outbox_memory::MemoryStore::new()), sink).start().await?;
+    /// // Keep a week of rejections and tombstones for people to look at.
+    /// let removed = outbox.prune(Duration::from_secs(7 * 86_400)).await?;
+    /// assert_eq!(removed, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn prune(&self, older_than: Duration) -> Result<u64> {
+        let cut = self.shared.now().saturating_sub(duration_ms(older_than));
+        self.shared.store.prune(cut).await
+    }
+
+    /// Resumes a runner halted by a refused credential or a rejection storm: the persisted
+    /// halt is cleared and a `Resumed` event says so.
+    pub fn resume(&self) {
+        self.shared.resume.store(true, Ordering::SeqCst);
+        self.shared.halted.store(false, Ordering::SeqCst);
+        self.notify();
+    }
+
+    /// Re-admits one rejected record with a fresh budget, in its own place: it goes before
+    /// the later records of its group that are still queued, as it would have without the
+    /// rejection. A `Requeued` event and a log line say so. Refused with
+    /// [`Error::NotRejected`] for a record that is not rejected (use [`Outbox::retry`] for a
+    /// needs-attention one) and with [`Error::RecordInFlight`] while a record of its group is
+    /// being delivered.
+    pub async fn requeue(&self, id: RecordId) -> Result<()> {
+        let record = self.record(id).await?;
+        let transition =
+            machine::requeue(&record, self.shared.now()).ok_or(Error::NotRejected(id))?;
+        let applied = self.shared.store.apply(vec![transition]).await?;
+        if !applied.skipped.is_empty() {
+            return Err(Error::RecordInFlight(id));
+        }
+        self.shared.emit(Event::Requeued { id });
+        self.notify();
+        Ok(())
+    }
+
+    /// Re-admits every rejected record that `query` matches (its state is taken as rejected),
+    /// each in its own place; returns how many. After a rejection storm halted the runner,
+    /// fix the cause, call this, then [`Outbox::resume`]. Records of a group with a record in
+    /// flight are left rejected (call it again once that delivery reported).
+    pub async fn requeue_rejected(&self, query: ListQuery) -> Result<u64> {
+        let mut query = query.state(State::Rejected);
+        if query.limit == 0 {
+            query.limit = 256;
+        }
+        let mut count = 0u64;
+        loop {
+            let page = self.shared.store.list(&query).await?;
+            let Some(last) = page.last() else { break };
+            query.after = Some(last.id);
+            let now = self.shared.now();
+            let transitions: Vec<_> = page
+                .iter()
+                .filter_map(|r| machine::requeue(r, now))
+                .collect();
+            let ids: Vec<RecordId> = transitions.iter().map(|t| t.id).collect();
+            let applied = self.shared.store.apply(transitions).await?;
+            for id in ids.into_iter().filter(|id| !applied.skipped.contains(id)) {
+                count += 1;
+                self.shared.emit(Event::Requeued { id });
+            }
+        }
+        self.notify();
+        Ok(count)
+    }
+
+    async fn commit_manual(&self, id: RecordId, step: Option<machine::Step>) -> Result<()> {
+        let step = step.ok_or(Error::RecordInFlight(id))?;
+        if self.shared.commit(vec![step]).await?.is_empty() {
+            // Claimed between our read and our write.
+            return Err(Error::RecordInFlight(id));
+        }
+        self.notify();
+        Ok(())
+    }
+}

@@ -1,0 +1,139 @@
+use super::*;
+
+#[test]
+fn concurrent_refusals_halt_once_and_release_the_rest() {
+    let mut s = scheduler(RunnerConfig::default());
+    claimed(&mut s, at(0), (1..=4).map(|i| record(i, None)).collect());
+    let mut actions = Vec::new();
+    for id in 1..=4 {
+        s.handle(
+            at(5),
+            Input::Reported {
+                id: RecordId(id),
+                report: Report::Outcome(Outcome::halt("HTTP 401")),
+            },
+        );
+        actions.extend(settle(&mut s, at(5), None));
+    }
+    let set_halts: Vec<_> = actions
+        .iter()
+        .filter(|a| matches!(a, Action::Io(Io::SetHalt(Some(_)))))
+        .collect();
+    assert_eq!(set_halts.len(), 1, "{actions:?}");
+    let halted = actions
+        .iter()
+        .filter(|a| matches!(a, Action::Emit(Event::Halted { .. })))
+        .count();
+    assert_eq!(halted, 1, "{actions:?}");
+    assert_eq!(s.halt().map(|h| h.reason.as_str()), Some("HTTP 401"));
+    // Every record was released: nothing spent.
+    for a in &actions {
+        if let Action::Io(Io::Round { transitions, .. }) = a {
+            for t in transitions {
+                let machine::Change::Update(p) = &t.change else {
+                    panic!()
+                };
+                assert_eq!(p.attempts, 0);
+            }
+        }
+    }
+    // Halted: a wake claims nothing; resume clears the persisted halt, then claims.
+    s.handle(at(6), Input::Wake);
+    assert!(writes(&settle(&mut s, at(6), None))
+        .iter()
+        .all(|(_, claim)| !claim));
+    s.handle(at(7), Input::Resume);
+    let resume = drain(&mut s);
+    assert_eq!(resume, [Action::Io(Io::SetHalt(None))]);
+    answer(&mut s, at(7), &resume, vec![]);
+    let after = drain(&mut s);
+    assert_eq!(after.first(), Some(&Action::Emit(Event::Resumed)));
+    assert_eq!(writes(&after), [(0, true)]);
+}
+
+#[test]
+fn a_persisted_halt_holds_from_the_start() {
+    let halt = Halt {
+        reason: "HTTP 401".into(),
+        since: WALL - 5,
+    };
+    let mut s = Scheduler::new(RunnerConfig::default(), policy(), 1, 2, at(0), Some(halt));
+    let actions = drain(&mut s);
+    assert!(writes(&actions).is_empty(), "{actions:?}");
+}
+
+#[test]
+fn rejections_of_different_groups_in_a_row_halt_as_a_misconfiguration() {
+    let mut s = scheduler(RunnerConfig::default().with_rejection_storm(3));
+    let records = vec![
+        record(1, Some("a")),
+        record(2, Some("a")),
+        record(3, Some("b")),
+        record(4, None),
+    ];
+    claimed(&mut s, at(0), records);
+    for id in 1..=4 {
+        s.handle(
+            at(5),
+            Input::Reported {
+                id: RecordId(id),
+                report: Report::Outcome(Outcome::rejected("HTTP 404")),
+            },
+        );
+    }
+    assert_eq!(
+        s.halt().map(|h| h.reason.as_str()),
+        Some("suspected misconfiguration: 3 rejections in a row (HTTP 404)")
+    );
+    // One delivery answered otherwise resets the count.
+    let mut s = scheduler(RunnerConfig::default().with_rejection_storm(3));
+    claimed(&mut s, at(0), (1..=4).map(|i| record(i, None)).collect());
+    for (id, outcome) in [
+        (1, Outcome::rejected("HTTP 404")),
+        (2, Outcome::rejected("HTTP 404")),
+        (3, Outcome::Delivered),
+        (4, Outcome::rejected("HTTP 404")),
+    ] {
+        s.handle(
+            at(5),
+            Input::Reported {
+                id: RecordId(id),
+                report: Report::Outcome(outcome),
+            },
+        );
+    }
+    assert!(s.halt().is_none());
+}
+
+#[test]
+fn a_wrong_route_whose_404_names_each_path_halts_as_a_storm() {
+    // A deploy broke the route: a framework's default 404 names the path of every write, so
+    // no two reasons are alike; the status is the same.
+    let mut s = scheduler(RunnerConfig::default().with_rejection_storm(5));
+    let records = (1..=20)
+        .map(|i| record(i, Some(&format!("note-{i}"))))
+        .collect();
+    claimed(&mut s, at(0), records);
+    let mut rejected = 0;
+    for id in 1..=20 {
+        if s.halt().is_some() {
+            break;
+        }
+        let reason = format!("HTTP 404: Cannot PUT /v1/notes/note-{id}");
+        s.handle(
+            at(5),
+            Input::Reported {
+                id: RecordId(id),
+                report: Report::Outcome(Outcome::rejected(reason)),
+            },
+        );
+        drain(&mut s);
+        rejected += 1;
+    }
+    let reason = s.halt().map(|h| h.reason.clone()).unwrap_or_default();
+    assert!(
+        reason.starts_with("suspected misconfiguration: 5 rejections in a row (HTTP 404"),
+        "halted after five, not twenty: {reason:?} after {rejected}"
+    );
+    assert_eq!(rejected, 5);
+}

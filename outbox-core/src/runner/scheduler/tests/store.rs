@@ -1,0 +1,160 @@
+use super::*;
+
+#[test]
+fn a_store_failure_keeps_the_outcomes_and_backs_off() {
+    let mut s = scheduler(RunnerConfig::default().with_batch(1));
+    claimed(&mut s, at(0), vec![record(1, None)]);
+    s.handle(
+        at(5),
+        Input::Reported {
+            id: RecordId(1),
+            report: Report::Outcome(Outcome::Delivered),
+        },
+    );
+    assert_eq!(writes(&drain(&mut s)), [(1, true)]);
+    s.handle(
+        at(6),
+        Input::Answer(Err(StoreFailure {
+            kind: FailureKind::Transient,
+            error: "disk full".into(),
+        })),
+    );
+    let actions = drain(&mut s);
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Log(Notice::StoreFailed { .. })]
+    ));
+    assert_eq!(s.holding(), 1, "the outcome is kept");
+    assert_eq!(s.poll_timeout(), Some(1_006));
+    s.handle(at(1_006), Input::Timer);
+    assert_eq!(
+        writes(&drain(&mut s)),
+        [(1, true)],
+        "written with the claim"
+    );
+}
+
+#[test]
+fn a_store_that_says_due_but_claims_nothing_does_not_spin_the_runner() {
+    let mut s = scheduler(RunnerConfig::default());
+    let mut claims = Vec::new();
+    let mut mono = 0;
+    // The store's next_due always says "due now" and its claim always finds nothing.
+    while mono < 1_000 {
+        let actions = settle(&mut s, at(mono), Some(WALL + mono));
+        claims.extend(
+            writes(&actions)
+                .into_iter()
+                .filter(|(_, claim)| *claim)
+                .map(|_| mono),
+        );
+        mono = s.poll_timeout().unwrap_or(mono + 1).max(mono + 1);
+        s.handle(at(mono), Input::Timer);
+    }
+    // The start's claim (a trigger's) and the first on the store's word at 0, then 50, 150,
+    // 350, 750 ms: backing off, not thousands of claims.
+    assert_eq!(claims, [0, 0, 50, 150, 350, 750], "{claims:?}");
+    // An enqueue is served at once whatever the quiet period.
+    s.handle(at(mono), Input::Wake);
+    let actions = drain(&mut s);
+    assert_eq!(writes(&actions), [(0, true)]);
+}
+
+#[test]
+fn a_read_only_store_pauses_deliveries_says_so_once_and_goes_on_after_a_write() {
+    let mut s = scheduler(RunnerConfig::default().with_batch(1));
+    let read_only = || {
+        Input::Answer(Err(StoreFailure {
+            kind: FailureKind::ReadOnly,
+            error: "attempt to write a readonly database".into(),
+        }))
+    };
+    assert_eq!(writes(&drain(&mut s)), [(0, true)]);
+    s.handle(at(1), read_only());
+    let first = drain(&mut s);
+    assert!(
+        matches!(
+            first.as_slice(),
+            [Action::Log(Notice::StorePaused {
+                kind: FailureKind::ReadOnly,
+                ..
+            })]
+        ),
+        "{first:?}"
+    );
+    // Tried again on backoff (1 s, then 2 s), silently, claiming nothing in between.
+    assert_eq!(s.poll_timeout(), Some(1_001));
+    s.handle(at(1_001), Input::Timer);
+    assert_eq!(writes(&drain(&mut s)), [(0, true)]);
+    s.handle(at(1_002), read_only());
+    assert!(drain(&mut s).is_empty(), "said once");
+    assert_eq!(s.poll_timeout(), Some(3_002));
+    s.handle(at(3_002), Input::Timer);
+    let retry = drain(&mut s);
+    answer(&mut s, at(3_003), &retry, vec![]);
+    let back = drain(&mut s);
+    assert!(back.contains(&Action::Log(Notice::StoreBack)), "{back:?}");
+}
+
+#[test]
+fn a_store_call_that_timed_out_is_a_failure_and_the_round_is_tried_again() {
+    let mut s = scheduler(RunnerConfig::default().with_batch(1));
+    claimed(&mut s, at(0), vec![record(1, None)]);
+    s.handle(
+        at(5),
+        Input::Reported {
+            id: RecordId(1),
+            report: Report::Outcome(Outcome::Delivered),
+        },
+    );
+    assert_eq!(writes(&drain(&mut s)), [(1, true)]);
+    let timeout = StoreFailure::from(&crate::Error::Timeout(Duration::from_secs(30)));
+    assert_eq!(timeout.kind, FailureKind::Timeout);
+    s.handle(at(30_005), Input::Answer(Err(timeout)));
+    assert!(matches!(
+        drain(&mut s).as_slice(),
+        [Action::Log(Notice::StoreFailed { .. })]
+    ));
+    assert_eq!(s.holding(), 1, "the outcome is kept");
+}
+
+#[test]
+fn start_up_recovery_runs_before_the_first_claim_and_pages_through() {
+    let mut s = scheduler(RunnerConfig::default());
+    s.recover_left_over();
+    assert!(s.is_recovering());
+    let actions = drain(&mut s);
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Io(Io::Expired { limit: 256, .. })]
+    ));
+    // A page of one expired lease: recovered (one interruption, its event once written).
+    let mut dead = record(9, None);
+    dead.lease = Some(crate::record::Lease {
+        token: 3,
+        until: WALL - 1,
+    });
+    answer(&mut s, at(0), &actions, vec![dead]);
+    let apply = drain(&mut s);
+    assert!(matches!(apply.as_slice(), [Action::Io(Io::Apply(t))] if t.len() == 1));
+    answer(&mut s, at(0), &apply, vec![]);
+    let next = drain(&mut s);
+    assert!(
+        next.iter()
+            .any(|a| matches!(a, Action::Emit(Event::Retrying { .. }))),
+        "{next:?}"
+    );
+    assert!(
+        matches!(next.last(), Some(Action::Io(Io::Expired { .. }))),
+        "reads the next page"
+    );
+    answer(&mut s, at(0), &next, vec![]);
+    let rebase = drain(&mut s);
+    assert!(matches!(
+        rebase.as_slice(),
+        [Action::Io(Io::SteppedBack { .. })]
+    ));
+    answer(&mut s, at(0), &rebase, vec![]);
+    assert!(!s.is_recovering());
+    assert_eq!(writes(&drain(&mut s)), [(0, true)], "then the first claim");
+}
