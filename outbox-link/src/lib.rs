@@ -43,7 +43,7 @@ pub fn watch() -> Result<watch::Receiver<bool>, Error> {
     watch_debounced(DEFAULT_WINDOW)
 }
 
-/// [`watch`] with a debounce window of your choice (at most [`MAX_WINDOW`]; zero reports
+/// [`watch()`] with a debounce window of your choice (at most [`MAX_WINDOW`]; zero reports
 /// every change as soon as the tables are read).
 ///
 /// ```

@@ -13,7 +13,7 @@ use crate::signal::{self, End, Source};
 /// A connectivity signal the application feeds, for where the platform's own callback is the
 /// better source: Android's `ConnectivityManager.NetworkCallback`, iOS's `NWPathMonitor`.
 ///
-/// Its channel is the same kind [`watch`](crate::watch) gives, debounced the same way: the
+/// Its channel is the same kind [`watch()`](crate::watch()) gives, debounced the same way: the
 /// callback calls [`Link::set_online`] from whatever thread it runs on, and the runner sees
 /// one transition per burst. Clones share the one signal. When the last handle is dropped
 /// the signal ends, and the runner then treats the device as online (it learns of outages
