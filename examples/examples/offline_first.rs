@@ -1,4 +1,4 @@
-//! `cargo run --example offline_first`: connectivity from a watch channel and the four states
+//! `cargo run --example offline_first`: connectivity from an `outbox_link::Link` and the four states
 //! a write goes through. See `outbox_examples::offline_first`.
 
 fn main() -> std::process::ExitCode {

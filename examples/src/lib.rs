@@ -3,7 +3,7 @@
 //!
 //! - [`transactional_outbox`]: an axum service that writes an order and its outbox record in
 //!   one SQLite transaction, then delivers the records to a downstream HTTP service;
-//! - [`offline_first`]: a client whose connectivity comes from a watch channel, showing the
+//! - [`offline_first`]: a client whose connectivity comes from an `outbox_link::Link`, showing the
 //!   states a write goes through (pending, retrying, needs-attention, rejected);
 //! - [`postgres_fleet`]: three runners sharing one PostgreSQL schema, each record delivered
 //!   once (skipped with a message when no server answers).

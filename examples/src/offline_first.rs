@@ -1,6 +1,10 @@
-//! An offline-first client: the app tells the runner whether the device is online through a
-//! `tokio::sync::watch` channel ([`OutboxBuilder::connectivity`]), writes go into the queue
-//! whatever the connectivity, and the user sees each write in one of four states:
+//! An offline-first client: the app tells the runner whether the device is online through an
+//! [`outbox_link::Link`], as a mobile core does from the platform's own callback (Android's
+//! `NetworkCallback`, iOS's `NWPathMonitor`): `link.set_online(bool)` feeds the channel that
+//! [`OutboxBuilder::connectivity`] takes. (A desktop or server app passes
+//! `outbox_link::watch()?` instead, the operating system's own signal; this example scripts
+//! its outages so that it runs the same everywhere.) Writes go into the queue whatever the
+//! connectivity, and the user sees each write in one of four states:
 //!
 //! - **pending**: queued, not tried yet (everything written while offline);
 //! - **retrying**: the server failed (here its first answer is a 503) and the write is
@@ -25,8 +29,8 @@ use outbox_core::{
     Backoff, Event, ListQuery, NewRecord, Outbox, RecordId, RetryPolicy, State, Stats, TokioClock,
 };
 use outbox_http::HttpSink;
+use outbox_link::Link;
 use outbox_memory::MemoryStore;
-use tokio::sync::watch;
 
 use crate::downstream::Downstream;
 use crate::{Log, Result};
@@ -123,15 +127,15 @@ pub async fn run(log: Log) -> Result<String> {
     })
     .await?;
 
-    // The device starts offline.
-    let (online, connectivity) = watch::channel(false);
+    // The device starts offline. The platform's callback would call `link.set_online`.
+    let link = Link::new(false)?;
     let sink = HttpSink::post(&downstream.url())?.timeout(Duration::from_secs(2));
     let outbox = Outbox::builder(Arc::new(MemoryStore::new()), sink)
         // Wall-clock time that moves with tokio's clock: the same as the system's in a normal
         // run, and paused with it in the test, where the backoff takes no real time.
         .clock(Arc::new(TokioClock::new()))
         .policy(policy())
-        .connectivity(connectivity)
+        .connectivity(link.subscribe())
         .start()
         .await?;
     let events = log_events(&outbox, log.clone());
@@ -164,7 +168,7 @@ pub async fn run(log: Log) -> Result<String> {
     log.line(describe("offline", &outbox.stats().await?));
 
     log.line("online");
-    online.send(true)?;
+    link.set_online(true);
     let stats = wait_until(&outbox, Duration::from_secs(5), |s| {
         s.delivered == 3
             && s.needs_attention == 1
@@ -177,10 +181,10 @@ pub async fn run(log: Log) -> Result<String> {
     log.line(
         "offline again: one more write; the server is fixed and a person retries the parked one",
     );
-    online.send(false)?;
-    // The signal reaches the runner's task a moment later; a real app's writes come long
-    // after the network went away.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    link.set_online(false);
+    // The link reports after its debounce window (a burst of changes is one transition); a
+    // real app's writes come long after the network went away.
+    link.subscribe().wait_for(|online| !*online).await?;
     let sent = downstream.requests().len();
     write("note-6").await?;
     fixed.store(true, Ordering::SeqCst);
@@ -192,7 +196,7 @@ pub async fn run(log: Log) -> Result<String> {
     log.line(describe("offline", &outbox.stats().await?));
 
     log.line("online");
-    online.send(true)?;
+    link.set_online(true);
     let stats = wait_until(&outbox, Duration::from_secs(5), |s| {
         s.delivered == 5 && s.pending + s.retrying + s.in_flight + s.needs_attention == 0
     })

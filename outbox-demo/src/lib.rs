@@ -6,6 +6,7 @@
 //! call it with [`Options::fast`].
 #![deny(missing_docs)]
 
+pub mod device;
 pub mod server;
 
 /// The repository README, compiled here so its example cannot rot.
@@ -340,8 +341,13 @@ pub async fn run(options: Options) -> Result<Verdict, DemoError> {
     let stats = if options.crash {
         crash_run(&options, timings, &screen, &store, &server, addr, writes).await?
     } else {
-        let (online, online_rx) = watch::channel(true);
-        let outbox = start_outbox(store.clone(), &base, timings, Some(online_rx)).await?;
+        // The device's own signal, as an app wires it, with the demo's simulated switch.
+        let (os, os_signal) = device::os_signal();
+        screen.say(&os_signal.describe());
+        let (online, simulated) = watch::channel(true);
+        let connectivity = device::both(os, simulated);
+        let outbox =
+            start_outbox(store.clone(), &base, timings, Some(connectivity.clone())).await?;
         let mut events = outbox.events();
         let third = writes.len() / 3;
         let mut writes = writes.into_iter();
@@ -356,14 +362,14 @@ pub async fn run(options: Options) -> Result<Verdict, DemoError> {
         .await;
 
         screen.say("phase 2 · device offline: writes queue up, nothing is attempted");
-        online.send_replace(false);
+        device::simulate(&online, &connectivity, false).await;
         outbox
             .enqueue_batch(writes.by_ref().take(third).collect())
             .await?;
 
         screen.say("phase 3 · server up and online: 503 burst, 429 with Retry-After, one write refused with 422, a 401 later");
         server.start(addr).await?;
-        online.send_replace(true);
+        device::simulate(&online, &connectivity, true).await;
         let rest: Vec<NewRecord> = writes.collect();
         let slices: Vec<Vec<NewRecord>> = rest
             .chunks(rest.len().div_ceil(4).max(1))
@@ -372,9 +378,9 @@ pub async fn run(options: Options) -> Result<Verdict, DemoError> {
         for (i, slice) in slices.into_iter().enumerate() {
             if i == 2 {
                 screen.say("phase 4 · a connectivity blip: offline, a few writes, online again");
-                online.send_replace(false);
+                device::simulate(&online, &connectivity, false).await;
                 outbox.enqueue_batch(slice).await?;
-                online.send_replace(true);
+                device::simulate(&online, &connectivity, true).await;
             } else {
                 outbox.enqueue_batch(slice).await?;
             }
