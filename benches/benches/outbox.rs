@@ -80,7 +80,7 @@ fn open_bare(kind: BareKind) -> Box<dyn BareEngine> {
 fn enqueue_one(c: &mut Criterion, runtime: &Runtime) {
     let mut group = c.benchmark_group("enqueue-one");
     group.throughput(Throughput::Elements(1));
-    for kind in StoreKind::ALL {
+    for kind in StoreKind::local() {
         let mut subject = None;
         group.bench_function(BenchmarkId::new(kind.name(), 1), |b| {
             let subject = subject.get_or_insert_with(|| open(runtime, kind));
@@ -92,7 +92,7 @@ fn enqueue_one(c: &mut Criterion, runtime: &Runtime) {
             })
         });
     }
-    for kind in BareKind::ALL {
+    for kind in BareKind::all() {
         let mut bare = None;
         group.bench_function(BenchmarkId::new(kind.name(), 1), |b| {
             let bare = bare.get_or_insert_with(|| open_bare(kind));
@@ -107,7 +107,7 @@ fn enqueue_one(c: &mut Criterion, runtime: &Runtime) {
 fn enqueue_concurrent(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
     let mut group = c.benchmark_group("enqueue-concurrent");
     group.throughput(Throughput::Elements(plan.producers as u64));
-    for kind in StoreKind::ALL {
+    for kind in StoreKind::local() {
         let mut subject = None;
         group.bench_function(BenchmarkId::new(kind.name(), plan.producers), |b| {
             let subject = subject.get_or_insert_with(|| open(runtime, kind));
@@ -128,7 +128,7 @@ fn bare_batches(
     batch: usize,
 ) {
     group.throughput(Throughput::Elements(batch as u64));
-    for kind in BareKind::ALL {
+    for kind in BareKind::all() {
         let mut bare = None;
         group.bench_function(BenchmarkId::new(kind.name(), batch), |b| {
             let bare = bare.get_or_insert_with(|| open_bare(kind));
@@ -141,7 +141,7 @@ fn bare_batches(
 fn enqueue_batch(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
     let mut group = c.benchmark_group("enqueue-batch");
     group.throughput(Throughput::Elements(plan.batch as u64));
-    for kind in StoreKind::ALL {
+    for kind in StoreKind::local() {
         let mut subject = None;
         group.bench_function(BenchmarkId::new(kind.name(), plan.batch), |b| {
             let subject = subject.get_or_insert_with(|| open(runtime, kind));
@@ -167,7 +167,7 @@ fn drain(c: &mut Criterion, runtime: &Runtime, plan: &Plan, pg: Option<&PgServer
     group.throughput(Throughput::Elements(records as u64));
     group.sampling_mode(SamplingMode::Flat);
     group.sample_size(10);
-    for kind in StoreKind::ALL {
+    for kind in StoreKind::local() {
         let mut subject = None;
         group.bench_function(BenchmarkId::new(kind.name(), records), |b| {
             let store = Arc::clone(&subject.get_or_insert_with(|| open(runtime, kind)).store);
@@ -183,7 +183,7 @@ fn drain(c: &mut Criterion, runtime: &Runtime, plan: &Plan, pg: Option<&PgServer
             })
         });
     }
-    for kind in BareKind::ALL {
+    for kind in BareKind::all() {
         let mut bare = None;
         group.bench_function(BenchmarkId::new(kind.name(), records), |b| {
             let bare = bare.get_or_insert_with(|| open_bare(kind));
@@ -280,7 +280,7 @@ fn pg_drain(
 ///    `now` before every deadline, which must cost the same whatever the backlog.
 fn due(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
     let mut group = c.benchmark_group("due");
-    for kind in StoreKind::ALL {
+    for kind in StoreKind::local() {
         for backlog in plan.due_backlogs {
             let mut subject = None;
             group.bench_function(BenchmarkId::new(kind.name(), backlog), |b| {
@@ -299,7 +299,7 @@ fn due(c: &mut Criterion, runtime: &Runtime, plan: &Plan) {
             });
         }
     }
-    for kind in BareKind::ALL {
+    for kind in BareKind::all() {
         for backlog in plan.due_backlogs {
             let mut bare = None;
             group.bench_function(BenchmarkId::new(kind.name(), backlog), |b| {
@@ -329,10 +329,10 @@ fn write_meta(pg: Option<&PgServer>) {
         return;
     };
     let mut text = String::new();
-    for kind in StoreKind::ALL {
+    for kind in StoreKind::local() {
         text.push_str(&format!("{}\t{}\n", kind.name(), kind.durability()));
     }
-    for kind in BareKind::ALL {
+    for kind in BareKind::all() {
         text.push_str(&format!("{}\t{}\n", kind.name(), kind.durability()));
     }
     if let Some(server) = pg {

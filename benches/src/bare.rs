@@ -14,6 +14,8 @@ mod sqlite_queue;
 
 use outbox_core::Result;
 
+use crate::subject::StoreKind;
+
 pub use pg_queue::BarePg;
 pub use redb_queue::BareRedb;
 pub use sqlite_queue::BareSqlite;
@@ -49,7 +51,7 @@ pub trait BareEngine: Send {
     fn due(&self, now: u64, limit: usize) -> Result<usize>;
 }
 
-/// Which bare engine.
+/// Which bare engine in this process: the one [`StoreKind::bare`] names for its store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BareKind {
     /// rusqlite, bundled SQLite.
@@ -59,25 +61,33 @@ pub enum BareKind {
 }
 
 impl BareKind {
-    /// Both engines, in the order the report lists them.
-    pub const ALL: [BareKind; 2] = [BareKind::Sqlite, BareKind::Redb];
+    /// The engines of the stores that have one, in the order the report lists them.
+    ///
+    /// ```
+    /// use outbox_benches::bare::BareKind;
+    /// let names: Vec<String> = BareKind::all().map(BareKind::name).collect();
+    /// assert_eq!(names, ["bare-sqlite", "bare-redb"]);
+    /// ```
+    pub fn all() -> impl Iterator<Item = BareKind> {
+        StoreKind::ALL.into_iter().filter_map(StoreKind::bare)
+    }
 
-    /// The row name in criterion and in `BENCHMARKS.md`.
-    pub const fn name(self) -> &'static str {
+    /// The store this engine is under.
+    pub const fn store(self) -> StoreKind {
         match self {
-            BareKind::Sqlite => "bare-sqlite",
-            BareKind::Redb => "bare-redb",
+            BareKind::Sqlite => StoreKind::Sqlite,
+            BareKind::Redb => StoreKind::Redb,
         }
     }
 
-    /// The durability setting, as the report states it (the same as the store's default).
+    /// The row name in criterion and in `BENCHMARKS.md`: `bare-` and its store's name.
+    pub fn name(self) -> String {
+        format!("bare-{}", self.store())
+    }
+
+    /// The durability setting, as the report states it: the same as its store's default.
     pub const fn durability(self) -> &'static str {
-        match self {
-            BareKind::Sqlite => "WAL, synchronous=FULL (fsync per commit)",
-            BareKind::Redb => {
-                "Durability::Immediate, one sync per commit (redb's checksummed commit)"
-            }
-        }
+        self.store().durability()
     }
 
     /// A fresh, empty bare queue in a temporary directory.

@@ -10,7 +10,6 @@ use outbox_core::clock::system_now;
 use outbox_core::{sink_fn, Error, NewRecord, Outbox, Outcome, Record, Result};
 use tokio::sync::mpsc;
 
-use crate::bare::BareKind;
 use crate::subject::StoreKind;
 use crate::PAYLOAD;
 
@@ -70,7 +69,19 @@ impl Latencies {
     }
 }
 
-/// Measures `samples` writes on `store` (SQLite or redb, at their defaults) with a runner
+/// The stores this measures: those with a bare engine in this process, whose one-row commit
+/// is the yardstick.
+///
+/// ```
+/// use outbox_benches::{latency, subject::StoreKind};
+/// let stores: Vec<StoreKind> = latency::stores().collect();
+/// assert_eq!(stores, [StoreKind::Sqlite, StoreKind::Redb]);
+/// ```
+pub fn stores() -> impl Iterator<Item = StoreKind> {
+    StoreKind::ALL.into_iter().filter(|k| k.bare().is_some())
+}
+
+/// Measures `samples` writes on `store` (one of [`stores`], at its defaults) with a runner
 /// started on it, alternating with `samples` one-row commits of the bare engine; `pause` is
 /// the idle time before each write (drawn between half of it and all of it; none when zero).
 ///
@@ -91,16 +102,9 @@ impl Latencies {
 /// # }
 /// ```
 pub async fn measure(store: StoreKind, samples: usize, pause: Duration) -> Result<Latencies> {
-    let bare_kind = match store {
-        StoreKind::Sqlite => BareKind::Sqlite,
-        StoreKind::Redb => BareKind::Redb,
-        other => {
-            return Err(Error::InvalidConfig(format!(
-                "no bare engine to compare {} with",
-                other.name()
-            )))
-        }
-    };
+    let bare_kind = store.bare().ok_or_else(|| {
+        Error::InvalidConfig(format!("no bare engine to compare {} with", store.name()))
+    })?;
     let dir = tempfile::tempdir().map_err(Error::backend)?;
     let opened = store.create_in(dir.path()).await?;
     let (seen, mut reached) = mpsc::unbounded_channel::<(u64, Instant)>();

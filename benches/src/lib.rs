@@ -4,7 +4,8 @@
 //! The workloads live here, in the library, so the criterion harness (`benches/outbox.rs`),
 //! the smoke tests and the peak-memory tool (`drain-rss`) all run the same code:
 //!
-//! - [`subject`]: the stores under test, each opened at its default durability;
+//! - [`subject`]: the stores under test (memory, SQLite, redb, PostgreSQL), the one list every
+//!   harness and tool takes its stores from, each opened at its default durability;
 //! - [`bare`]: rusqlite, redb and tokio-postgres driven directly, with the same durability
 //!   settings;
 //! - [`pg`]: the PostgreSQL server, a schema per run, and the drain with 1, 2 and 4 runners;

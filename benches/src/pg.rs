@@ -14,12 +14,14 @@ use outbox_postgres::{PgConfig, PgStore};
 use tokio_postgres::{Client, NoTls};
 
 use crate::error::engine;
+use crate::subject::StoreKind;
 use crate::workload::{fill, Drained};
 
 /// The server used when `OUTBOX_PG_URL` is not set.
 pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// The runner counts of the postgres drain rows.
+/// The runner counts of the drain rows on a queue that several runners share (PostgreSQL, and
+/// a SQLite file in `measure`).
 pub const RUNNERS: [usize; 3] = [1, 2, 4];
 
 /// Longest wait for the server to answer before the rows are skipped.
@@ -39,7 +41,7 @@ const MAX_CHECKS: u32 = 100_000;
 /// ```
 pub fn row_name(runners: usize) -> String {
     let plural = if runners == 1 { "" } else { "s" };
-    format!("postgres-{runners}-runner{plural}")
+    format!("{}-{runners}-runner{plural}", StoreKind::Postgres)
 }
 
 /// The row name of the bare drain compared with [`row_name`]`(workers)`: the report pairs a

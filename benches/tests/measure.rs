@@ -5,8 +5,9 @@
 
 use std::process::{Command, Output};
 
-use outbox_benches::measure::{self, Args, MeasureError, Report, Target};
+use outbox_benches::measure::{self, Args, MeasureError, Report};
 use outbox_benches::pg::PgServer;
+use outbox_benches::subject::StoreKind;
 use tempfile::TempDir;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -63,7 +64,7 @@ fn args(line: &str, dir: &TempDir) -> Args {
 }
 
 /// Runs every workload the store has at tiny sizes and checks each figure it reports.
-fn every_workload(store: Target) -> Result<(), MeasureError> {
+fn every_workload(store: StoreKind) -> Result<(), MeasureError> {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let runtime = runtime();
     let run = |line: &str| -> Result<Report, MeasureError> {
@@ -168,17 +169,17 @@ fn every_workload(store: Target) -> Result<(), MeasureError> {
 
 #[test]
 fn every_workload_reports_its_figures_on_memory() -> Result<(), MeasureError> {
-    every_workload(Target::parse("memory").expect("a store"))
+    every_workload(StoreKind::parse("memory").expect("a store"))
 }
 
 #[test]
 fn every_workload_reports_its_figures_on_sqlite() -> Result<(), MeasureError> {
-    every_workload(Target::parse("sqlite").expect("a store"))
+    every_workload(StoreKind::parse("sqlite").expect("a store"))
 }
 
 #[test]
 fn every_workload_reports_its_figures_on_redb() -> Result<(), MeasureError> {
-    every_workload(Target::parse("redb").expect("a store"))
+    every_workload(StoreKind::parse("redb").expect("a store"))
 }
 
 #[test]
@@ -191,7 +192,7 @@ fn every_workload_reports_its_figures_on_postgres() -> Result<(), MeasureError> 
         );
         return Ok(());
     }
-    every_workload(Target::Postgres)
+    every_workload(StoreKind::Postgres)
 }
 
 #[test]

@@ -19,7 +19,7 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn every_enqueue_workload_leaves_its_records_pending() -> outbox_core::Result<()> {
     runtime().block_on(async {
-        for kind in StoreKind::ALL {
+        for kind in StoreKind::local() {
             let subject = kind.open().await?;
             workload::enqueue_one_by_one(&subject.store, 3).await?;
             workload::enqueue_concurrently(&subject.store, 16).await?;
@@ -34,7 +34,7 @@ fn every_enqueue_workload_leaves_its_records_pending() -> outbox_core::Result<()
 #[test]
 fn the_drain_delivers_every_record_and_empties_the_queue() -> outbox_core::Result<()> {
     runtime().block_on(async {
-        for kind in StoreKind::ALL {
+        for kind in StoreKind::local() {
             let subject = kind.open().await?;
             // Twice on one store, as criterion repeats it: the second drain counts only its own.
             for _ in 0..2 {
@@ -63,7 +63,7 @@ fn the_drain_fails_when_records_are_left_behind() -> outbox_core::Result<()> {
 #[test]
 fn nothing_is_due_in_a_backlog_of_later_records() -> outbox_core::Result<()> {
     runtime().block_on(async {
-        for kind in StoreKind::ALL {
+        for kind in StoreKind::local() {
             let subject = kind.open().await?;
             workload::fill_not_due(&subject.store, 2_500).await?;
             assert_eq!(workload::what_is_due(&subject.store).await?, 0, "{kind}");
@@ -78,7 +78,7 @@ fn nothing_is_due_in_a_backlog_of_later_records() -> outbox_core::Result<()> {
 
 #[test]
 fn bare_engines_insert_claim_delete_and_answer_the_due_query() -> outbox_core::Result<()> {
-    for kind in BareKind::ALL {
+    for kind in BareKind::all() {
         let mut bare = kind.open()?;
         let now = system_now();
         bare.insert_each(3, now)?;
@@ -96,7 +96,7 @@ fn bare_engines_insert_claim_delete_and_answer_the_due_query() -> outbox_core::R
 
 #[test]
 fn drain_rss_reports_a_bounded_peak_for_each_store() {
-    for kind in StoreKind::ALL {
+    for kind in StoreKind::local() {
         let output = Command::new(env!("CARGO_BIN_EXE_drain-rss"))
             .args(["--store", kind.name(), "--records", "300"])
             .output()

@@ -51,8 +51,10 @@ fn parse(mut args: impl Iterator<Item = String>) -> std::result::Result<Args, St
             "fill" => parsed.fill_only = true,
             "--store" => {
                 let name = args.next().unwrap_or_default();
-                parsed.store =
-                    StoreKind::parse(&name).ok_or_else(|| format!("unknown store {name:?}"))?;
+                // A server's memory is not this process's: PostgreSQL has no line here.
+                parsed.store = StoreKind::local()
+                    .find(|k| k.name() == name)
+                    .ok_or_else(|| format!("unknown store {name:?}"))?;
             }
             "--records" => {
                 let n = args.next().unwrap_or_default();
@@ -72,7 +74,8 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(message) => {
             eprintln!(
-                "drain-rss: {message}\nusage: drain-rss --store memory|sqlite|redb --records N"
+                "drain-rss: {message}\nusage: drain-rss --store {} --records N",
+                StoreKind::names(StoreKind::local(), "|")
             );
             return ExitCode::from(2);
         }
@@ -152,10 +155,9 @@ async fn measure(store: StoreKind, records: usize) -> Result<String> {
     } else {
         baseline.peak_kib
     };
-    let bare = match store {
-        StoreKind::Sqlite => bare_drain(BareKind::Sqlite, records)?,
-        StoreKind::Redb => bare_drain(BareKind::Redb, records)?,
-        _ => String::new(),
+    let bare = match store.bare() {
+        Some(bare) => bare_drain(bare, records)?,
+        None => String::new(),
     };
     Ok(format!(
         "store={}\trecords={}\tbaseline_mib={:.1}\tpeak_mib={:.1}\tgrowth_mib={:.1}\tdrain_s={:.2}\trate={:.0}\tpeak_reset={}\tclaims={}\tapplies={}\tcommits_per_1000={:.1}\tcpu_us={:.2}\tsys_us={:.2}\tswitches={:.3}{bare}",

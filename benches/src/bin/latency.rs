@@ -20,22 +20,30 @@ use outbox_benches::latency;
 use outbox_benches::subject::StoreKind;
 use outbox_core::Error;
 
-const USAGE: &str = "usage: latency [--store sqlite|redb] [--samples N] [--pause-ms MS]";
+fn usage() -> String {
+    format!(
+        "usage: latency [--store {}] [--samples N] [--pause-ms MS]",
+        StoreKind::names(latency::stores(), "|")
+    )
+}
 
 fn main() -> ExitCode {
-    let mut stores = vec![StoreKind::Sqlite, StoreKind::Redb];
+    let mut stores: Vec<StoreKind> = latency::stores().collect();
     let mut samples = 400usize;
     let mut pause = Duration::from_millis(15);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = args.next().unwrap_or_default();
         let parsed = match arg.as_str() {
-            "--store" => match StoreKind::parse(&value) {
-                Some(store @ (StoreKind::Sqlite | StoreKind::Redb)) => {
+            "--store" => match latency::stores().find(|k| k.name() == value) {
+                Some(store) => {
                     stores = vec![store];
                     Ok(())
                 }
-                _ => Err(format!("--store takes sqlite or redb, not {value:?}")),
+                None => Err(format!(
+                    "--store takes {}, not {value:?}",
+                    StoreKind::one_of(latency::stores())
+                )),
             },
             "--samples" => value
                 .parse()
@@ -48,7 +56,7 @@ fn main() -> ExitCode {
             other => Err(format!("unknown argument {other:?}")),
         };
         if let Err(message) = parsed {
-            eprintln!("latency: {message}\n{USAGE}");
+            eprintln!("latency: {message}\n{}", usage());
             return ExitCode::from(2);
         }
     }

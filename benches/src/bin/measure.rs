@@ -55,12 +55,12 @@
 
 use std::process::ExitCode;
 
-use outbox_benches::measure::{self, Args, MeasureError, USAGE};
+use outbox_benches::measure::{self, usage, Args, MeasureError};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
+        println!("{}", usage());
         return ExitCode::SUCCESS;
     }
     let args = match Args::parse(args) {
@@ -83,7 +83,7 @@ fn fail(err: &MeasureError) -> ExitCode {
     eprintln!("measure: {err}");
     match err {
         MeasureError::Usage(_) => {
-            eprintln!("{USAGE}");
+            eprintln!("{}", usage());
             ExitCode::from(2)
         }
         MeasureError::NotAvailable { .. } => ExitCode::from(3),

@@ -83,10 +83,9 @@ fn main() -> ExitCode {
 
 fn measure(runtime: &Runtime, sizes: &Sizes, only: Option<&str>) -> Result<()> {
     let wanted = |target: &str| only.is_none_or(|o| o == target);
-    let pairs = [
-        (StoreKind::Sqlite, BareKind::Sqlite),
-        (StoreKind::Redb, BareKind::Redb),
-    ];
+    let pairs = StoreKind::ALL
+        .into_iter()
+        .filter_map(|store| Some((store, store.bare()?)));
     for (store, bare) in pairs {
         if wanted("enqueue-one") {
             print(
@@ -111,7 +110,7 @@ fn measure(runtime: &Runtime, sizes: &Sizes, only: Option<&str>) -> Result<()> {
             }
         }
     }
-    for store in StoreKind::ALL.into_iter().filter(|_| wanted("due")) {
+    for store in StoreKind::local().filter(|_| wanted("due")) {
         print("due", store, due(runtime, store, sizes)?)?;
     }
     Ok(())
