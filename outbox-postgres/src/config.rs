@@ -20,6 +20,19 @@ use crate::schema::check_schema_name;
 ///   instead of hanging. `None` waits as long as the operating system does.
 /// - `tls`: **[`Tls::Off`]**, plain TCP, as for a server on the same host or a private network.
 ///   A managed server (or any across an untrusted network) needs [`PgConfig::with_tls`].
+/// - `statement_timeout`: **20 s** for any one statement of the store's connections (set as
+///   the session's `statement_timeout`): a statement that takes longer is cancelled by the
+///   server and the call fails with [`Error::Unavailable`], so the runner backs off instead of
+///   waiting on a stuck server. Below the runner's own `store_timeout` (30 s), so the server
+///   cancels first and no statement goes on after the runner gave up on it.
+/// - `lock_timeout`: **5 s** to wait for a lock (set as `lock_timeout`): an application's
+///   transaction that holds a group's lock (it enqueued into the group and has not committed)
+///   makes the store's call fail and back off, instead of stalling lease renewals until other
+///   hosts deliver the same records again.
+/// - `keepalive_idle`: **30 s** without traffic before TCP keepalives probe the server (then
+///   every 10 s, 3 times): a half-open connection (a server or a NAT gone silently) is found
+///   in about a minute instead of the operating system's two hours. `None` turns them off.
+/// A URL's own `options` (e.g. `-c search_path=...`) are kept; these are added after them.
 ///
 /// ```
 /// use outbox_postgres::PgConfig;
@@ -48,6 +61,12 @@ pub struct PgConfig {
     pub connect_timeout: Option<Duration>,
     /// Whether connections use TLS, and which certificates they trust.
     pub tls: Tls,
+    /// Longest any one statement of the store may run; `None` for the server's setting.
+    pub statement_timeout: Option<Duration>,
+    /// Longest a statement of the store waits for a lock; `None` for the server's setting.
+    pub lock_timeout: Option<Duration>,
+    /// Idle time before TCP keepalives probe the server; `None` for no keepalives.
+    pub keepalive_idle: Option<Duration>,
 }
 
 /// How the store's connections (its pool and its listener) protect their traffic.
@@ -103,6 +122,9 @@ impl PgConfig {
             application_name: "outbox".into(),
             connect_timeout: Some(Duration::from_secs(10)),
             tls: Tls::Off,
+            statement_timeout: Some(Duration::from_secs(20)),
+            lock_timeout: Some(Duration::from_secs(5)),
+            keepalive_idle: Some(Duration::from_secs(30)),
         }
     }
 
@@ -130,6 +152,24 @@ impl PgConfig {
         self
     }
 
+    /// Sets the longest any one statement of the store may run (`None`: the server's setting).
+    pub fn with_statement_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.statement_timeout = timeout;
+        self
+    }
+
+    /// Sets the longest a statement of the store waits for a lock (`None`: the server's).
+    pub fn with_lock_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// Sets the idle time before TCP keepalives probe the server (`None`: no keepalives).
+    pub fn with_keepalive_idle(mut self, idle: Option<Duration>) -> Self {
+        self.keepalive_idle = idle;
+        self
+    }
+
     /// Sets the connect and pool wait timeout.
     pub fn with_connect_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.connect_timeout = timeout;
@@ -147,10 +187,15 @@ impl PgConfig {
         if self.pool_size == 0 {
             return Err(Error::InvalidConfig("pool_size must be at least 1".into()));
         }
-        if self.connect_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Error::InvalidConfig(
-                "connect_timeout must not be zero".into(),
-            ));
+        for (name, limit) in [
+            ("connect_timeout", self.connect_timeout),
+            ("statement_timeout", self.statement_timeout),
+            ("lock_timeout", self.lock_timeout),
+            ("keepalive_idle", self.keepalive_idle),
+        ] {
+            if limit.is_some_and(|t| t.is_zero()) {
+                return Err(Error::InvalidConfig(format!("{name} must not be zero")));
+            }
         }
         let pg = self.pg_config()?;
         if self.tls == Tls::Off && pg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
@@ -175,6 +220,30 @@ impl PgConfig {
         if matches!(self.tls, Tls::Required { .. }) {
             pg.ssl_mode(tokio_postgres::config::SslMode::Require);
         }
+        match self.keepalive_idle {
+            Some(idle) => {
+                pg.keepalives(true)
+                    .keepalives_idle(idle)
+                    .keepalives_interval(Duration::from_secs(10))
+                    .keepalives_retries(3);
+            }
+            None => {
+                pg.keepalives(false);
+            }
+        }
+        let mut options = pg.get_options().unwrap_or_default().to_owned();
+        for (name, limit) in [
+            ("statement_timeout", self.statement_timeout),
+            ("lock_timeout", self.lock_timeout),
+        ] {
+            if let Some(limit) = limit {
+                let ms = limit.as_millis().max(1);
+                options = format!("{options} -c {name}={ms}").trim_start().to_owned();
+            }
+        }
+        if !options.is_empty() {
+            pg.options(&options);
+        }
         Ok(pg)
     }
 }
@@ -190,6 +259,9 @@ mod tests {
         for bad in [
             ok.clone().with_pool_size(0),
             ok.clone().with_connect_timeout(Some(Duration::ZERO)),
+            ok.clone().with_statement_timeout(Some(Duration::ZERO)),
+            ok.clone().with_lock_timeout(Some(Duration::ZERO)),
+            ok.clone().with_keepalive_idle(Some(Duration::ZERO)),
             PgConfig::new("postgres://[::1", "outbox"),
             PgConfig::new("host=x", "1starts_with_digit"),
             PgConfig::new("host=x sslmode=require", "outbox"),
