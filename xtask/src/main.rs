@@ -45,10 +45,33 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether `cargo run` sets this variable for the xtask itself. A nested cargo inheriting
+/// them would show build scripts that watch them (ring's watches `CARGO_MANIFEST_DIR` and the
+/// `CARGO_PKG_*` ones) other values than a cargo started from the shell sees, and the two
+/// would rebuild those crates, and all that depends on them, for each other every time.
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+        )
+}
+
 /// Runs one command, failing with its description when it fails.
 fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> Result<(), String> {
     eprintln!("$ {program} {}", args.join(" "));
-    let status = Command::new(program)
+    let mut command = Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            command.env_remove(name);
+        }
+    }
+    let status = command
         .args(args)
         .envs(envs.iter().copied())
         .status()
