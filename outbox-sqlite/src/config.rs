@@ -223,11 +223,20 @@ mod tests {
                 ("checkpoint_fullfsync".to_owned(), 1),
             ]
         );
-        assert_eq!(Durability::Full.pragmas_on(false), [("synchronous", "FULL")]);
+        assert_eq!(
+            Durability::Full.pragmas_on(false),
+            [("synchronous", "FULL")]
+        );
         for level in [Durability::Normal, Durability::Off] {
             assert_eq!(level.pragmas_on(true), level.pragmas_on(false));
-            assert!(level.pragmas_on(true).iter().all(|(name, _)| *name == "synchronous"));
-            assert_eq!(applied(level.pragmas_on(true))[0].1, level.synchronous_code());
+            assert!(level
+                .pragmas_on(true)
+                .iter()
+                .all(|(name, _)| *name == "synchronous"));
+            assert_eq!(
+                applied(level.pragmas_on(true))[0].1,
+                level.synchronous_code()
+            );
         }
         assert_eq!(
             Durability::Full.pragmas(),

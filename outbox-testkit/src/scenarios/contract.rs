@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use outbox_core::{
-    key, machine, Applied, Change, Claim, Error, Guard, Halt, NewRecord, Outcome, Record,
-    RecordId, RetryAfter, Round, Store, Transition, MAX_GROUP_LEN,
+    key, machine, Applied, Change, Claim, Error, Guard, Halt, NewRecord, Outcome, Record, RecordId,
+    RetryAfter, Round, Store, Transition, MAX_GROUP_LEN,
 };
 use outbox_memory::MemoryStore;
 
@@ -477,17 +477,28 @@ pub async fn idempotency_key_validated(backend: &dyn Backend) -> ScenarioResult 
         ("a key of 256 bytes", "k".repeat(key::MAX_LEN + 1)),
         ("a key with a space", "order 42".to_owned()),
         ("a key with a tab", "order\t42".to_owned()),
-        ("a key with a line break", "order-42\r\nX-Injected: 1".to_owned()),
+        (
+            "a key with a line break",
+            "order-42\r\nX-Injected: 1".to_owned(),
+        ),
         ("a key with DEL", "order-42\u{7f}".to_owned()),
         ("a key outside ASCII", "commande-42-créée".to_owned()),
     ];
     let waiting = enqueue(store, T0, vec![rec("v1").replacing("doc-1")]).await?[0];
     for (what, key) in bad {
         for (how, batch) in [
-            ("a batch", vec![rec("fine"), NewRecord::new(b"x".to_vec()).with_key(key.clone())]),
+            (
+                "a batch",
+                vec![
+                    rec("fine"),
+                    NewRecord::new(b"x".to_vec()).with_key(key.clone()),
+                ],
+            ),
             (
                 "a replacing write",
-                vec![NewRecord::new(b"v2".to_vec()).replacing("doc-1").with_key(key.clone())],
+                vec![NewRecord::new(b"v2".to_vec())
+                    .replacing("doc-1")
+                    .with_key(key.clone())],
             ),
         ] {
             waiting_for(format!("enqueue of {how} with {what}"));

@@ -163,7 +163,11 @@ pub(crate) const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "enqueue_half",
         bug: "an enqueue writes the records before the invalid one",
-        meant_for: &["payload_limit", "group_key_validated", "idempotency_key_validated"],
+        meant_for: &[
+            "payload_limit",
+            "group_key_validated",
+            "idempotency_key_validated",
+        ],
         kind: Kind::EnqueueNotAtomic,
     },
     Mutant {
