@@ -14,7 +14,7 @@ use reqwest::{redirect, Client, ClientBuilder, Method, Url};
 
 use crate::credentials::CredentialSource;
 use crate::failure::{describe, Failure};
-use crate::target::{elsewhere, redact, redact_text, Target};
+use crate::target::{elsewhere, redact, redact_text, scrub, Target};
 
 /// The header that carries each record's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -383,7 +383,7 @@ impl HttpSink {
         if matches!(outcome, Outcome::Delivered | Outcome::NoAnswer { .. }) {
             return outcome;
         }
-        let detail = reason(response).await;
+        let detail = scrub(&reason(response).await, &target.url);
         if detail.is_empty() {
             outcome
         } else {

@@ -94,6 +94,18 @@ pub(crate) fn redact_text(url: &str) -> String {
     }
 }
 
+/// `text` (a server's explanation) with `url`'s query string and password replaced, should
+/// the server have echoed the request back ("cannot POST /notes?key=...").
+pub(crate) fn scrub(text: &str, url: &Url) -> String {
+    let mut text = text.to_owned();
+    for secret in [url.query(), url.password()].into_iter().flatten() {
+        if !secret.is_empty() {
+            text = text.replace(secret, "[redacted]");
+        }
+    }
+    text
+}
+
 /// For a redirect from `request` to `location` (the `Location` header, absolute or
 /// relative): the other origin it names, as a reason shows it (`portal.example`, with the
 /// port when one is given, with the scheme when it changes), or `None` when it stays on the
@@ -131,6 +143,17 @@ mod tests {
         ] {
             assert_eq!(redact_text(text), shown, "{text}");
         }
+    }
+
+    #[test]
+    fn an_echoed_secret_is_scrubbed_from_the_servers_words() {
+        let url = Url::parse("http://me:pw-1@host/notes?key=s3cret&v=2").unwrap();
+        assert_eq!(
+            scrub("cannot POST /notes?key=s3cret&v=2 as me:pw-1", &url),
+            "cannot POST /notes?[redacted] as me:[redacted]"
+        );
+        let plain = Url::parse("http://host/notes").unwrap();
+        assert_eq!(scrub("busy", &plain), "busy");
     }
 
     #[test]
