@@ -113,6 +113,17 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// An idempotency key given by the application ([`NewRecord::with_key`]) that a server
+    /// cannot receive in a header: empty, longer than
+    /// [`key::MAX_LEN`](crate::key::MAX_LEN) bytes, or holding anything but visible
+    /// ASCII. Nothing of the batch was enqueued; every backend refuses the same keys.
+    ///
+    /// [`NewRecord::with_key`]: crate::NewRecord::with_key
+    #[error("invalid idempotency key: {reason}")]
+    InvalidIdempotencyKey {
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The record is not rejected, so there is nothing to requeue (use `retry` for a
     /// needs-attention record).
     #[error("record {0} is not rejected; only a rejected record can be requeued")]

@@ -3,9 +3,17 @@
 //!
 //! The table is explicit about what is final. Only a status that is a verdict on *this record*
 //! rejects it ([`TERMINAL`]); a status that says something about the credential halts the
-//! runner; a status the classifier cannot read as either (a redirect that was not followed, a
+//! runner; a status the classifier cannot read as either (a redirect to the same origin, a
 //! WAF's 403, a proxy's 421, a status nobody registered) is an answered failure that is tried
 //! again on the schedule. A misconfigured route or gateway then costs retries, not the backlog.
+//!
+//! And some answers do not come from our server at all. A redirect to another origin and a
+//! `511 Network Authentication Required` are what a captive portal (hotel or airport Wi-Fi
+//! with a login page) or a proxy answers in its place: they are [`Outcome::NoAnswer`], so no
+//! budget is spent, the runner takes the link for down and probes it on backoff, and the
+//! reason says what answered instead. Redirects are never followed: a followed 302 turns the
+//! write into a GET of a login page that answers 200, and a followed 307 hands the payload
+//! and its key to whichever host the portal names.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,6 +36,9 @@ pub const TERMINAL: [u16; 9] = [400, 404, 405, 410, 411, 413, 414, 415, 422];
 ///     .retry_after("Tue, 14 Nov 2023 22:15:20 GMT")
 ///     .date("Tue, 14 Nov 2023 22:13:20 GMT");
 /// assert_eq!(response.status, 503);
+/// // A portal's redirect: the sink compared the `Location` with the request's origin.
+/// let portal = Response::new(302).location_elsewhere("portal.example");
+/// assert_eq!(portal.location_elsewhere, Some("portal.example"));
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Response<'a> {
@@ -37,6 +48,11 @@ pub struct Response<'a> {
     pub retry_after: Option<&'a str>,
     /// The raw `Date` header value, if any: the server's clock when it answered.
     pub date: Option<&'a str>,
+    /// For a response whose `Location` names another origin (scheme, host and port) than
+    /// the request's: that origin as the person reading the reason should see it, without
+    /// path, query or user info (`portal.example`). `None` without a `Location`, or with one
+    /// on the request's own origin. The sink compares; the classifier decides.
+    pub location_elsewhere: Option<&'a str>,
 }
 
 impl<'a> Response<'a> {
@@ -46,6 +62,7 @@ impl<'a> Response<'a> {
             status,
             retry_after: None,
             date: None,
+            location_elsewhere: None,
         }
     }
 
@@ -58,6 +75,13 @@ impl<'a> Response<'a> {
     /// Sets the `Date` header value.
     pub const fn date(mut self, value: &'a str) -> Self {
         self.date = Some(value);
+        self
+    }
+
+    /// Says the `Location` header names another origin, `origin` (see
+    /// [`Response::location_elsewhere`](Response#structfield.location_elsewhere)).
+    pub const fn location_elsewhere(mut self, origin: &'a str) -> Self {
+        self.location_elsewhere = Some(origin);
         self
     }
 }
@@ -80,12 +104,15 @@ const FIRST: u16 = 100;
 
 /// The classification table as a value: which statuses reject a record, and what a 403 means.
 ///
-/// The order is fixed: 2xx is [`Outcome::Delivered`]; 401 and 407 are [`Outcome::Halt`] (the
-/// credential, not the record); 409 and 412 (a failed precondition, see
-/// [`NewRecord::expecting`](crate::NewRecord::expecting)) are [`Outcome::Conflict`]; 403 follows [`Forbidden`]; a
-/// status in the terminal set (by default [`TERMINAL`]) is [`Outcome::Rejected`]; **every other
-/// status** (1xx, 3xx, 408, 421, 423, 425, 429, 451, 5xx, unregistered codes, 600 and above)
-/// is [`Outcome::Transient`] with the parsed `Retry-After`.
+/// The order is fixed: 2xx is [`Outcome::Delivered`]; a 3xx whose `Location` names another
+/// origin ([`Response::location_elsewhere`](Response#structfield.location_elsewhere)) and 511
+/// are [`Outcome::NoAnswer`] (a captive portal or a proxy answered, not our server); 401 and
+/// 407 are [`Outcome::Halt`] (the credential, not the record); 409 and 412 (a failed
+/// precondition, see [`NewRecord::expecting`](crate::NewRecord::expecting)) are
+/// [`Outcome::Conflict`]; 403 follows [`Forbidden`]; a status in the terminal set (by default
+/// [`TERMINAL`]) is [`Outcome::Rejected`]; **every other status** (1xx, a 3xx to the same
+/// origin, 408, 421, 423, 425, 429, 451, 5xx, unregistered codes, 600 and above) is
+/// [`Outcome::Transient`] with the parsed `Retry-After`.
 ///
 /// ```
 /// use outbox_core::http::{Classifier, Forbidden, Response};
@@ -100,6 +127,14 @@ const FIRST: u16 = 100;
 ///
 /// let lenient = Classifier::new().retry(404);
 /// assert!(matches!(lenient.classify(&Response::new(404)), Outcome::Transient { .. }));
+///
+/// // A login page on the hotel's Wi-Fi: nothing spent, the link is down.
+/// let portal = Response::new(302).location_elsewhere("portal.example");
+/// assert_eq!(
+///     strict.classify(&portal),
+///     Outcome::no_answer("HTTP 302: redirected to portal.example: a captive portal or proxy?"),
+/// );
+/// assert!(strict.classify(&Response::new(511)).is_unanswered());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Classifier {
@@ -138,9 +173,9 @@ impl Classifier {
         statuses.into_iter().fold(self, Classifier::reject)
     }
 
-    /// Adds `status` to the terminal set. 2xx, 401, 407, 409 and 412 keep their own meaning, and a
-    /// status outside 100–599 is never terminal; `reject(403)` is
-    /// `on_forbidden(Forbidden::Reject)`.
+    /// Adds `status` to the terminal set. 2xx, 401, 407, 409, 412 and 511 keep their own
+    /// meaning (and so does a 3xx to another origin), and a status outside 100–599 is never
+    /// terminal; `reject(403)` is `on_forbidden(Forbidden::Reject)`.
     pub const fn reject(mut self, status: u16) -> Self {
         if status == 403 {
             self.forbidden = Forbidden::Reject;
@@ -175,7 +210,7 @@ impl Classifier {
     /// True when `status` rejects a record under this table.
     pub const fn is_terminal(&self, status: u16) -> bool {
         match status {
-            200..=299 | 401 | 407 | 409 | 412 => false,
+            200..=299 | 401 | 407 | 409 | 412 | 511 => false,
             403 => matches!(self.forbidden, Forbidden::Reject),
             _ => match slot(status) {
                 Some((word, bit)) => self.terminal[word] & bit != 0,
@@ -213,8 +248,18 @@ impl Classifier {
     pub fn classify(&self, response: &Response<'_>) -> Outcome {
         let status = response.status;
         let text = format!("HTTP {status}");
+        if let (300..=399, Some(origin)) = (status, response.location_elsewhere) {
+            return Outcome::no_answer(format!(
+                "{text}: redirected to {origin}: a captive portal or proxy?"
+            ));
+        }
         match status {
             200..=299 => Outcome::Delivered,
+            // Network Authentication Required: only something between us and the server
+            // sends it (RFC 6585 §6), a portal asking for a login.
+            511 => Outcome::no_answer(format!(
+                "{text}: network authentication required: a captive portal?"
+            )),
             401 | 407 => Outcome::halt(text),
             409 => Outcome::conflict(text),
             // The record's precondition (`If-Match`) no longer holds: the entity changed
@@ -248,13 +293,17 @@ const fn slot(status: u16) -> Option<(usize, u64)> {
 /// | status | outcome |
 /// |---|---|
 /// | 2xx | [`Outcome::Delivered`] |
+/// | 511 | [`Outcome::NoAnswer`]: a captive portal answered, not the server |
 /// | 401, 407 | [`Outcome::Halt`]: the credential, not the record |
 /// | 409, 412 | [`Outcome::Conflict`] |
 /// | 400, 404, 405, 410, 411, 413, 414, 415, 422 ([`TERMINAL`]) | [`Outcome::Rejected`] |
 /// | every other status (1xx, 3xx, 403, 408, 421, 429, 451, 5xx, unknown) | [`Outcome::Transient`] with the parsed `Retry-After` |
 ///
 /// A client that reached no server reports [`Outcome::NoAnswer`] itself: there is no status to
-/// classify.
+/// classify. Without the `Location` this function cannot tell a redirect to another origin
+/// (no answer from our server) from one to the same origin (transient): a sink that sees
+/// redirects uses [`Classifier::classify`] with
+/// [`Response::location_elsewhere`](Response#structfield.location_elsewhere).
 ///
 /// ```
 /// use std::time::Duration;
@@ -269,12 +318,12 @@ const fn slot(status: u16) -> Option<(usize, u64)> {
 /// // A gateway's 403 or an unfollowed redirect is not a verdict on the record.
 /// assert!(matches!(http::classify(403, None), Outcome::Transient { .. }));
 /// assert!(matches!(http::classify(302, None), Outcome::Transient { .. }));
+/// assert!(http::classify(511, None).is_unanswered());
 /// ```
 pub fn classify(status: u16, retry_after: Option<&str>) -> Outcome {
     Classifier::new().classify(&Response {
-        status,
         retry_after,
-        date: None,
+        ..Response::new(status)
     })
 }
 
@@ -435,6 +484,47 @@ mod tests {
             Outcome::Rejected { .. }
         ));
         assert_eq!(custom.retry(451).terminal().collect::<Vec<_>>(), [400, 422]);
+    }
+
+    #[test]
+    fn what_answers_in_our_servers_place_is_no_answer() {
+        let strict = Classifier::new()
+            .with_terminal((300..=399).chain([511]))
+            .on_forbidden(Forbidden::Halt);
+        for classifier in [Classifier::new(), strict] {
+            for status in [300, 301, 302, 303, 307, 308] {
+                let elsewhere = Response::new(status)
+                    .retry_after("5")
+                    .location_elsewhere("portal.example");
+                assert_eq!(
+                    classifier.classify(&elsewhere),
+                    Outcome::no_answer(format!(
+                        "HTTP {status}: redirected to portal.example: a captive portal or proxy?"
+                    )),
+                    "{classifier:?}"
+                );
+            }
+            let portal = classifier.classify(&Response::new(511).retry_after("5"));
+            assert!(portal.is_unanswered(), "{portal:?}");
+            assert!(!classifier.is_terminal(511));
+            // A status that is not a redirect keeps its meaning whatever its `Location`.
+            let created = Response::new(201).location_elsewhere("elsewhere.example");
+            assert_eq!(classifier.classify(&created), Outcome::Delivered);
+            let busy = Response::new(503).location_elsewhere("elsewhere.example");
+            assert!(matches!(
+                classifier.classify(&busy),
+                Outcome::Transient { .. }
+            ));
+        }
+        // A redirect to our own origin is an answer without a verdict, unless made terminal.
+        assert_eq!(
+            Classifier::new().classify(&Response::new(307).retry_after("5")),
+            Outcome::transient("HTTP 307", Some(RetryAfter::Delay(Duration::from_secs(5))))
+        );
+        assert_eq!(
+            Classifier::new().reject(307).classify(&Response::new(307)),
+            Outcome::rejected("HTTP 307")
+        );
     }
 
     #[test]

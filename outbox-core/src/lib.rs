@@ -4,7 +4,8 @@
 //! This crate is storage-agnostic. Pick a backend crate (`outbox-sqlite`, `outbox-redb`,
 //! `outbox-memory`) for the [`Store`]; the modules here read like the design:
 //!
-//! - [`record`] and [`state`]: one queued write and where it stands;
+//! - [`record`] and [`state`]: one queued write and where it stands; [`key`]: its
+//!   idempotency key, drawn from the operating system and checked at enqueue;
 //! - [`outcome`] and [`http`]: what a delivery reported, and the HTTP classifier;
 //! - [`policy`]: backoff, jitter, the ceiling and the crash-loop guard, as data;
 //! - [`machine`]: the pure transition function;
@@ -48,6 +49,7 @@ pub mod event;
 pub mod file;
 pub mod handle;
 pub mod http;
+pub mod key;
 pub mod layer;
 pub mod link;
 pub mod machine;

@@ -86,15 +86,18 @@ pub(crate) fn duration_ms(duration: Duration) -> u64 {
 pub enum Outcome {
     /// The server accepted the write (2xx): the record is removed.
     Delivered,
-    /// No server answered (no route, refused, reset, timeout before a response). No budget is
-    /// spent; the record is rescheduled on its `unanswered` count and the runner treats the link
-    /// as down.
+    /// No server answered (no route, refused, reset, timeout before a response), or something
+    /// other than our server answered in its place: a redirect to another origin, a 511, a TLS
+    /// certificate the client does not trust (a captive portal, a proxy, an interceptor). No
+    /// budget is spent; the record is rescheduled on its `unanswered` count and the runner
+    /// treats the link as down.
     NoAnswer {
         /// What the transport said.
         error: String,
     },
     /// The server answered without a verdict on the record: "later" (408, 425, 429, 5xx) or
-    /// a status that cannot be read as final (1xx, 3xx, 403, 421, 423, 451, an unknown code).
+    /// a status that cannot be read as final (1xx, a 3xx to the same origin, 403, 421, 423,
+    /// 451, an unknown code).
     /// One attempt is spent; `retry_after` wins over the local schedule, never below it.
     Transient {
         /// What the server said.

@@ -34,7 +34,7 @@ impl fmt::Display for RecordId {
 ///
 /// let record = NewRecord::new(b"{\"op\":\"rename\"}".to_vec()).in_group("doc-42");
 /// assert_eq!(record.group.as_deref(), Some("doc-42"));
-/// assert_eq!(record.key.len(), 32);
+/// assert_eq!(record.key.len(), 36); // a version-4 UUID: see `outbox_core::key`
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewRecord {
@@ -43,7 +43,8 @@ pub struct NewRecord {
     /// Opaque bytes handed to the sink.
     pub payload: Vec<u8>,
     /// Sent with every delivery of this record so the server can drop a duplicate after a
-    /// crash. Random by default; set your own with [`NewRecord::with_key`].
+    /// crash. By default a fresh version-4 UUID from the operating system's secure random
+    /// source ([`key::fresh`](crate::key::fresh)); set your own with [`NewRecord::with_key`].
     pub key: String,
     /// The version of the entity this write was made against: a sink sends it as a
     /// precondition (`HttpSink` as `If-Match`) so the server can refuse a write made stale by
@@ -60,7 +61,7 @@ impl NewRecord {
         NewRecord {
             group: None,
             payload: payload.into(),
-            key: random_key(),
+            key: crate::key::fresh(),
             expected_version: None,
             replaces: None,
         }
@@ -112,7 +113,16 @@ impl NewRecord {
         self
     }
 
-    /// Replaces the random idempotency key with one of the caller's.
+    /// Replaces the random idempotency key with one of the caller's: 1 to
+    /// [`key::MAX_LEN`](crate::key::MAX_LEN) (255) bytes of visible ASCII, or `enqueue`
+    /// refuses the batch with [`Error::InvalidIdempotencyKey`](crate::Error::InvalidIdempotencyKey).
+    ///
+    /// ```
+    /// use outbox_core::{Error, NewRecord};
+    /// assert!(NewRecord::new(vec![]).with_key("order-42-placed").validate(1024).is_ok());
+    /// let spaced = NewRecord::new(vec![]).with_key("order 42");
+    /// assert!(matches!(spaced.validate(1024), Err(Error::InvalidIdempotencyKey { .. })));
+    /// ```
     pub fn with_key(mut self, key: impl Into<String>) -> Self {
         self.key = key.into();
         self
@@ -146,10 +156,12 @@ pub const MAX_GROUP_LEN: usize = 1024;
 
 impl NewRecord {
     /// Checks what every backend must refuse, the same way on all of them: a payload over
-    /// `max_payload` bytes; a group key or coalescing key that is empty, holds a NUL byte or
-    /// is longer than [`MAX_GROUP_LEN`] bytes; an expected version that is empty, longer than
-    /// that or not visible ASCII (it travels in a header). Backends call it before they write
-    /// anything.
+    /// `max_payload` bytes; an idempotency key that is not 1 to
+    /// [`key::MAX_LEN`](crate::key::MAX_LEN) bytes of visible ASCII
+    /// ([`key::validate`](crate::key::validate)); a group key or coalescing key that is empty,
+    /// holds a NUL byte or is longer than [`MAX_GROUP_LEN`] bytes; an expected version that is
+    /// empty, longer than that or not visible ASCII (it travels in a header). Backends call it
+    /// before they write anything, also inside a caller's transaction.
     ///
     /// ```
     /// use outbox_core::{Error, NewRecord};
@@ -159,6 +171,7 @@ impl NewRecord {
     /// assert!(matches!(NewRecord::new(vec![]).expecting("v 3").validate(1024), Err(Error::InvalidGroup { .. })));
     /// assert!(matches!(NewRecord::new(vec![]).expecting("W/\"3\"").validate(1024), Err(Error::InvalidGroup { .. })));
     /// assert!(matches!(NewRecord::new(vec![0; 5]).validate(4), Err(Error::PayloadTooLarge { .. })));
+    /// assert!(matches!(NewRecord::new(vec![]).with_key("").validate(1024), Err(Error::InvalidIdempotencyKey { .. })));
     /// ```
     pub fn validate(&self, max_payload: usize) -> crate::Result<()> {
         if self.payload.len() > max_payload {
@@ -167,6 +180,7 @@ impl NewRecord {
                 max: max_payload,
             });
         }
+        crate::key::validate(&self.key)?;
         if let Some(group) = &self.group {
             validate_group(group)?;
         }
@@ -244,11 +258,6 @@ fn validate_version(version: &str) -> crate::Result<()> {
         });
     }
     Ok(())
-}
-
-/// 128 random bits as 32 lowercase hex digits.
-fn random_key() -> String {
-    format!("{:032x}", fastrand::u128(..))
 }
 
 /// The lease under which a runner holds an in-flight record.

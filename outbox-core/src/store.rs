@@ -320,14 +320,16 @@ pub struct Round {
 ///   in its group again.
 /// - **Validation**: every record of an enqueue passes
 ///   [`NewRecord::validate`](crate::NewRecord::validate) with the store's payload limit before
-///   anything is written: a payload too large ([`Error::PayloadTooLarge`]) or a bad group key
-///   ([`Error::InvalidGroup`]) refuses the whole batch. Guards are checked with
+///   anything is written: a payload too large ([`Error::PayloadTooLarge`]), a bad group key
+///   ([`Error::InvalidGroup`]) or an idempotency key a server cannot receive
+///   ([`Error::InvalidIdempotencyKey`]) refuses the whole batch. Guards are checked with
 ///   [`Guard::admits`](crate::Guard::admits).
 /// - **Halt**: [`Store::set_halt`] persists the runner's halt (or clears it) so a restart stays
 ///   halted; [`Stats::halt`] reports it.
 ///
 /// [`Error::PayloadTooLarge`]: crate::Error::PayloadTooLarge
 /// [`Error::InvalidGroup`]: crate::Error::InvalidGroup
+/// [`Error::InvalidIdempotencyKey`]: crate::Error::InvalidIdempotencyKey
 ///
 /// The trait is object safe: `Arc<dyn Store>` works.
 #[async_trait]

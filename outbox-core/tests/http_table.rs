@@ -1,7 +1,9 @@
 //! The HTTP classification table, every status from 100 to 599, as a reviewed snapshot.
 //!
 //! Each status is classified with `Retry-After: 7` under the default table and under both
-//! settings of the 403 option, so the snapshot shows which outcomes carry the server's delay.
+//! settings of the 403 option, so the snapshot shows which outcomes carry the server's delay;
+//! the last column is the default table for a response whose `Location` names another origin
+//! (what a captive portal answers).
 
 use outbox_core::http::{Classifier, Forbidden, Response};
 use outbox_core::Outcome;
@@ -29,12 +31,13 @@ fn every_status_from_100_to_599() {
         Classifier::new().on_forbidden(Forbidden::Reject),
     ];
     let mut table = format!(
-        "{:<7}{:<30}{:<16}{}\n",
-        "status", "default", "403 halts", "403 rejects"
+        "{:<7}{:<30}{:<16}{:<16}{}\n",
+        "status", "default", "403 halts", "403 rejects", "Location elsewhere"
     );
     for status in 100..=599 {
         let response = Response::new(status).retry_after("7");
         let [default, halt, reject] = tables.map(|t| short(&t.classify(&response)));
+        let elsewhere = short(&tables[0].classify(&response.location_elsewhere("portal.example")));
         let same = |other: &String| {
             if *other == default {
                 "="
@@ -45,9 +48,10 @@ fn every_status_from_100_to_599() {
         };
         table.push_str(
             format!(
-                "{status:<7}{default:<30}{:<16}{}",
+                "{status:<7}{default:<30}{:<16}{:<16}{}",
                 same(&halt),
-                same(&reject)
+                same(&reject),
+                same(&elsewhere)
             )
             .trim_end(),
         );

@@ -7,11 +7,14 @@ use std::time::Duration;
 use outbox_core::http::{Classifier, Forbidden, Response};
 use outbox_core::{async_trait, Error, Outcome, Record, Result, Sink};
 use reqwest::header::{
-    HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, DATE, IF_MATCH, RETRY_AFTER,
+    HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, DATE, IF_MATCH, LOCATION,
+    RETRY_AFTER,
 };
-use reqwest::{Client, Method, Url};
+use reqwest::{redirect, Client, ClientBuilder, Method, Url};
 
 use crate::credentials::CredentialSource;
+use crate::failure::{describe, Failure};
+use crate::target::{elsewhere, redact, redact_text, scrub, Target};
 
 /// The header that carries each record's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -42,16 +45,8 @@ pub fn if_match(version: &str) -> String {
 /// reads further, however long the body is.
 pub const REASON_BYTES: usize = 256;
 
-/// Where and how one record is sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
-    /// HTTP method.
-    pub method: Method,
-    /// Full URL.
-    pub url: Url,
-}
-
-type Route = dyn Fn(&Record) -> Target + Send + Sync;
+/// A route's answer: where the record goes, or why it cannot go anywhere.
+type Route = dyn Fn(&Record) -> std::result::Result<Target, String> + Send + Sync;
 
 /// Delivers records over HTTP. Cheap to clone; clones share one connection pool.
 ///
@@ -76,13 +71,31 @@ type Route = dyn Fn(&Record) -> Target + Send + Sync;
 /// - a status: the classifier's outcome, with the first [`REASON_BYTES`] of the body appended
 ///   to the error text (the rest of the body is never read);
 /// - no response (refused, reset, timed out before any answer): [`Outcome::NoAnswer`];
+/// - something other than our server answering: a redirect to another origin, a `511`, a
+///   server certificate the client does not trust (unknown issuer, expired, wrong name):
+///   [`Outcome::NoAnswer`], with a reason that says what answered instead ("redirected to
+///   portal.example: a captive portal or proxy?", "certificate not trusted: interception or
+///   an expired certificate?"). No budget is spent; the runner takes the link for down,
+///   probes it on backoff and says so (its `LinkDown` event and warning carry the reason);
 /// - a request that cannot be built (an idempotency key or credential that is not a valid
 ///   header value, a URL from the route that is not http(s) or has no host, an https URL
-///   while reqwest has no TLS) and a TLS certificate the client refuses: [`Outcome::Halt`]. These are configuration to fix, not
-///   a verdict on the record, so they stop the runner instead of rejecting the backlog.
+///   while reqwest has no TLS, a client that could not be built) and a client certificate
+///   the server refuses: [`Outcome::Halt`]. These are configuration (or a credential) to
+///   fix, not a verdict on the record, so they stop the runner instead of rejecting the
+///   backlog;
+/// - a route that refuses the record ([`HttpSink::try_route`]): [`Outcome::Rejected`] with the
+///   route's reason, since no request can be made for it.
+///
+/// ## Redirects and secrets
+/// Redirects are never followed, whatever client is used: a followed 302 would turn the write
+/// into a GET of a portal's login page answering 200 (counted delivered, then deleted), and a
+/// followed 307 would hand the payload, its key and its credential to whichever host the
+/// `Location` names. A URL in any reason this sink gives (and so in `last_error`, events and
+/// log lines) is named without its query string and user info.
 #[derive(Clone)]
 pub struct HttpSink {
-    client: Client,
+    /// The client, or why it could not be built (reported as a halt at delivery).
+    client: std::result::Result<Client, String>,
     route: Arc<Route>,
     timeout: Duration,
     headers: HeaderMap,
@@ -111,11 +124,12 @@ impl HttpSink {
     /// assert!(HttpSink::post("ftp://127.0.0.1/notes").is_err());
     /// ```
     pub fn post(url: &str) -> Result<Self> {
-        let parsed =
-            Url::parse(url).map_err(|e| Error::InvalidConfig(format!("url {url:?}: {e}")))?;
+        let parsed = Url::parse(url)
+            .map_err(|e| Error::InvalidConfig(format!("url {:?}: {e}", redact_text(url))))?;
         if !matches!(parsed.scheme(), "http" | "https") || !parsed.has_host() {
             return Err(Error::InvalidConfig(format!(
-                "url {url:?}: an http or https URL with a host is needed"
+                "url {:?}: an http or https URL with a host is needed",
+                redact(&parsed)
             )));
         }
         Ok(Self::route(move |_| Target {
@@ -124,23 +138,56 @@ impl HttpSink {
         }))
     }
 
-    /// Sends each record where `route` says (for example a URL built from its group).
+    /// Sends each record where `route` says, for a route that cannot fail (a method chosen
+    /// from the record, a fixed URL). To build the URL from the record's data, use
+    /// [`HttpSink::try_route`] with [`Target::under`], which refuses a value that would send
+    /// the record elsewhere.
     ///
     /// ```
     /// use outbox_http::{HttpSink, Target};
     /// use reqwest::{Method, Url};
     ///
-    /// let base = Url::parse("http://127.0.0.1:8080/docs/").unwrap();
+    /// let notes = Url::parse("http://127.0.0.1:8080/notes").unwrap();
+    /// // A write made against a known version replaces the note; any other adds one.
     /// let sink = HttpSink::route(move |record| Target {
-    ///     method: Method::PUT,
-    ///     // A join that fails keeps the base URL; the server's answer then tells.
-    ///     url: base.join(record.group.as_deref().unwrap_or("inbox")).unwrap_or(base.clone()),
+    ///     method: if record.expected_version.is_some() { Method::PUT } else { Method::POST },
+    ///     url: notes.clone(),
     /// });
     /// # let _ = sink;
     /// ```
     pub fn route(route: impl Fn(&Record) -> Target + Send + Sync + 'static) -> Self {
+        Self::try_route(move |record| Ok(route(record)))
+    }
+
+    /// Sends each record where `route` says, or rejects it with the route's reason when it
+    /// answers `Err`: a record no request can be made for is kept, rejected, for a person to
+    /// read, and the rest of the queue goes on.
+    ///
+    /// A group is the application's data. This route puts it in the path and refuses a group
+    /// that is an absolute URL (or climbs out of `/docs/`), which would otherwise send the
+    /// payload, its key and the credential to the host it names:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use outbox_core::{Outcome, Record, RecordId, Sink};
+    /// use outbox_http::{HttpSink, Target};
+    /// use reqwest::{Method, Url};
+    ///
+    /// let base = Url::parse("http://127.0.0.1:8080/docs/").unwrap();
+    /// let sink = HttpSink::try_route(move |record| {
+    ///     Target::under(Method::PUT, &base, record.group.as_deref().unwrap_or("inbox"))
+    /// });
+    /// let hostile = Record::fresh(RecordId(1), Some("http://elsewhere.example/".into()), vec![], "k".into(), 0);
+    /// let Outcome::Rejected { reason } = sink.deliver(&hostile).await else { panic!() };
+    /// assert!(reason.contains("is an absolute URL"), "{reason}");
+    /// # }
+    /// ```
+    pub fn try_route(
+        route: impl Fn(&Record) -> std::result::Result<Target, String> + Send + Sync + 'static,
+    ) -> Self {
         HttpSink {
-            client: Client::new(),
+            client: build(Client::builder()),
             route: Arc::new(route),
             timeout: Duration::from_secs(30),
             headers: HeaderMap::new(),
@@ -149,10 +196,23 @@ impl HttpSink {
         }
     }
 
-    /// Uses your own `reqwest::Client` (proxies, TLS roots, pool sizes).
-    pub fn client(mut self, client: Client) -> Self {
-        self.client = client;
-        self
+    /// Builds the sink's client from your own `reqwest::ClientBuilder` (proxies, TLS roots,
+    /// pool sizes). Redirects stay off whatever the builder says: the sink sets
+    /// `redirect::Policy::none()` on it (see "Redirects and secrets" above). A builder that
+    /// cannot build (a TLS backend that fails to start, for one) is
+    /// [`Error::InvalidConfig`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use outbox_http::HttpSink;
+    ///
+    /// let builder = reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(30));
+    /// let sink = HttpSink::post("http://127.0.0.1:8080/notes").unwrap().client(builder).unwrap();
+    /// # let _ = sink;
+    /// ```
+    pub fn client(mut self, builder: ClientBuilder) -> Result<Self> {
+        self.client = Ok(build(builder).map_err(Error::InvalidConfig)?);
+        Ok(self)
     }
 
     /// Per-request timeout (default 30 s). Running out before a response is a no-answer.
@@ -266,34 +326,40 @@ impl HttpSink {
 
     /// Sends one record and classifies what came back.
     async fn send(&self, record: &Record) -> Outcome {
-        let target = (self.route)(record);
+        let client = match &self.client {
+            Ok(client) => client,
+            Err(why) => return cannot_build(why),
+        };
+        let target = match (self.route)(record) {
+            Ok(target) => target,
+            Err(why) => return Outcome::rejected(format!("no route for this record: {why}")),
+        };
         let headers = match self.request_headers(record) {
             Ok(headers) => headers,
             Err(why) => return cannot_build(&why),
         };
-        let request = self
-            .client
-            .request(target.method, target.url)
+        let request = client
+            .request(target.method, target.url.clone())
             .timeout(self.timeout)
             .headers(headers)
             .body(record.payload.clone())
             .build();
         let request = match request {
             Ok(request) => request,
-            Err(err) => return cannot_build(&describe(&err)),
+            Err(err) => return cannot_build(&describe(err)),
         };
-        let response = match self.client.execute(request).await {
+        let response = match client.execute(request).await {
             Ok(response) => response,
-            Err(err) if err.is_builder() => return cannot_build(&describe(&err)),
+            Err(err) if err.is_builder() => return cannot_build(&describe(err)),
             Err(err) => {
-                if let Some(why) = misconfigured(&err).filter(|_| err.is_connect()) {
-                    return Outcome::halt(format!(
-                        "{why} (configuration, not this record): {}",
-                        describe(&err)
-                    ));
-                }
-                // Connect errors, resets and timeouts before a response: nobody answered.
-                return Outcome::no_answer(describe(&err));
+                // Connect errors, resets and timeouts before a response: nobody answered,
+                // unless the handshake says who did, or that nobody ever can.
+                let failure = if err.is_connect() {
+                    Failure::of(&err)
+                } else {
+                    Failure::Link
+                };
+                return failure.outcome(&describe(err));
             }
         };
         let header = |name| {
@@ -302,21 +368,36 @@ impl HttpSink {
                 .get(name)
                 .and_then(|v: &HeaderValue| v.to_str().ok())
         };
+        let status = response.status();
+        let location_elsewhere = header(LOCATION)
+            .filter(|_| status.is_redirection())
+            .and_then(|location| elsewhere(&target.url, location));
         let outcome = self.classifier.classify(&Response {
-            status: response.status().as_u16(),
+            status: status.as_u16(),
             retry_after: header(RETRY_AFTER),
             date: header(DATE),
+            location_elsewhere: location_elsewhere.as_deref(),
         });
-        if matches!(outcome, Outcome::Delivered) {
+        // Delivered needs no reason, and what answered in our server's place (a portal's
+        // page) is not read.
+        if matches!(outcome, Outcome::Delivered | Outcome::NoAnswer { .. }) {
             return outcome;
         }
-        let detail = reason(response).await;
+        let detail = scrub(&reason(response).await, &target.url);
         if detail.is_empty() {
             outcome
         } else {
             with_detail(outcome, &detail)
         }
     }
+}
+
+/// The sink's client: never following a redirect.
+fn build(builder: ClientBuilder) -> std::result::Result<Client, String> {
+    builder
+        .redirect(redirect::Policy::none())
+        .build()
+        .map_err(|err| format!("the HTTP client could not be built: {}", describe(err)))
 }
 
 /// The halt for a request that could not be built.
@@ -344,40 +425,6 @@ async fn reason(mut response: reqwest::Response) -> String {
     String::from_utf8_lossy(&kept).trim().to_owned()
 }
 
-/// Each error of the chain, outermost first.
-fn chain<'a>(
-    err: &'a (dyn std::error::Error + 'static),
-) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
-    std::iter::successors(Some(err), |e| e.source())
-}
-
-/// The error and its causes in one line.
-fn describe(err: &reqwest::Error) -> String {
-    chain(err)
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(": ")
-}
-
-/// Why a connect error is the sink's configuration rather than a link that is down, if it is.
-///
-/// - A TLS handshake broken off over a certificate (unknown issuer, expired, wrong name, none
-///   presented). The TLS stacks reqwest can use share no error type for it, but each names
-///   the certificate in its message (rustls: "invalid peer certificate", OpenSSL:
-///   "certificate verify failed", ...), so the message is what is matched.
-/// - An https URL while reqwest was built without TLS: its connector refuses every such
-///   request with "scheme is not http", so no server can ever answer.
-fn misconfigured(err: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
-    let says = |what: &str| chain(err).any(|e| e.to_string().to_ascii_lowercase().contains(what));
-    if says("certificate") {
-        Some("TLS certificate refused")
-    } else if says("scheme is not http") {
-        Some("https needs TLS support (outbox-http's `tls` feature)")
-    } else {
-        None
-    }
-}
-
 fn with_detail(outcome: Outcome, detail: &str) -> Outcome {
     match outcome {
         Outcome::Transient { error, retry_after } => Outcome::Transient {
@@ -395,61 +442,5 @@ fn with_detail(outcome: Outcome, detail: &str) -> Outcome {
 impl Sink for HttpSink {
     async fn deliver(&self, record: &Record) -> Outcome {
         self.send(record).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io;
-
-    use super::misconfigured;
-
-    /// A connect error wrapping what the TLS stack said, as reqwest's chain does.
-    #[derive(Debug)]
-    struct Connect(io::Error);
-
-    impl std::fmt::Display for Connect {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("client error (Connect)")
-        }
-    }
-
-    impl std::error::Error for Connect {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.0)
-        }
-    }
-
-    fn connect(says: &str) -> Connect {
-        Connect(io::Error::new(io::ErrorKind::InvalidData, says.to_owned()))
-    }
-
-    #[test]
-    fn a_refused_certificate_is_configuration() {
-        for says in [
-            "invalid peer certificate: UnknownIssuer",
-            "invalid peer certificate: Expired",
-            "error:0A000086:SSL routines::certificate verify failed",
-            "peer sent no certificates",
-        ] {
-            assert_eq!(
-                misconfigured(&connect(says)),
-                Some("TLS certificate refused"),
-                "{says}"
-            );
-        }
-        assert!(misconfigured(&connect("invalid URL, scheme is not http"))
-            .is_some_and(|why| why.starts_with("https needs TLS")));
-    }
-
-    #[test]
-    fn a_link_that_is_down_is_not() {
-        for says in [
-            "Connection refused (os error 111)",
-            "connection reset by peer",
-            "received corrupt message of type InvalidContentType",
-        ] {
-            assert_eq!(misconfigured(&connect(says)), None, "{says}");
-        }
     }
 }

@@ -74,6 +74,13 @@ async fn enqueue_in_commits_and_rolls_back_with_the_business_row() {
         refused,
         Err(Error::PayloadTooLarge { size: 4, max: 3 })
     ));
+    // So does an idempotency key no header can carry: the core's rule, as in `enqueue`.
+    let bad_key = NewRecord::new(b"x".to_vec()).with_key("paid 3");
+    let refused = store.enqueue_in(&tx, vec![bad_key], T0).await;
+    assert!(
+        matches!(refused, Err(Error::InvalidIdempotencyKey { .. })),
+        "{refused:?}"
+    );
     tx.commit().await.unwrap();
     assert_eq!(store.stats().await.unwrap().pending, 1);
 }

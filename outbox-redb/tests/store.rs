@@ -593,6 +593,12 @@ async fn enqueue_in_commits_and_aborts_with_the_callers_writes() {
     let txn = db.begin_write().unwrap();
     txn.open_table(NOTES).unwrap().insert(2, "dropped").unwrap();
     store.enqueue_in(&txn, vec![new("dropped")], 20).unwrap();
+    // An idempotency key no header can carry: the core's rule, as in `enqueue`.
+    let refused = store.enqueue_in(&txn, vec![new("bad").with_key("\u{7f}")], 20);
+    assert!(
+        matches!(refused, Err(Error::InvalidIdempotencyKey { .. })),
+        "{refused:?}"
+    );
     txn.abort().unwrap();
 
     let after = store.enqueue(vec![new("next")], 30).await.unwrap();

@@ -19,7 +19,9 @@ use outbox_core::DEFAULT_MAX_PAYLOAD;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Durability {
     /// `synchronous = FULL`: the WAL is synced at every commit, so every write whose call has
-    /// returned survives a power cut. The default: an outbox exists to not lose writes.
+    /// returned survives a power cut. The default: an outbox exists to not lose writes. On
+    /// Apple platforms also `fullfsync` (see [`Durability::pragmas`]), where `fsync` alone
+    /// leaves the commit in the drive's cache.
     /// Commits that only take or move leases (a claim without outcomes, a renewal) do not wait
     /// for the sync: a power cut may undo one, which means a re-delivery, never a lost record.
     #[default]
@@ -40,6 +42,37 @@ impl Durability {
             Durability::Full => "FULL",
             Durability::Normal => "NORMAL",
             Durability::Off => "OFF",
+        }
+    }
+
+    /// Every per-connection pragma this level sets on this platform, as `(name, value)`, in
+    /// order: `synchronous`, and at [`Durability::Full`] on Apple platforms also `fullfsync`
+    /// and `checkpoint_fullfsync`. There `fsync` hands the data to the drive without flushing
+    /// the drive's cache, so a power cut can still lose a commit it acknowledged; `F_FULLFSYNC`
+    /// flushes it, for commits and for checkpoints.
+    ///
+    /// ```
+    /// use outbox_sqlite::Durability;
+    /// assert_eq!(Durability::Normal.pragmas(), [("synchronous", "NORMAL")]);
+    /// let full = Durability::Full.pragmas();
+    /// assert_eq!(full[0], ("synchronous", "FULL"));
+    /// assert_eq!(full.contains(&("fullfsync", "ON")), cfg!(target_vendor = "apple"));
+    /// ```
+    pub const fn pragmas(self) -> &'static [(&'static str, &'static str)] {
+        self.pragmas_on(cfg!(target_vendor = "apple"))
+    }
+
+    /// [`Durability::pragmas`] on an Apple platform (`apple`) or any other.
+    const fn pragmas_on(self, apple: bool) -> &'static [(&'static str, &'static str)] {
+        match (self, apple) {
+            (Durability::Full, true) => &[
+                ("synchronous", "FULL"),
+                ("fullfsync", "ON"),
+                ("checkpoint_fullfsync", "ON"),
+            ],
+            (Durability::Full, false) => &[("synchronous", "FULL")],
+            (Durability::Normal, _) => &[("synchronous", "NORMAL")],
+            (Durability::Off, _) => &[("synchronous", "OFF")],
         }
     }
 
@@ -154,5 +187,60 @@ impl SqliteConfig {
     pub fn max_group_commit(mut self, writes: usize) -> Self {
         self.max_group_commit = writes;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    use super::Durability;
+
+    /// Sets `pragmas` on a fresh connection and reads each back as a number.
+    fn applied(pragmas: &[(&str, &str)]) -> Vec<(String, i64)> {
+        let conn = Connection::open_in_memory().unwrap();
+        pragmas
+            .iter()
+            .map(|(name, value)| {
+                conn.pragma_update(None, name, value).unwrap();
+                let read: i64 = conn.pragma_query_value(None, name, |r| r.get(0)).unwrap();
+                ((*name).to_owned(), read)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn full_durability_on_apple_also_flushes_the_drive_cache() {
+        let apple = Durability::Full.pragmas_on(true);
+        // SQLite keeps the flags on every platform (it acts on them only on Apple's), so
+        // reading them back here proves the names are ones it knows: an unknown pragma is
+        // silently ignored and reads back as nothing.
+        assert_eq!(
+            applied(apple),
+            [
+                ("synchronous".to_owned(), 2),
+                ("fullfsync".to_owned(), 1),
+                ("checkpoint_fullfsync".to_owned(), 1),
+            ]
+        );
+        assert_eq!(
+            Durability::Full.pragmas_on(false),
+            [("synchronous", "FULL")]
+        );
+        for level in [Durability::Normal, Durability::Off] {
+            assert_eq!(level.pragmas_on(true), level.pragmas_on(false));
+            assert!(level
+                .pragmas_on(true)
+                .iter()
+                .all(|(name, _)| *name == "synchronous"));
+            assert_eq!(
+                applied(level.pragmas_on(true))[0].1,
+                level.synchronous_code()
+            );
+        }
+        assert_eq!(
+            Durability::Full.pragmas(),
+            Durability::Full.pragmas_on(cfg!(target_vendor = "apple"))
+        );
     }
 }

@@ -47,8 +47,9 @@ pub(crate) fn connect(path: &Path, read_only: bool) -> Result<Connection> {
     Connection::open_with_flags(path, access | OpenFlags::SQLITE_OPEN_NO_MUTEX).map_err(db)
 }
 
-/// Sets the per-connection settings: WAL (on a writable connection), the durability level,
-/// the busy timeout and the size limit.
+/// Sets the per-connection settings: WAL (on a writable connection), the durability level
+/// (its pragmas: `synchronous`, and `fullfsync` where it matters), the busy timeout and the
+/// size limit.
 pub(crate) fn configure(conn: &Connection, config: &SqliteConfig) -> Result<()> {
     conn.busy_timeout(config.busy_timeout).map_err(db)?;
     if !config.read_only {
@@ -62,8 +63,9 @@ pub(crate) fn configure(conn: &Connection, config: &SqliteConfig) -> Result<()> 
             });
         }
     }
-    conn.pragma_update(None, "synchronous", config.durability.synchronous())
-        .map_err(db)?;
+    for (name, value) in config.durability.pragmas() {
+        conn.pragma_update(None, name, value).map_err(db)?;
+    }
     if let Some(bytes) = config.size_limit {
         let page_size: i64 = conn
             .pragma_query_value(None, "page_size", |row| row.get(0))

@@ -84,7 +84,7 @@ async fn enqueue_in_rolls_back_with_the_business_write() {
 }
 
 #[tokio::test]
-async fn enqueue_in_refuses_big_payloads_and_foreign_databases() {
+async fn enqueue_in_refuses_big_payloads_bad_keys_and_foreign_databases() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("small.db");
     let store = SqliteStore::create(&path, SqliteConfig::default().max_payload(4))
@@ -96,6 +96,13 @@ async fn enqueue_in_refuses_big_payloads_and_foreign_databases() {
     assert!(
         matches!(big, Err(Error::PayloadTooLarge { size: 5, max: 4 })),
         "{big:?}"
+    );
+    // An idempotency key no header can carry: the core's rule, as in `enqueue`.
+    let bad_key = NewRecord::new(vec![0u8; 1]).with_key("line\nbreak");
+    let refused = store.enqueue_in(&tx, vec![bad_key], 1);
+    assert!(
+        matches!(refused, Err(Error::InvalidIdempotencyKey { .. })),
+        "{refused:?}"
     );
     drop(tx);
 

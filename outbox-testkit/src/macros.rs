@@ -61,6 +61,8 @@ macro_rules! __with_scenarios {
                 "a rejected record takes its own place again (same id, before what its group still has queued) with a fresh budget; any other record, or one whose group has a record in flight, is refused";
             store group_key_validated () 60
                 "an empty, NUL-containing or 1,025-byte group refuses the batch (`InvalidGroup`); 1,024 bytes are kept";
+            store idempotency_key_validated () 60
+                "an empty, 256-byte or not visible-ASCII key refuses the batch or the replacing write (`InvalidIdempotencyKey`); 255 bytes and every visible byte are kept";
             store coalescing_replaces_in_place () 60
                 "ten edits of one key are one record with the last payload, nine merged; a write behind it in its group is not overtaken; parked records never replaced";
             store coalescing_leaves_in_flight_alone () 60

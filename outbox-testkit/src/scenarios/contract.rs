@@ -1,11 +1,11 @@
 //! This round's store contract: one `round` call (outcomes, then a claim, in one commit), the
-//! `stepped_back` query, the persisted halt, requeue as a change, and group keys checked by the
-//! core's one rule.
+//! `stepped_back` query, the persisted halt, requeue as a change, and group keys and
+//! idempotency keys checked by the core's one rule.
 
 use std::time::Duration;
 
 use outbox_core::{
-    machine, Applied, Change, Claim, Error, Guard, Halt, NewRecord, Outcome, Progress, Record,
+    key, machine, Applied, Change, Claim, Error, Guard, Halt, NewRecord, Outcome, Progress, Record,
     RecordId, RetryAfter, Round, Store, Transition, MAX_GROUP_LEN,
 };
 use outbox_memory::MemoryStore;
@@ -469,5 +469,84 @@ pub async fn group_key_validated(backend: &dyn Backend) -> ScenarioResult {
     )?;
     let claimed = claim(store, T0, 10, 1).await?;
     ensure_eq(ids(&claimed), ok, "both claimable")?;
+    Ok(Verdict::Passed)
+}
+
+/// Idempotency keys: a batch holding a key that is empty, longer than 255 bytes, or not
+/// visible ASCII (a space, a tab, a line break, DEL, a letter outside ASCII) is refused whole
+/// with `InvalidIdempotencyKey`, as is a coalescing write carrying one (the write it would
+/// replace keeps its payload and key). Keys of exactly 255 bytes and keys using every visible
+/// ASCII byte are stored and read back intact, and so is a default key.
+pub async fn idempotency_key_validated(backend: &dyn Backend) -> ScenarioResult {
+    let (_, store) = fresh(backend).await?;
+    let store = &*store;
+    let bad = [
+        ("an empty key", String::new()),
+        ("a key of 256 bytes", "k".repeat(key::MAX_LEN + 1)),
+        ("a key with a space", "order 42".to_owned()),
+        ("a key with a tab", "order\t42".to_owned()),
+        (
+            "a key with a line break",
+            "order-42\r\nX-Injected: 1".to_owned(),
+        ),
+        ("a key with DEL", "order-42\u{7f}".to_owned()),
+        ("a key outside ASCII", "commande-42-créée".to_owned()),
+    ];
+    let waiting = enqueue(store, T0, vec![rec("v1").replacing("doc-1")]).await?[0];
+    for (what, key) in bad {
+        for (how, batch) in [
+            (
+                "a batch",
+                vec![
+                    rec("fine"),
+                    NewRecord::new(b"x".to_vec()).with_key(key.clone()),
+                ],
+            ),
+            (
+                "a replacing write",
+                vec![NewRecord::new(b"v2".to_vec())
+                    .replacing("doc-1")
+                    .with_key(key.clone())],
+            ),
+        ] {
+            waiting_for(format!("enqueue of {how} with {what}"));
+            match store.enqueue(batch, T0 + 1).await {
+                Err(Error::InvalidIdempotencyKey { .. }) => {}
+                other => {
+                    return Err(Failure::new(format!(
+                        "{how} with {what} must be refused with InvalidIdempotencyKey, got \
+                         {other:?}"
+                    )))
+                }
+            }
+            ensure_eq(
+                store.stats().await?.pending,
+                1,
+                format!("nothing of {how} with {what}"),
+            )?;
+        }
+    }
+    let kept = get(store, waiting).await?;
+    ensure_eq(
+        (kept.payload, kept.key),
+        (b"v1".to_vec(), "key-v1".to_owned()),
+        "the write a refused replacement named is untouched",
+    )?;
+    let visible: String = (b'!'..=b'~').map(char::from).collect();
+    let longest: String = visible.chars().cycle().take(key::MAX_LEN).collect();
+    let good = vec![
+        NewRecord::new(b"a".to_vec()).with_key(visible.clone()),
+        NewRecord::new(b"b".to_vec()).with_key(longest.clone()),
+        NewRecord::new(b"c".to_vec()),
+    ];
+    let default_key = good[2].key.clone();
+    let ok = enqueue(store, T0 + 2, good).await?;
+    for (id, key, what) in [
+        (ok[0], visible, "every visible ASCII byte"),
+        (ok[1], longest, "a key of exactly 255 bytes"),
+        (ok[2], default_key, "a default key"),
+    ] {
+        ensure_eq(get(store, id).await?.key, key, what)?;
+    }
     Ok(Verdict::Passed)
 }

@@ -43,8 +43,8 @@ pub use clock::{
     runner_halt_survives_restart, runner_step_back_across_restart, runner_step_back_while_waiting,
 };
 pub use contract::{
-    group_key_validated, halt_persisted, halt_survives_restart, requeue_takes_its_place,
-    round_applies_then_claims, stepped_back_exact,
+    group_key_validated, halt_persisted, halt_survives_restart, idempotency_key_validated,
+    requeue_takes_its_place, round_applies_then_claims, stepped_back_exact,
 };
 pub use events::runner_events_follow_commits;
 pub use leases::{guards_skip_stale, lease_expiry_recovers, renew_extends_lease};

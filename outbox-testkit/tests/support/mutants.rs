@@ -65,6 +65,7 @@ enum Kind {
     RenewIgnoresToken,
     PayloadLimitOffByOne,
     EmptyGroupIsNoGroup,
+    KeyTruncated,
     PageSkipsBoundary,
     PruneIgnoresAge,
     AttemptsNeverLowered,
@@ -164,7 +165,11 @@ pub(crate) const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "enqueue_half",
         bug: "an enqueue writes the records before the invalid one",
-        meant_for: &["payload_limit", "group_key_validated"],
+        meant_for: &[
+            "payload_limit",
+            "group_key_validated",
+            "idempotency_key_validated",
+        ],
         kind: Kind::EnqueueNotAtomic,
     },
     Mutant {
@@ -284,6 +289,12 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         bug: "an empty group is stored as no group instead of refused",
         meant_for: &["group_key_validated"],
         kind: Kind::EmptyGroupIsNoGroup,
+    },
+    Mutant {
+        name: "key_truncated",
+        bug: "a key over 255 bytes is cut to 255 (a VARCHAR(255) column) instead of refused",
+        meant_for: &["idempotency_key_validated"],
+        kind: Kind::KeyTruncated,
     },
     Mutant {
         name: "page_skips",
@@ -841,6 +852,16 @@ impl StoreLayer for Layer {
                         if !merges {
                             r.expected_version = None;
                         }
+                        r
+                    })
+                    .collect();
+                self.inner.enqueue(records, now).await
+            }
+            Kind::KeyTruncated => {
+                let records = records
+                    .into_iter()
+                    .map(|mut r| {
+                        r.key.truncate(outbox_core::key::MAX_LEN);
                         r
                     })
                     .collect();
