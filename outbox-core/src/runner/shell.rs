@@ -361,12 +361,12 @@ fn log(notice: &Notice) {
             tracing::error!(
                 ?kind,
                 %error,
-                "the outbox store cannot be written (read-only or full): deliveries paused, \
+                "the outbox store cannot be written or does not answer: deliveries paused, \
                  outcomes kept, trying again on backoff"
             );
         }
         Notice::StoreBack => {
-            tracing::warn!("the outbox store takes writes again: deliveries go on")
+            tracing::warn!("the outbox store answers again: deliveries go on")
         }
         Notice::RenewFailed { error } => {
             tracing::warn!(%error, "could not renew leases");

@@ -102,7 +102,10 @@ impl Scheduler {
 
     pub(super) fn store_answered(&mut self, wrote: bool) {
         self.store.failures = 0;
-        if wrote && self.store.paused.take().is_some() {
+        // A read-only or full store is back only once a write succeeds; a silent one, once
+        // it answers at all.
+        let back = wrote || self.store.paused == Some(FailureKind::Timeout);
+        if back && self.store.paused.take().is_some() {
             self.actions.push_back(Action::Log(Notice::StoreBack));
         }
     }
@@ -134,13 +137,15 @@ impl Scheduler {
         self.timers.set(Timer::RetryIo, at);
         let StoreFailure { kind, error } = failure;
         match kind {
-            FailureKind::ReadOnly | FailureKind::Full => {
-                if self.store.paused.replace(kind).is_none() {
+            // Said once until the store answers again: a store that stays read-only, full or
+            // silent must not fill the log with one line per try.
+            FailureKind::ReadOnly | FailureKind::Full | FailureKind::Timeout => {
+                if self.store.paused.replace(kind) != Some(kind) {
                     self.actions
                         .push_back(Action::Log(Notice::StorePaused { kind, error }));
                 }
             }
-            FailureKind::Transient | FailureKind::Timeout => {
+            FailureKind::Transient => {
                 self.actions
                     .push_back(Action::Log(Notice::StoreFailed { error, retry_in }));
             }

@@ -214,14 +214,16 @@ pub enum Notice {
         /// When the runner tries again.
         retry_in: Duration,
     },
-    /// The store is read-only or full: deliveries pause until a write succeeds (said once).
+    /// The store is read-only, full or does not answer within `store_timeout`: deliveries
+    /// pause, tried again on backoff, said once until the store answers (a write, for a
+    /// read-only or full one).
     StorePaused {
-        /// Read-only or full.
+        /// Read-only, full or timed out.
         kind: FailureKind,
         /// What the store said.
         error: String,
     },
-    /// A write succeeded after [`Notice::StorePaused`]: deliveries go on.
+    /// The store answered again after [`Notice::StorePaused`]: deliveries go on.
     StoreBack,
     /// Leases could not be renewed; deliveries go on and the next renewal tries again.
     RenewFailed {

@@ -95,7 +95,7 @@ enum Pending {
 #[derive(Debug, Default)]
 struct StoreHealth {
     failures: u32,
-    /// Read-only or full: said once, until a write succeeds.
+    /// Read-only, full or silent: said once, until the store answers again.
     paused: Option<FailureKind>,
 }
 

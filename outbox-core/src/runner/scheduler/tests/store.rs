@@ -98,7 +98,12 @@ fn a_read_only_store_pauses_deliveries_says_so_once_and_goes_on_after_a_write() 
 
 #[test]
 fn a_store_call_that_timed_out_is_a_failure_and_the_round_is_tried_again() {
-    let mut s = scheduler(RunnerConfig::default().with_batch(1));
+    // No other chore falls due meanwhile (far leases after one lease, the safety poll).
+    let config = RunnerConfig::default()
+        .with_batch(1)
+        .with_lease(Duration::from_secs(600))
+        .with_safety_poll(None);
+    let mut s = scheduler(config);
     claimed(&mut s, at(0), vec![record(1, None)]);
     s.handle(
         at(5),
@@ -110,12 +115,28 @@ fn a_store_call_that_timed_out_is_a_failure_and_the_round_is_tried_again() {
     assert_eq!(writes(&drain(&mut s)), [(1, true)]);
     let timeout = StoreFailure::from(&crate::Error::Timeout(Duration::from_secs(30)));
     assert_eq!(timeout.kind, FailureKind::Timeout);
-    s.handle(at(30_005), Input::Answer(Err(timeout)));
+    s.handle(at(30_005), Input::Answer(Err(timeout.clone())));
     assert!(matches!(
         drain(&mut s).as_slice(),
-        [Action::Log(Notice::StoreFailed { .. })]
+        [Action::Log(Notice::StorePaused {
+            kind: FailureKind::Timeout,
+            ..
+        })]
     ));
     assert_eq!(s.holding(), 1, "the outcome is kept");
+    // Tried again on backoff; a second timeout is not said again, an answer says it is back.
+    s.handle(at(31_005), Input::Timer);
+    assert_eq!(
+        writes(&drain(&mut s)),
+        [(1, true)],
+        "the outcome with the claim"
+    );
+    s.handle(at(61_005), Input::Answer(Err(timeout)));
+    assert!(drain(&mut s).is_empty(), "said once");
+    s.handle(at(63_005), Input::Timer);
+    let retry = drain(&mut s);
+    answer(&mut s, at(63_006), &retry, vec![]);
+    assert!(drain(&mut s).contains(&Action::Log(Notice::StoreBack)));
 }
 
 #[test]

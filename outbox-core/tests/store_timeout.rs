@@ -1,0 +1,75 @@
+//! Every store call the runner makes is bounded: a call that never returns (a half-open
+//! connection, a lock held elsewhere) counts as a failure after `store_timeout`, the outcome
+//! it carried is kept, and the runner goes on once the store answers again. On tokio's paused
+//! clock, so the minute of waiting takes no time.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::layer::StoreLayer;
+use outbox_core::{
+    async_trait, sink_fn, Claim, NewRecord, Outbox, Outcome, Record, Result, Round, RunnerConfig,
+    Store, TokioClock, Transition,
+};
+use outbox_memory::MemoryStore;
+
+/// The reference store whose first `hangs` rounds never return.
+#[derive(Debug)]
+struct Hanging {
+    inner: MemoryStore,
+    hangs: AtomicU32,
+}
+
+#[async_trait]
+impl StoreLayer for Hanging {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
+
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        let left = self.hangs.load(Ordering::SeqCst);
+        if left > 0 {
+            self.hangs.store(left - 1, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        }
+        self.inner.round(outcomes, claim).await
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_store_call_that_never_returns_is_given_up_and_the_write_still_goes_out() {
+    let store = Arc::new(Hanging {
+        inner: MemoryStore::new(),
+        hangs: AtomicU32::new(2),
+    });
+    let sent = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&sent);
+    let sink = sink_fn(move |_: Record| {
+        let counted = Arc::clone(&counted);
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Outcome::Delivered
+        }
+    });
+    let config = RunnerConfig::default().with_store_timeout(Duration::from_secs(5));
+    let outbox = Outbox::builder(Arc::clone(&store) as Arc<dyn Store>, sink)
+        .config(config)
+        .clock(Arc::new(TokioClock::starting_at(1_700_000_000_000)))
+        .start()
+        .await
+        .unwrap();
+    // The runner's first claim hangs (given up after 5 s), and so does the next one; the
+    // third gets through and the write is delivered, once.
+    outbox.enqueue(NewRecord::new(b"w".to_vec())).await.unwrap();
+    outbox.flush(Duration::from_secs(120)).await.unwrap();
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    let stats = outbox.stats().await.unwrap();
+    assert_eq!((stats.delivered, stats.undelivered()), (1, 0));
+    assert_eq!(
+        store.hangs.load(Ordering::SeqCst),
+        0,
+        "both hanging calls were made"
+    );
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}
