@@ -17,6 +17,7 @@ impl FileStore for Redb {
     const CAPABILITIES: Capabilities = Capabilities {
         persistent: true,
         shared: false,
+        unreadable_rows: false,
     };
 
     async fn create(path: &Path) -> Result<()> {

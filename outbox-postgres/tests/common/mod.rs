@@ -200,6 +200,7 @@ impl Backend for PgBackend {
         Capabilities {
             persistent: true,
             shared: true,
+            unreadable_rows: false,
         }
     }
 

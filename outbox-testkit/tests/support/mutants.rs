@@ -420,6 +420,7 @@ impl Backend for MutantBackend {
         Capabilities {
             persistent: true,
             shared: false,
+            unreadable_rows: false,
         }
     }
 
