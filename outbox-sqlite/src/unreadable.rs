@@ -39,6 +39,7 @@ const NAMES: [&str; 16] = [
 /// Why an engine error left a column undecodable, in words.
 fn reason(err: &rusqlite::Error) -> String {
     match err {
+        rusqlite::Error::Utf8Error(i, _) => format!("{} is not UTF-8", name(*i)),
         rusqlite::Error::FromSqlConversionFailure(i, _, source)
             if source.downcast_ref::<std::str::Utf8Error>().is_some() =>
         {

@@ -28,7 +28,7 @@ impl FileStore for Sqlite {
     }
 
     /// A `last_error` of bytes that are not UTF-8, as a hand edit or a bit flip leaves it.
-    async fn plant_unreadable(path: &Path, id: RecordId) -> Result<()> {
+    async fn plant_unreadable(path: &Path, id: RecordId) -> Result<String> {
         let conn = rusqlite::Connection::open(path).map_err(Error::backend)?;
         let changed = conn
             .execute(
@@ -37,7 +37,7 @@ impl FileStore for Sqlite {
             )
             .map_err(Error::backend)?;
         assert_eq!(changed, 1, "record {id} to plant on");
-        Ok(())
+        Ok("last_error is not UTF-8".into())
     }
 
     async fn open(path: &Path) -> Result<Arc<dyn Store>> {

@@ -57,10 +57,10 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Makes the record `id` of the store at `location` undecodable, with no handle of the
-    /// store open (the scenario drops its handles first and opens the store again after).
-    /// Backends that declare [`Capabilities::unreadable_rows`] implement it; the default
-    /// refuses.
-    async fn plant_unreadable(&self, location: &str, id: RecordId) -> Result<()> {
+    /// store open (the scenario drops its handles first and opens the store again after);
+    /// returns the reason the store will list it with. Backends that declare
+    /// [`Capabilities::unreadable_rows`] implement it; the default refuses.
+    async fn plant_unreadable(&self, location: &str, id: RecordId) -> Result<String> {
         let _ = (location, id);
         Err(Error::Backend {
             detail: format!("backend {} cannot plant an unreadable row", self.name()),

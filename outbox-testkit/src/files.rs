@@ -60,8 +60,9 @@ pub trait FileStore: Send + Sync + 'static {
     async fn create(path: &Path) -> Result<()>;
 
     /// Makes the record `id` of the closed store at `path` undecodable (see
-    /// [`Backend::plant_unreadable`]); the default refuses.
-    async fn plant_unreadable(path: &Path, id: RecordId) -> Result<()> {
+    /// [`Backend::plant_unreadable`]) and returns the reason the store will give; the
+    /// default refuses.
+    async fn plant_unreadable(path: &Path, id: RecordId) -> Result<String> {
         let _ = (path, id);
         Err(Error::Backend {
             detail: format!("{} cannot plant an unreadable row", Self::NAME),
@@ -128,7 +129,7 @@ impl<F: FileStore> Backend for Files<F> {
         F::open(Path::new(location)).await
     }
 
-    async fn plant_unreadable(&self, location: &str, id: RecordId) -> Result<()> {
+    async fn plant_unreadable(&self, location: &str, id: RecordId) -> Result<String> {
         F::plant_unreadable(Path::new(location), id).await
     }
 }
