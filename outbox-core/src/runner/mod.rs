@@ -108,6 +108,12 @@ impl Shared {
     }
 
     pub(crate) fn emit(&self, event: Event) {
+        if let Event::Unreadable { id, .. } = &event {
+            let mut seen = self.unreadable.lock().unwrap_or_else(|e| e.into_inner());
+            if !seen.insert(*id) {
+                return;
+            }
+        }
         log_event(&event);
         #[cfg(feature = "metrics")]
         crate::metrics::event(&event);
@@ -115,13 +121,9 @@ impl Shared {
         let _ = self.events.send(event);
     }
 
-    /// Emits an [`Event::Unreadable`] for each row not reported before by this process.
+    /// Emits an [`Event::Unreadable`] for each row ([`Shared::emit`] says each once).
     pub(crate) fn report_unreadable(&self, rows: &[Unreadable]) {
-        let fresh: Vec<&Unreadable> = {
-            let mut seen = self.unreadable.lock().unwrap_or_else(|e| e.into_inner());
-            rows.iter().filter(|row| seen.insert(row.id)).collect()
-        };
-        for row in fresh {
+        for row in rows {
             self.emit(Event::Unreadable {
                 id: row.id,
                 reason: row.reason.clone(),
