@@ -104,6 +104,15 @@ pub enum Event {
         /// Why, and by whom.
         reason: String,
     },
+    /// A row the store holds cannot be decoded: claim and stats pass it by until it is
+    /// discarded ([`Outbox::discard_unreadable`](crate::Outbox::discard_unreadable)). Sent
+    /// once per row per process.
+    Unreadable {
+        /// The row.
+        id: RecordId,
+        /// What could not be decoded.
+        reason: String,
+    },
 }
 
 impl Event {
@@ -119,7 +128,8 @@ impl Event {
             | Event::Rejected { id, .. }
             | Event::Halted { id, .. }
             | Event::Discarded { id, .. }
-            | Event::Requeued { id, .. } => Some(*id),
+            | Event::Requeued { id, .. }
+            | Event::Unreadable { id, .. } => Some(*id),
             Event::Resumed | Event::LinkDown { .. } | Event::LinkUp { .. } => None,
         }
     }

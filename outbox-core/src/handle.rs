@@ -19,6 +19,7 @@ use crate::runner::{shell, Shared};
 use crate::sink::Sink;
 use crate::store::{Enqueued, ListQuery, Stats, Store};
 
+mod unreadable;
 mod verbs;
 
 /// Builds and starts an [`Outbox`]. Made by [`Outbox::builder`].

@@ -60,6 +60,7 @@ use crate::error::Result;
 use crate::machine::Transition;
 use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
 use crate::store::{Applied, Claim, Enqueued, Halt, ListQuery, Round, Stats, Store};
+use crate::unreadable::Unreadable;
 
 /// One operation of the [`Store`] trait, as [`StoreLayer::enter`] is told it.
 ///
@@ -100,11 +101,15 @@ pub enum Operation {
     SetHalt,
     /// [`Store::prune`].
     Prune,
+    /// [`Store::unreadable`].
+    Unreadable,
+    /// [`Store::discard_unreadable`].
+    DiscardUnreadable,
 }
 
 impl Operation {
     /// Every operation, in the trait's order.
-    pub const ALL: [Operation; 15] = [
+    pub const ALL: [Operation; 17] = [
         Operation::Enqueue,
         Operation::Claim,
         Operation::Renew,
@@ -120,6 +125,8 @@ impl Operation {
         Operation::Halt,
         Operation::SetHalt,
         Operation::Prune,
+        Operation::Unreadable,
+        Operation::DiscardUnreadable,
     ];
 
     /// The method's name.
@@ -140,6 +147,8 @@ impl Operation {
             Operation::Halt => "halt",
             Operation::SetHalt => "set_halt",
             Operation::Prune => "prune",
+            Operation::Unreadable => "unreadable",
+            Operation::DiscardUnreadable => "discard_unreadable",
         }
     }
 
@@ -154,6 +163,7 @@ impl Operation {
                 | Operation::Round
                 | Operation::SetHalt
                 | Operation::Prune
+                | Operation::DiscardUnreadable
         )
     }
 }
@@ -280,6 +290,16 @@ pub trait StoreLayer: Debug + Send + Sync {
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.inner().prune(older_than).await
     }
+
+    /// [`Store::unreadable`]; forwards by default.
+    async fn unreadable(&self, limit: usize) -> Result<Vec<Unreadable>> {
+        self.inner().unreadable(limit).await
+    }
+
+    /// [`Store::discard_unreadable`]; forwards by default.
+    async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
+        self.inner().discard_unreadable(id, now).await
+    }
 }
 
 #[async_trait]
@@ -357,6 +377,16 @@ impl<L: StoreLayer> Store for L {
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         let _entered = self.enter(Operation::Prune);
         StoreLayer::prune(self, older_than).await
+    }
+
+    async fn unreadable(&self, limit: usize) -> Result<Vec<Unreadable>> {
+        let _entered = self.enter(Operation::Unreadable);
+        StoreLayer::unreadable(self, limit).await
+    }
+
+    async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
+        let _entered = self.enter(Operation::DiscardUnreadable);
+        StoreLayer::discard_unreadable(self, id, now).await
     }
 }
 
@@ -441,6 +471,16 @@ mod tests {
             self.called("prune");
             Ok(3)
         }
+
+        async fn unreadable(&self, _: usize) -> Result<Vec<Unreadable>> {
+            self.called("unreadable");
+            Ok(vec![Unreadable::new(RecordId(4), "bad")])
+        }
+
+        async fn discard_unreadable(&self, _: RecordId, _: Millis) -> Result<bool> {
+            self.called("discard_unreadable");
+            Ok(true)
+        }
     }
 
     /// Forwards everything, and notes each call it is entered for.
@@ -485,6 +525,8 @@ mod tests {
         store.halt().await.unwrap();
         store.set_halt(None).await.unwrap();
         assert_eq!(store.prune(0).await.unwrap(), 3);
+        assert_eq!(store.unreadable(1).await.unwrap().len(), 1);
+        assert!(store.discard_unreadable(RecordId(4), 0).await.unwrap());
         let names: Vec<&str> = Operation::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(*layer.inner.calls.lock().unwrap(), names);
         assert_eq!(*layer.entered.lock().unwrap(), Operation::ALL.to_vec());

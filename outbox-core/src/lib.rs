@@ -64,6 +64,7 @@ pub mod state;
 pub mod store;
 #[cfg(feature = "tower")]
 pub mod tower;
+pub mod unreadable;
 
 pub use clock::{Clock, ManualClock, SteppedClock, SystemClock, TokioClock};
 pub use config::RunnerConfig;
@@ -81,6 +82,7 @@ pub use state::State;
 pub use store::{
     Applied, Claim, Enqueued, Halt, ListQuery, Round, Stats, Store, DEFAULT_MAX_PAYLOAD,
 };
+pub use unreadable::Unreadable;
 
 /// Re-exported so a `Sink` implementation needs no direct dependency on `async-trait`.
 pub use async_trait::async_trait;

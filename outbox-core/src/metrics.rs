@@ -173,7 +173,9 @@ pub(crate) fn event(event: &Event) {
         Event::Resumed => gauge!(HALTED).set(0.0),
         Event::LinkDown { .. } => gauge!(LINK_UP).set(0.0),
         Event::LinkUp { .. } => gauge!(LINK_UP).set(1.0),
-        Event::Attempted { .. } => {}
+        // An unreadable row is said once per process, so a counter of it would count
+        // processes, not rows: the event and its warning line are the report.
+        Event::Attempted { .. } | Event::Unreadable { .. } => {}
     }
 }
 

@@ -10,6 +10,7 @@ use crate::link::LinkState;
 use crate::machine::Transition;
 use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
 use crate::state::State;
+use crate::unreadable::Unreadable;
 
 /// The payload limit a backend applies unless configured otherwise: 1 MiB, large enough for
 /// any API write and small enough that a runner's batch stays bounded in memory.
@@ -324,6 +325,12 @@ pub struct Round {
 ///   ([`Error::InvalidGroup`]) or an idempotency key a server cannot receive
 ///   ([`Error::InvalidIdempotencyKey`]) refuses the whole batch. Guards are checked with
 ///   [`Guard::admits`](crate::Guard::admits).
+/// - **Unreadable rows**: a row the backend cannot decode (a text that is not UTF-8, an
+///   unknown state, a truncated value) never fails a call that reads many rows. A claim sets
+///   it aside (it leaves the due index, so [`Store::next_due`] no longer reports it, and no
+///   lease expires on it) and claims the others as if it were not there; stats, list and the
+///   lease recovery pass it by; [`Store::unreadable`] lists it with the reason and
+///   [`Store::discard_unreadable`] removes it.
 /// - **Halt**: [`Store::set_halt`] persists the runner's halt (or clears it) so a restart stays
 ///   halted; [`Stats::halt`] reports it.
 ///
@@ -387,6 +394,23 @@ pub trait Store: Debug + Send + Sync {
     /// Removes rejected records whose last attempt, and tombstones whose discard, is before
     /// `older_than`; returns how many went.
     async fn prune(&self, older_than: Millis) -> Result<u64>;
+
+    /// Rows the store holds but cannot decode, lowest id first, at most `limit` (see the
+    /// contract). May read every row: an operator's call, not the runner's hot path. The
+    /// default reports none, right for a store that holds decoded values (memory).
+    async fn unreadable(&self, limit: usize) -> Result<Vec<Unreadable>> {
+        let _ = limit;
+        Ok(Vec::new())
+    }
+
+    /// Removes the unreadable row `id`, leaving a [`Tombstone`] with what could be read
+    /// (its reason from [`Unreadable::tombstone_reason`]); returns whether a row went. A row
+    /// that decodes is left alone (`false`): a readable record is discarded with
+    /// [`Change::Discard`](crate::Change::Discard). The default has nothing to remove.
+    async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
+        let _ = (id, now);
+        Ok(false)
+    }
 }
 
 /// `Arc<dyn Store>` must keep compiling.

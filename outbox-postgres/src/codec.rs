@@ -79,21 +79,13 @@ pub(crate) fn count(value: u32) -> i64 {
 /// Reads a record from a row selected with [`RECORD_COLUMNS`].
 pub(crate) fn record(row: &Row) -> Result<Record> {
     let state = unstate(row.try_get(5).map_err(pg)?)?;
-    let lease_token: Option<i64> = row.try_get(12).map_err(pg)?;
-    let lease_until: Option<i64> = row.try_get(13).map_err(pg)?;
-    let lease = match (state, lease_token, lease_until) {
-        (State::InFlight, Some(token), Some(until)) => Some(Lease {
-            token: untoken(token),
-            until: unsigned(until, "lease expiry")?,
-        }),
-        (State::InFlight, _, _) => return Err(corrupt("an in-flight record has no lease")),
-        _ => None,
-    };
     let optional_time = |index: usize, what: &str| -> Result<Option<Millis>> {
         let value: Option<i64> = row.try_get(index).map_err(pg)?;
         value.map(|v| unsigned(v, what)).transpose()
     };
-    Ok(Record {
+    // Every other field first, so a row a claim set aside (in flight without a lease, see
+    // `unreadable`) still names what made it unreadable in the first place.
+    let mut record = Record {
         id: record_id(row.try_get(0).map_err(pg)?)?,
         group: row.try_get(1).map_err(pg)?,
         payload: row.try_get(2).map_err(pg)?,
@@ -106,10 +98,21 @@ pub(crate) fn record(row: &Row) -> Result<Record> {
         last_attempt_at: optional_time(9, "last_attempt_at")?,
         next_attempt_at: optional_time(10, "next_attempt_at")?,
         last_error: row.try_get(11).map_err(pg)?,
-        lease,
+        lease: None,
         expected_version: row.try_get(14).map_err(pg)?,
         replaces: row.try_get(15).map_err(pg)?,
-    })
+    };
+    let lease_token: Option<i64> = row.try_get(12).map_err(pg)?;
+    let lease_until: Option<i64> = row.try_get(13).map_err(pg)?;
+    record.lease = match (state, lease_token, lease_until) {
+        (State::InFlight, Some(token), Some(until)) => Some(Lease {
+            token: untoken(token),
+            until: unsigned(until, "lease expiry")?,
+        }),
+        (State::InFlight, _, _) => return Err(corrupt("an in-flight record has no lease")),
+        _ => None,
+    };
+    Ok(record)
 }
 
 /// Reads a tombstone from a row selected with [`TOMBSTONE_COLUMNS`].

@@ -15,6 +15,7 @@ pub mod schema;
 mod sql;
 pub mod store;
 mod tls;
+mod unreadable;
 
 pub use clock::ServerClock;
 pub use config::{PgConfig, Tls};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use outbox_core::{
     Applied, Change, Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, State, Stats, Tombstone, Transition,
+    Result, Round, State, Stats, Tombstone, Transition, Unreadable,
 };
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
@@ -26,6 +26,7 @@ use crate::config::PgConfig;
 use crate::error::{corrupt, pg, pool as pool_error};
 use crate::plan::{self, Plan};
 use crate::sql::{Exec, Params, Sql};
+use crate::unreadable;
 
 /// What every operation needs: the pool, the statements, the settings and the server's clock.
 pub(crate) struct Core {
@@ -100,7 +101,8 @@ impl Core {
     async fn records(&self, sql: &str, params: Params<'_>) -> Result<Vec<Record>> {
         let client = self.client().await?;
         let rows = Exec::Pooled(&client).rows(sql, params).await.map_err(pg)?;
-        rows.iter().map(codec::record).collect()
+        // A row that cannot be decoded is passed by (see `unreadable`).
+        Ok(unreadable::split(&rows)?.0)
     }
 
     /// The enqueue itself, inside a transaction that the caller commits: the batch is checked
@@ -405,7 +407,9 @@ impl Core {
         let (rows, reading) =
             futures::try_join!(ex.query(&statement, &params), ex.query(&clock, &[])).map_err(pg)?;
         self.observe(sent, &reading)?;
-        claimed(&rows)
+        let (records, bad) = claimed(&rows)?;
+        unreadable::set_aside(self, ex, &bad).await?;
+        Ok(records)
     }
 
     /// A round: the outcomes as one set-based statement, the groups' head flags refreshed,
@@ -532,7 +536,11 @@ impl Core {
             self.observe(sent, &reading)?;
         }
         let claimed = match claimed_rows {
-            Some(rows) => claimed(&rows)?,
+            Some(rows) => {
+                let (records, bad) = claimed(&rows)?;
+                unreadable::set_aside(&self, &ex, &bad).await?;
+                records
+            }
             None => Vec::new(),
         };
         tx.commit().await.map_err(pg)?;
@@ -695,10 +703,11 @@ impl Core {
 }
 
 /// Claimed records in the contract's order, `(deadline, id)` (`RETURNING` follows none).
-fn claimed(rows: &[Row]) -> Result<Vec<Record>> {
-    let mut records = rows.iter().map(codec::record).collect::<Result<Vec<_>>>()?;
+/// The rows that cannot be decoded come apart, to be set aside.
+fn claimed(rows: &[Row]) -> Result<(Vec<Record>, Vec<Unreadable>)> {
+    let (mut records, bad) = unreadable::split(rows)?;
     records.sort_by_key(|r| (r.next_attempt_at, r.id));
-    Ok(records)
+    Ok((records, bad))
 }
 
 fn halt(reason: Option<String>, since: Option<i64>) -> Result<Option<Halt>> {

@@ -225,8 +225,10 @@ impl Sql {
             // One statement, so every figure comes from the same snapshot.
             stats: format!(
                 "SELECT count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1), \
-                 count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 3), \
-                 count(*) FILTER (WHERE state = 4), min(created_at) FILTER (WHERE state <> 4), \
+                 count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL), \
+                 count(*) FILTER (WHERE state = 3), count(*) FILTER (WHERE state = 4), \
+                 min(created_at) FILTER (WHERE state IN (0, 1, 3) \
+                   OR (state = 2 AND lease_until IS NOT NULL)), \
                  (SELECT count(*) FROM {s}.tombstones), \
                  (SELECT delivered FROM {s}.meta), \
                  (SELECT coalesce(sum(g.n - 1), 0)::bigint FROM \

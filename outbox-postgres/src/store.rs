@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use outbox_core::{
     Applied, Claim, Clock, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Notifier,
-    Record, RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition,
+    Record, RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition, Unreadable,
 };
 
 use crate::clock::ServerClock;
@@ -19,6 +19,7 @@ use crate::pending::PendingEnqueue;
 use crate::schema::{self, coalesce_seed, group_seed};
 use crate::sql::{Exec, Sql};
 use crate::tls;
+use crate::unreadable;
 
 /// An outbox in one PostgreSQL schema, shared by every handle, process and host that opens it.
 ///
@@ -331,5 +332,15 @@ impl Store for PgStore {
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.run(move |core| core.prune(older_than)).await
+    }
+
+    async fn unreadable(&self, limit: usize) -> Result<Vec<Unreadable>> {
+        self.run(move |core| async move { unreadable::list(&core, limit).await })
+            .await
+    }
+
+    async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
+        self.run(move |core| async move { unreadable::discard(&core, id, now).await })
+            .await
     }
 }

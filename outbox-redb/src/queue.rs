@@ -15,6 +15,8 @@ use redb::{
 
 use crate::codec;
 use crate::error::from_redb;
+
+mod unreadable;
 use crate::schema::{
     COALESCING, DUE, GROUPS, LEASES, META, META_DELIVERED, META_LAST_ID, META_SUPERSEDED, QUEUED,
     RECORDS, RUNNER, RUNNER_HALT, TOMBSTONES,
@@ -34,6 +36,18 @@ impl<T, E: Into<redb::Error>> Engine<T> for std::result::Result<T, E> {
 fn load(records: &impl ReadableTable<u64, &'static [u8]>, id: u64) -> Result<Option<Record>> {
     match records.get(id).engine()? {
         Some(bytes) => codec::decode_record(id, bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The record `id`, where one that does not decode reads as absent: for the paths that read
+/// many records, which pass such a record by (see [`unreadable`]).
+fn load_readable(
+    records: &impl ReadableTable<u64, &'static [u8]>,
+    id: u64,
+) -> Result<Option<Record>> {
+    match records.get(id).engine()? {
+        Some(bytes) => Ok(codec::decode_record(id, bytes.value()).ok()),
         None => Ok(None),
     }
 }
@@ -292,7 +306,8 @@ impl<'t> Tables<'t> {
         let Some(latest) = self.latest_by_key(key)? else {
             return Ok(None);
         };
-        let Some(mut record) = self.get(latest)? else {
+        // A latest write that cannot be read is not merged into: the new one is inserted.
+        let Some(mut record) = load_readable(&self.records, latest.0)? else {
             return Ok(None);
         };
         let last_of_group = match record.group.as_deref() {
@@ -314,15 +329,19 @@ impl<'t> Tables<'t> {
         if claim.limit > 0 {
             for entry in self.due.range((0, 0)..=(claim.now, u64::MAX)).engine()? {
                 let (key, _) = entry.engine()?;
-                ids.push(RecordId(key.value().1));
+                let (at, id) = key.value();
+                ids.push((at, RecordId(id)));
                 if ids.len() == claim.limit {
                     break;
                 }
             }
         }
         let mut claimed = Vec::with_capacity(ids.len());
-        for id in ids {
-            let Some(mut record) = self.get(id)? else {
+        for (at, id) in ids {
+            let Some(mut record) = load_readable(&self.records, id.0)? else {
+                if self.is_unreadable(id)? {
+                    self.set_aside(at, id)?;
+                }
                 continue;
             };
             self.unindex(&record)?;
@@ -459,7 +478,9 @@ impl<'t> Tables<'t> {
         let mut rejected = Vec::new();
         for entry in self.records.iter().engine()? {
             let (id, bytes) = entry.engine()?;
-            let record = codec::decode_record(id.value(), bytes.value())?;
+            let Ok(record) = codec::decode_record(id.value(), bytes.value()) else {
+                continue;
+            };
             if record.state == State::Rejected
                 && record.last_attempt_at.is_some_and(|t| t < older_than)
             {
@@ -495,7 +516,7 @@ impl<'t> Tables<'t> {
         }
         let mut expired = 0;
         for id in held {
-            let Some(mut record) = self.get(id)? else {
+            let Some(mut record) = load_readable(&self.records, id.0)? else {
                 continue;
             };
             if let Some(lease) = record.lease {
@@ -544,8 +565,9 @@ impl ReadTables {
         })
     }
 
+    /// One record by id; one that does not decode reads as absent (see [`unreadable`]).
     pub(crate) fn get(&self, id: RecordId) -> Result<Option<Record>> {
-        load(&self.records, id.0)
+        load_readable(&self.records, id.0)
     }
 
     pub(crate) fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
@@ -609,7 +631,10 @@ impl ReadTables {
         let start = query.after.map_or(0, |id| id.0.saturating_add(1));
         for entry in self.records.range(start..).engine()? {
             let (id, bytes) = entry.engine()?;
-            let record = codec::decode_record(id.value(), bytes.value())?;
+            // A record that does not decode is listed by `unreadable`, not here.
+            let Ok(record) = codec::decode_record(id.value(), bytes.value()) else {
+                continue;
+            };
             if query.matches(&record) {
                 out.push(record);
                 if out.len() == query.limit {
@@ -672,7 +697,10 @@ impl ReadTables {
         };
         for entry in self.records.iter().engine()? {
             let (id, bytes) = entry.engine()?;
-            stats.add(&codec::decode_record(id.value(), bytes.value())?);
+            // A record that does not decode is not counted (see `unreadable`).
+            if let Ok(record) = codec::decode_record(id.value(), bytes.value()) {
+                stats.add(&record);
+            }
         }
         // Members of a group are stored in (group, id) order, so a group's head comes first.
         let mut current: Option<(String, bool)> = None;

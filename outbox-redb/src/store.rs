@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use outbox_core::{
     Applied, Claim, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, Stats, Store, Tombstone, Transition,
+    Result, Round, Stats, Store, Tombstone, Transition, Unreadable,
 };
 use redb::backends::FileBackend;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, StorageBackend, WriteTransaction};
@@ -512,6 +512,14 @@ impl Store for RedbStore {
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.write(move |t| t.prune(older_than)).await
+    }
+
+    async fn unreadable(&self, limit: usize) -> Result<Vec<Unreadable>> {
+        self.read(move |t| t.unreadable(limit)).await
+    }
+
+    async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
+        self.write(move |t| t.discard_unreadable(id, now)).await
     }
 }
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use outbox_core::{Result, Store};
+use outbox_core::{Error, RecordId, Result, Store};
 use outbox_redb::{RedbConfig, RedbStore};
 use outbox_testkit::{Capabilities, FileStore, Files};
 
@@ -17,6 +17,7 @@ impl FileStore for Redb {
     const CAPABILITIES: Capabilities = Capabilities {
         persistent: true,
         shared: false,
+        unreadable_rows: true,
     };
 
     async fn create(path: &Path) -> Result<()> {
@@ -26,6 +27,27 @@ impl FileStore for Redb {
             .close()
             .await;
         Ok(())
+    }
+
+    /// The record's bytes cut short, as a torn write or an old layout would leave them.
+    async fn plant_unreadable(path: &Path, id: RecordId) -> Result<String> {
+        const RECORDS: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("records");
+        use redb::ReadableTable;
+        let db = redb::Database::open(path).map_err(Error::backend)?;
+        let txn = db.begin_write().map_err(Error::backend)?;
+        {
+            let mut records = txn.open_table(RECORDS).map_err(Error::backend)?;
+            let bytes = records
+                .get(id.0)
+                .map_err(Error::backend)?
+                .map(|b| b.value().to_vec())
+                .unwrap_or_else(|| panic!("record {id} to plant on"));
+            records
+                .insert(id.0, &bytes[..bytes.len() / 2])
+                .map_err(Error::backend)?;
+        }
+        txn.commit().map_err(Error::backend)?;
+        Ok("truncated value".into())
     }
 
     async fn open(path: &Path) -> Result<Arc<dyn Store>> {

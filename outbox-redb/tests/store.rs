@@ -536,8 +536,8 @@ async fn a_round_commits_its_outcomes_and_its_claim_together() {
     assert!(round.applied.skipped.is_empty());
     assert_eq!(ids(&round.claimed), [2]);
 
-    // Damage record 3 behind the store's back: the next round's claim fails on it, and the
-    // outcome it carried is not applied either.
+    // Damage record 3 behind the store's back: the next round's outcome for it fails (a
+    // claim would pass it by), and the other outcome it carried is not applied either.
     let db = store.database().unwrap();
     let txn = db.begin_write().unwrap();
     txn.open_table(RECORDS)
@@ -546,7 +546,7 @@ async fn a_round_commits_its_outcomes_and_its_claim_together() {
         .unwrap();
     txn.commit().unwrap();
     let err = store
-        .round(vec![done(2, 2)], Some(claim(0, 5, 3)))
+        .round(vec![done(2, 2), done(3, 3)], Some(claim(0, 5, 3)))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
@@ -1148,6 +1148,11 @@ async fn a_failing_request_does_not_take_its_batch_down() {
         "the failed apply discarded nothing"
     );
     assert!(store.tombstones(None, 10).await.unwrap().is_empty());
-    let err = store.get(RecordId(2)).await.unwrap_err();
-    assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
+    // The damaged record reads as absent, and is listed as unreadable instead.
+    assert_eq!(store.get(RecordId(2)).await.unwrap(), None);
+    let unreadable = store.unreadable(10).await.unwrap();
+    assert_eq!(
+        unreadable.iter().map(|u| u.id).collect::<Vec<_>>(),
+        [RecordId(2)]
+    );
 }

@@ -11,6 +11,7 @@ mod pending;
 mod plan_tests;
 pub mod schema;
 pub mod store;
+mod unreadable;
 mod worker;
 
 pub use config::{Durability, SqliteConfig};

@@ -22,6 +22,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::error::{corrupt, db};
 use crate::json::json_ids;
+use crate::unreadable;
 
 /// The columns a [`RawRecord`] is read from, in its order.
 macro_rules! columns {
@@ -42,6 +43,13 @@ const COLUMNS: &str = columns!();
 // value, and a statement whose plan read a bound value is parsed and planned again each time
 // that value is bound: every claim would pay a fresh prepare. The sum is opaque to the
 // planner, and these plans do not depend on the limit.
+
+/// The rows a claim has not set aside as unreadable (see [`unreadable`](crate::unreadable)).
+macro_rules! readable {
+    () => {
+        "NOT (state = 2 AND lease_until IS NULL)"
+    };
+}
 
 /// The due query: the first `limit` claimable rows of the deadline index at or before `now`.
 macro_rules! due_sql {
@@ -214,14 +222,10 @@ impl RawRecord {
     }
 }
 
+/// The records a query returns; a row that cannot be decoded is passed by (see
+/// [`unreadable`](crate::unreadable)).
 fn records(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<Record>> {
-    let mut stmt = conn.prepare_cached(sql).map_err(db)?;
-    let raws = stmt
-        .query_map(params, RawRecord::from_row)
-        .map_err(db)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(db)?;
-    raws.into_iter().map(RawRecord::into_record).collect()
+    Ok(unreadable::rows(conn, sql, params)?.0)
 }
 
 /// One record by id.
@@ -385,7 +389,7 @@ pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
     if claim.limit == 0 {
         return Ok(Vec::new());
     }
-    let mut claimed = records(
+    let (mut claimed, unreadable) = unreadable::rows(
         conn,
         CLAIM_SQL,
         params![
@@ -395,6 +399,7 @@ pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
             ms(claim.lease.until)
         ],
     )?;
+    unreadable::set_aside(conn, &unreadable)?;
     // RETURNING gives the rows in no promised order.
     claimed.sort_by_key(|r| (r.next_attempt_at, r.id));
     Ok(claimed)
@@ -545,7 +550,11 @@ pub(crate) fn next_due(conn: &Connection) -> Result<Option<Millis>> {
 pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
     let mut stats = Stats::default();
     let by_state: Vec<(i64, i64)> = conn
-        .prepare_cached("SELECT state, count(*) FROM records GROUP BY state")
+        .prepare_cached(concat!(
+            "SELECT state, count(*) FROM records WHERE ",
+            readable!(),
+            " GROUP BY state"
+        ))
         .map_err(db)?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
         .map_err(db)?
@@ -553,10 +562,10 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
         .map_err(db)?;
     for (code, n) in by_state {
         let n = read_ms(n, "count")?;
-        let state = u8::try_from(code)
-            .ok()
-            .and_then(State::from_code)
-            .ok_or_else(|| corrupt(format!("unknown state code {code}")))?;
+        // A row of an unknown state is unreadable: stats pass it by.
+        let Some(state) = u8::try_from(code).ok().and_then(State::from_code) else {
+            continue;
+        };
         match state {
             State::Pending => stats.pending = n,
             State::Retrying => stats.retrying = n,
@@ -595,9 +604,12 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
         .unwrap_or(0),
         "held",
     )?;
-    stats.oldest_created_at = single("SELECT min(created_at) FROM records WHERE state <> 4")?
-        .map(|t| read_ms(t, "created_at"))
-        .transpose()?;
+    stats.oldest_created_at = single(concat!(
+        "SELECT min(created_at) FROM records WHERE state IN (0, 1, 2, 3) AND ",
+        readable!()
+    ))?
+    .map(|t| read_ms(t, "created_at"))
+    .transpose()?;
     stats.next_due = next_due(conn)?;
     stats.halt = halt(conn)?;
     Ok(stats)

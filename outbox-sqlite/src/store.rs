@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use outbox_core::{
     Applied, Claim, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, Stats, Store, Tombstone, Transition,
+    Result, Round, Stats, Store, Tombstone, Transition, Unreadable,
 };
 use rusqlite::{Connection, OpenFlags, Transaction};
 use tokio::sync::oneshot;
@@ -18,6 +18,7 @@ use crate::error::db;
 use crate::ops;
 use crate::pending::PendingEnqueue;
 use crate::schema::{self, APPLICATION_ID, SCHEMA_VERSION};
+use crate::unreadable;
 use crate::worker::{wait, Reader, Writer};
 
 /// An outbox [`Store`] on one SQLite file in WAL mode.
@@ -597,6 +598,18 @@ impl Store for SqliteStore {
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.writer
             .write(move |conn| ops::prune(conn, older_than))
+            .await
+    }
+
+    async fn unreadable(&self, limit: usize) -> Result<Vec<Unreadable>> {
+        self.reader
+            .read(move |conn| unreadable::list(conn, limit))
+            .await
+    }
+
+    async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
+        self.writer
+            .write(move |conn| unreadable::discard(conn, id, now))
             .await
     }
 }

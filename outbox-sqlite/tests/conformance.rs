@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use outbox_core::{Result, Store};
+use outbox_core::{Error, RecordId, Result, Store};
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use outbox_testkit::{Capabilities, FileStore, Files};
 
@@ -16,6 +16,7 @@ impl FileStore for Sqlite {
     const CAPABILITIES: Capabilities = Capabilities {
         persistent: true,
         shared: true,
+        unreadable_rows: true,
     };
 
     async fn create(path: &Path) -> Result<()> {
@@ -24,6 +25,19 @@ impl FileStore for Sqlite {
             .close()
             .await;
         Ok(())
+    }
+
+    /// A `last_error` of bytes that are not UTF-8, as a hand edit or a bit flip leaves it.
+    async fn plant_unreadable(path: &Path, id: RecordId) -> Result<String> {
+        let conn = rusqlite::Connection::open(path).map_err(Error::backend)?;
+        let changed = conn
+            .execute(
+                "UPDATE records SET last_error = CAST(x'c328ff' AS TEXT) WHERE id = ?1",
+                [i64::try_from(id.0).map_err(Error::backend)?],
+            )
+            .map_err(Error::backend)?;
+        assert_eq!(changed, 1, "record {id} to plant on");
+        Ok("last_error is not UTF-8".into())
     }
 
     async fn open(path: &Path) -> Result<Arc<dyn Store>> {

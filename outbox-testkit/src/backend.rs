@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use outbox_core::{Result, Store, DEFAULT_MAX_PAYLOAD};
+use outbox_core::{Error, RecordId, Result, Store, DEFAULT_MAX_PAYLOAD};
 
 /// What a backend can do. Scenarios that need a capability the backend lacks are reported as
 /// skipped, by name, with the reason.
 ///
 /// ```
 /// use outbox_testkit::Capabilities;
-/// let caps = Capabilities { persistent: true, shared: false };
+/// let caps = Capabilities { persistent: true, shared: false, unreadable_rows: false };
 /// assert!(caps.persistent);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -21,6 +21,9 @@ pub struct Capabilities {
     pub persistent: bool,
     /// Several handles and several processes may open one store at the same time.
     pub shared: bool,
+    /// [`Backend::plant_unreadable`] can make a stored record undecodable, as an old app
+    /// version or a bit flip would (a store of decoded values, like memory, cannot).
+    pub unreadable_rows: bool,
 }
 
 /// A storage backend under test.
@@ -51,5 +54,17 @@ pub trait Backend: Send + Sync + 'static {
     /// that one byte more is refused. Defaults to [`DEFAULT_MAX_PAYLOAD`].
     fn max_payload(&self) -> usize {
         DEFAULT_MAX_PAYLOAD
+    }
+
+    /// Makes the record `id` of the store at `location` undecodable, with no handle of the
+    /// store open (the scenario drops its handles first and opens the store again after);
+    /// returns the reason the store will list it with. Backends that declare
+    /// [`Capabilities::unreadable_rows`] implement it; the default refuses.
+    async fn plant_unreadable(&self, location: &str, id: RecordId) -> Result<String> {
+        let _ = (location, id);
+        Err(Error::Backend {
+            detail: format!("backend {} cannot plant an unreadable row", self.name()),
+            source: None,
+        })
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use outbox_core::{Error, Result, Store};
+use outbox_core::{Error, RecordId, Result, Store};
 
 use crate::backend::{Backend, Capabilities};
 
@@ -25,7 +25,11 @@ use crate::backend::{Backend, Capabilities};
 /// impl FileStore for MyStore {
 ///     const NAME: &'static str = "mine";
 ///     const EXTENSION: &'static str = "db";
-///     const CAPABILITIES: Capabilities = Capabilities { persistent: true, shared: false };
+///     const CAPABILITIES: Capabilities = Capabilities {
+///         persistent: true,
+///         shared: false,
+///         unreadable_rows: false,
+///     };
 ///
 ///     async fn create(path: &Path) -> Result<()> {
 ///         # let _ = path;
@@ -54,6 +58,17 @@ pub trait FileStore: Send + Sync + 'static {
 
     /// Creates a new, empty store at `path` and releases the file.
     async fn create(path: &Path) -> Result<()>;
+
+    /// Makes the record `id` of the closed store at `path` undecodable (see
+    /// [`Backend::plant_unreadable`]) and returns the reason the store will give; the
+    /// default refuses.
+    async fn plant_unreadable(path: &Path, id: RecordId) -> Result<String> {
+        let _ = (path, id);
+        Err(Error::Backend {
+            detail: format!("{} cannot plant an unreadable row", Self::NAME),
+            source: None,
+        })
+    }
 
     /// Opens the existing store at `path`.
     async fn open(path: &Path) -> Result<Arc<dyn Store>>;
@@ -112,5 +127,9 @@ impl<F: FileStore> Backend for Files<F> {
 
     async fn open(&self, location: &str) -> Result<Arc<dyn Store>> {
         F::open(Path::new(location)).await
+    }
+
+    async fn plant_unreadable(&self, location: &str, id: RecordId) -> Result<String> {
+        F::plant_unreadable(Path::new(location), id).await
     }
 }

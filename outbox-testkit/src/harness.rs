@@ -39,6 +39,10 @@ pub enum Capability {
     Persistent,
     /// Several handles and processes may open one store at once.
     Shared,
+    /// The backend can plant a row it cannot decode ([`Backend::plant_unreadable`]).
+    ///
+    /// [`Backend::plant_unreadable`]: crate::Backend::plant_unreadable
+    UnreadableRows,
 }
 
 impl Capability {
@@ -46,7 +50,7 @@ impl Capability {
     ///
     /// ```
     /// use outbox_testkit::{Capabilities, Capability};
-    /// let caps = Capabilities { persistent: true, shared: false };
+    /// let caps = Capabilities { persistent: true, shared: false, unreadable_rows: false };
     /// assert!(Capability::Persistent.declared_by(caps));
     /// assert!(!Capability::Shared.declared_by(caps));
     /// ```
@@ -54,6 +58,7 @@ impl Capability {
         match self {
             Capability::Persistent => caps.persistent,
             Capability::Shared => caps.shared,
+            Capability::UnreadableRows => caps.unreadable_rows,
         }
     }
 }
@@ -71,6 +76,9 @@ impl Capability {
                 "it restarts the store or kills its process and checks what survived a restart"
             }
             Capability::Shared => "it opens one store from several handles and processes at once",
+            Capability::UnreadableRows => {
+                "it plants a stored row the backend cannot decode, which a store of decoded values cannot hold"
+            }
         }
     }
 }
@@ -80,6 +88,7 @@ impl fmt::Display for Capability {
         f.write_str(match self {
             Capability::Persistent => "persistent",
             Capability::Shared => "shared",
+            Capability::UnreadableRows => "unreadable rows",
         })
     }
 }

@@ -75,6 +75,8 @@ macro_rules! __with_scenarios {
                 "a parked record is still parked after a restart";
             store restart_preserves_records (Persistent) 60
                 "every field of every record, tombstones, counters, id sequence";
+            store unreadable_row_passed_by (UnreadableRows) 60
+                "one undecodable row among 100: the 99 delivered, stats exact, listed with its reason, discarded by id";
             store random_ops_match_reference () 300
                 "seeded random operations, compared with `outbox-memory` after every step";
             store runner_backoff_growth_and_cap () 60

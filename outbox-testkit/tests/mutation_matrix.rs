@@ -124,6 +124,12 @@ fn every_scenario_catches_a_mutant_it_is_meant_for() {
         if let Cell::Failed(message) = cell(scenario, SOUND.name) {
             problems.push(format!("{scenario} fails on the sound store: {message}"));
         }
+        // A scenario the mutants' store cannot run (it needs a capability the memory store
+        // lacks, as planting an unreadable row does) is proven by the backends that declare
+        // it; the matrix shows it skipped on every store.
+        if cell(scenario, SOUND.name) == Cell::Skipped {
+            continue;
+        }
         let catches = MUTANTS
             .iter()
             .filter(|m| m.meant_for.contains(scenario))
@@ -234,9 +240,12 @@ fn render(
          mutant: {}; mutants caught by no scenario: {uncaught}\n",
         scenarios.len(),
         stores.len() - 1,
-        scenarios.iter().all(|s| stores[1..]
+        scenarios
             .iter()
-            .any(|m| matches!(cell(s, m.name), Cell::Failed(_)))),
+            .filter(|s| cell(s, SOUND.name) != Cell::Skipped)
+            .all(|s| stores[1..]
+                .iter()
+                .any(|m| matches!(cell(s, m.name), Cell::Failed(_)))),
     ));
     out
 }

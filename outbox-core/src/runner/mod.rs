@@ -15,6 +15,7 @@ pub(crate) mod shell;
 
 pub use perform::perform;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -28,9 +29,10 @@ use crate::link::LinkState;
 use crate::machine::Step;
 use crate::outcome::ConflictResolver;
 use crate::policy::RetryPolicy;
-use crate::record::Millis;
+use crate::record::{Millis, RecordId};
 use crate::sink::Sink;
 use crate::store::Store;
+use crate::unreadable::Unreadable;
 
 /// Capacity of the event channel; a receiver that falls further behind sees `Lagged`.
 const EVENT_CAPACITY: usize = 1024;
@@ -58,6 +60,8 @@ pub(crate) struct Shared {
     pub(crate) progress: watch::Sender<u64>,
     /// Set once the runner task has ended (however it ended).
     pub(crate) stopped: AtomicBool,
+    /// Unreadable rows already reported by this process: each is said once.
+    pub(crate) unreadable: Mutex<HashSet<RecordId>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -95,6 +99,7 @@ impl Shared {
             link: Mutex::new(LinkState::Up),
             progress: watch::channel(0).0,
             stopped: AtomicBool::new(false),
+            unreadable: Mutex::new(HashSet::new()),
         }
     }
 
@@ -103,11 +108,27 @@ impl Shared {
     }
 
     pub(crate) fn emit(&self, event: Event) {
+        if let Event::Unreadable { id, .. } = &event {
+            let mut seen = self.unreadable.lock().unwrap_or_else(|e| e.into_inner());
+            if !seen.insert(*id) {
+                return;
+            }
+        }
         log_event(&event);
         #[cfg(feature = "metrics")]
         crate::metrics::event(&event);
         // No receiver is fine: events are for observers, the store is the truth.
         let _ = self.events.send(event);
+    }
+
+    /// Emits an [`Event::Unreadable`] for each row ([`Shared::emit`] says each once).
+    pub(crate) fn report_unreadable(&self, rows: &[Unreadable]) {
+        for row in rows {
+            self.emit(Event::Unreadable {
+                id: row.id,
+                reason: row.reason.clone(),
+            });
+        }
     }
 
     pub(crate) fn link(&self) -> LinkState {
@@ -146,6 +167,9 @@ fn log_event(event: &Event) {
         }
         Event::Halted { id, reason } => {
             tracing::error!(record = id.0, %reason, "runner halted until resumed");
+        }
+        Event::Unreadable { id, reason } => {
+            tracing::warn!(record = id.0, %reason, "row {} cannot be read: {reason}", id.0);
         }
         Event::Requeued { id } => {
             tracing::info!(record = id.0, "rejected record requeued");

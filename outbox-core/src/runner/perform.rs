@@ -45,5 +45,6 @@ pub async fn perform(store: &dyn Store, io: Io) -> Result<Answer> {
             Answer::HaltSet
         }
         Io::Stats => Answer::Stats(store.stats().await?),
+        Io::Unreadable { limit } => Answer::Unreadable(store.unreadable(limit).await?),
     })
 }

@@ -68,6 +68,9 @@ pub(crate) async fn prepare(shared: &Shared, halt: Option<Halt>) -> Result<(Sche
             other => act(shared, &scheduler, other),
         }
     }
+    // Rows left undecodable by an older version or a damaged disk are said once, at start
+    // (and whenever the application lists them): claims pass them by without a word.
+    scheduler.look_for_unreadable();
     Ok((scheduler, start))
 }
 

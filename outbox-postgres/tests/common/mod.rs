@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Result, Store};
+use outbox_core::{Error, RecordId, Result, Store};
 use outbox_postgres::{PgConfig, PgStore};
 use outbox_testkit::{Backend, Capabilities};
 
@@ -200,6 +200,7 @@ impl Backend for PgBackend {
         Capabilities {
             persistent: true,
             shared: true,
+            unreadable_rows: true,
         }
     }
 
@@ -212,6 +213,21 @@ impl Backend for PgBackend {
 
     async fn open(&self, location: &str) -> Result<Arc<dyn Store>> {
         Ok(Arc::new(PgStore::connect(config(location)).await?))
+    }
+
+    /// A negative attempt count, as a hand edit or an older writer could leave it: every
+    /// text column is valid UTF-8 in PostgreSQL, so the damage is to a value's range.
+    async fn plant_unreadable(&self, location: &str, id: RecordId) -> Result<String> {
+        let client = admin().await;
+        let changed = client
+            .execute(
+                &format!("UPDATE \"{location}\".records SET attempts = -1 WHERE id = $1"),
+                &[&i64::try_from(id.0).map_err(Error::backend)?],
+            )
+            .await
+            .map_err(Error::backend)?;
+        assert_eq!(changed, 1, "record {id} to plant on");
+        Ok("attempts out of range: -1".into())
     }
 }
 

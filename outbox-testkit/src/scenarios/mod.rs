@@ -37,6 +37,7 @@ mod queue;
 mod restart;
 mod runner;
 mod stats;
+mod unreadable;
 mod writes;
 
 pub use clock::{
@@ -66,6 +67,7 @@ pub use runner::{
     runner_recovers_interrupted, runner_retry_after,
 };
 pub use stats::stats_exact;
+pub use unreadable::unreadable_row_passed_by;
 pub use writes::{
     coalescing_leaves_in_flight_alone, coalescing_replaces_in_place,
     coalescing_under_concurrent_enqueue, runner_coalescing_during_a_drain, runner_stale_parked,

@@ -388,6 +388,7 @@ impl Backend for JournalBackend {
         Capabilities {
             persistent: true,
             shared: false,
+            unreadable_rows: false,
         }
     }
 

@@ -431,6 +431,7 @@ impl Backend for MutantBackend {
         Capabilities {
             persistent: true,
             shared: false,
+            unreadable_rows: false,
         }
     }
 

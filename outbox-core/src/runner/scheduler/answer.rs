@@ -198,6 +198,14 @@ impl Scheduler {
                 }
             }
             Chore::SetHalt(None) => self.actions.push_back(Action::Emit(Event::Resumed)),
+            Chore::Unreadable { found } => {
+                for row in found {
+                    self.actions.push_back(Action::Emit(Event::Unreadable {
+                        id: row.id,
+                        reason: row.reason,
+                    }));
+                }
+            }
             Chore::Rebase {
                 step: Some(step), ..
             } => self.actions.push_back(Action::Log(Notice::Rebased {

@@ -12,6 +12,7 @@ use crate::machine;
 use crate::policy::RetryPolicy;
 use crate::record::{Lease, Millis, Record, RecordId};
 use crate::store::Halt;
+use crate::unreadable::Unreadable;
 
 /// Records read per page by the recovering chores.
 pub(super) const PAGE: usize = 256;
@@ -42,6 +43,8 @@ pub(super) enum Chore {
         ids: VecDeque<RecordId>,
         found: Vec<Write>,
     },
+    /// Rows the store cannot decode, read once: each is told as an event when done.
+    Unreadable { found: Vec<Unreadable> },
 }
 
 /// What a chore does next.
@@ -82,6 +85,7 @@ impl Chore {
                 Some(id) => Io::Get(*id),
                 None => Io::Apply(found.iter().map(|w| w.transition.clone()).collect()),
             },
+            Chore::Unreadable { .. } => Io::Unreadable { limit: PAGE },
         }
     }
 
@@ -132,6 +136,10 @@ impl Chore {
                     (true, true) => Next::Done(0),
                     (true, false) => Next::Write(std::mem::take(found)),
                 }
+            }
+            (Chore::Unreadable { found }, Answer::Unreadable(rows)) => {
+                *found = rows;
+                Next::Done(0)
             }
             // An answer of another kind: the shell answered the wrong call. Nothing is
             // written on a misread.
@@ -275,6 +283,19 @@ mod tests {
         };
         assert_eq!(writes.len(), 1);
         assert_eq!(chore.written(1), Next::Done(1));
+    }
+
+    #[test]
+    fn unreadable_rows_are_read_once_and_kept_for_their_events() {
+        let policy = RetryPolicy::default();
+        let mut chore = Chore::Unreadable { found: vec![] };
+        assert_eq!(chore.io(NOW), Io::Unreadable { limit: PAGE });
+        let rows = vec![Unreadable::new(RecordId(42), "last_error is not UTF-8")];
+        assert_eq!(
+            chore.found(Answer::Unreadable(rows.clone()), cx(&policy)),
+            Next::Done(0)
+        );
+        assert_eq!(chore, Chore::Unreadable { found: rows });
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::machine::Transition;
 use crate::outcome::Outcome;
 use crate::record::{Lease, Millis, Record, RecordId};
 use crate::store::{Claim, Halt, Stats};
+use crate::unreadable::Unreadable;
 
 /// One reading of both clocks: wall-clock milliseconds (persisted deadlines) and milliseconds
 /// of the monotonic clock since the runner started (timers).
@@ -106,6 +107,12 @@ pub enum Io {
     SetHalt(Option<Halt>),
     /// `Store::stats`, for the gauges. Answered by [`Answer::Stats`].
     Stats,
+    /// `Store::unreadable`: rows the store cannot decode, to be reported. Answered by
+    /// [`Answer::Unreadable`].
+    Unreadable {
+        /// At most this many.
+        limit: usize,
+    },
 }
 
 /// What a store call returned, one variant per kind of [`Io`].
@@ -136,6 +143,8 @@ pub enum Answer {
     HaltSet,
     /// [`Io::Stats`].
     Stats(Stats),
+    /// [`Io::Unreadable`]: the rows found.
+    Unreadable(Vec<Unreadable>),
 }
 
 /// What kind of failure a store call met: what the runner can do about it differs.

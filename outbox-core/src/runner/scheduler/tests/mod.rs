@@ -85,6 +85,7 @@ pub(super) fn reply(io: &Io, records: Vec<Record>, due: Option<Millis>) -> Answe
         Io::Apply(_) => Answer::Applied { skipped: vec![] },
         Io::SetHalt(_) => Answer::HaltSet,
         Io::Stats => Answer::Stats(Stats::default()),
+        Io::Unreadable { .. } => Answer::Unreadable(Vec::new()),
     }
 }
 

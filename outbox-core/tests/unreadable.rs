@@ -1,0 +1,95 @@
+//! Unreadable rows through the runner and the handle: listed, and said once per process (one
+//! event, one warning line), however often they are read.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_core::layer::StoreLayer;
+use outbox_core::{sink_fn, Event, Outbox, Outcome, Record, RecordId, Result, Store, Unreadable};
+
+/// A memory store that reports one unreadable row, as a persistent store would.
+#[derive(Debug, Default)]
+struct OneBadRow(outbox_memory::MemoryStore);
+
+#[async_trait::async_trait]
+impl StoreLayer for OneBadRow {
+    fn inner(&self) -> &dyn Store {
+        &self.0
+    }
+
+    async fn unreadable(&self, _: usize) -> Result<Vec<Unreadable>> {
+        Ok(vec![Unreadable::new(
+            RecordId(42),
+            "last_error is not UTF-8",
+        )])
+    }
+}
+
+/// Collects formatted lines.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_unreadable_row_is_said_once_at_start_however_often_it_is_listed() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    let outbox = Outbox::builder(Arc::new(OneBadRow::default()), sink)
+        .start()
+        .await
+        .unwrap();
+    // Subscribed before the runner's task first runs (this runtime has one thread).
+    let mut events = outbox.events();
+    let expected = Event::Unreadable {
+        id: RecordId(42),
+        reason: "last_error is not UTF-8".into(),
+    };
+    let first = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let event = events.recv().await.unwrap();
+            if matches!(event, Event::Unreadable { .. }) {
+                return event;
+            }
+        }
+    })
+    .await
+    .expect("the runner reports the unreadable row at start");
+    assert_eq!(first, expected);
+
+    for _ in 0..3 {
+        assert_eq!(
+            outbox.unreadable(10).await.unwrap(),
+            vec![Unreadable::new(RecordId(42), "last_error is not UTF-8")]
+        );
+    }
+    while let Ok(event) = events.try_recv() {
+        assert!(
+            !matches!(event, Event::Unreadable { .. }),
+            "said a second time: {event:?}"
+        );
+    }
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let warned: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("row 42 cannot be read: last_error is not UTF-8"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{text}");
+    assert!(warned[0].contains("WARN"), "{text}");
+}

@@ -1,0 +1,119 @@
+//! Rows that cannot be decoded (an unknown state code, a negative counter or time, an
+//! in-flight row without a lease): read row by row, so one never fails a call that reads many.
+//!
+//! A claim that meets such a row *sets it aside*: it stays in state 2 with neither lease
+//! token nor lease deadline and `claimable` false, so the due index (`WHERE claimable`) no
+//! longer holds it, `next_due` stops reporting it and the lease index never reports it
+//! expired; stats do not count it. It keeps its place in its group (the group index holds
+//! every row that is not rejected), so a group's later records wait until it is discarded.
+//! [`list`] reads every row to find them; [`discard`] removes one and keeps a tombstone.
+
+use outbox_core::{Millis, Record, RecordId, Result, Unreadable};
+use tokio_postgres::Row;
+
+use crate::codec::{self, RECORD_COLUMNS};
+use crate::error::{corrupt, pg};
+use crate::ops::Core;
+use crate::sql::Exec;
+
+/// What a row decodes to, or why it does not.
+pub(crate) fn decode(row: &Row) -> Result<std::result::Result<Record, Unreadable>> {
+    let id: i64 = row.try_get(0).map_err(pg)?;
+    let id = RecordId(u64::try_from(id).map_err(|_| corrupt(format!("negative id {id}")))?);
+    Ok(codec::record(row).map_err(|err| {
+        let reason = match err {
+            outbox_core::Error::Corrupted { detail, .. } => detail,
+            other => other.to_string(),
+        };
+        Unreadable::new(id, reason)
+    }))
+}
+
+/// The rows decoded one by one: the records, and the rows that failed.
+pub(crate) fn split(rows: &[Row]) -> Result<(Vec<Record>, Vec<Unreadable>)> {
+    let mut records = Vec::with_capacity(rows.len());
+    let mut unreadable = Vec::new();
+    for row in rows {
+        match decode(row)? {
+            Ok(record) => records.push(record),
+            Err(row) => unreadable.push(row),
+        }
+    }
+    Ok((records, unreadable))
+}
+
+fn table(core: &Core) -> String {
+    format!("\"{}\".records", core.config.schema)
+}
+
+/// Sets claimed rows that cannot be decoded aside (see the module documentation), on `ex`
+/// inside the claim's own transaction or statement sequence.
+pub(crate) async fn set_aside(core: &Core, ex: &Exec<'_>, rows: &[Unreadable]) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = rows.iter().map(|row| codec::id(row.id)).collect();
+    let sql = format!(
+        "UPDATE {} SET lease_token = NULL, lease_until = NULL, claimable = false \
+         WHERE id = ANY($1::bigint[])",
+        table(core)
+    );
+    ex.run(&sql, &[&ids]).await.map_err(pg)?;
+    Ok(())
+}
+
+/// Every row that cannot be decoded, lowest id first, at most `limit`: reads each row.
+pub(crate) async fn list(core: &Core, limit: usize) -> Result<Vec<Unreadable>> {
+    let client = core.client().await?;
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM {} ORDER BY id", table(core));
+    let rows = Exec::Pooled(&client).rows(&sql, &[]).await.map_err(pg)?;
+    let mut found = split(&rows)?.1;
+    found.truncate(limit);
+    Ok(found)
+}
+
+/// Removes the row `id` if it cannot be decoded, keeping a tombstone with its group and key
+/// (text columns always read in PostgreSQL); returns whether it went.
+pub(crate) async fn discard(core: &Core, id: RecordId, now: Millis) -> Result<bool> {
+    if i64::try_from(id.0).is_err() {
+        return Ok(false);
+    }
+    let r = table(core);
+    let mut client = core.client().await?;
+    let tx = client.transaction().await.map_err(pg)?;
+    let ex = Exec::Transaction(&tx);
+    let select = format!("SELECT {RECORD_COLUMNS} FROM {r} WHERE id = $1 FOR UPDATE");
+    let rows = ex.rows(&select, &[&codec::id(id)]).await.map_err(pg)?;
+    let Some(row) = rows.first() else {
+        return Ok(false);
+    };
+    let Err(unreadable) = decode(row)? else {
+        return Ok(false);
+    };
+    let group: Option<String> = row.try_get(1).map_err(pg)?;
+    let key: String = row.try_get(3).map_err(pg)?;
+    let bury = format!(
+        "INSERT INTO \"{}\".tombstones (id, grp, key, reason, discarded_at, attempts) \
+         VALUES ($1, $2, $3, $4, $5, 0)",
+        core.config.schema
+    );
+    let reason = codec::text(&unreadable.tombstone_reason());
+    ex.run(
+        &bury,
+        &[&codec::id(id), &group, &key, &reason, &codec::millis(now)],
+    )
+    .await
+    .map_err(pg)?;
+    ex.run(&format!("DELETE FROM {r} WHERE id = $1"), &[&codec::id(id)])
+        .await
+        .map_err(pg)?;
+    if let Some(group) = group {
+        let groups = vec![group];
+        let members: Vec<i64> = Vec::new();
+        ex.run(&core.sql.refresh_groups, &[&groups, &members])
+            .await
+            .map_err(pg)?;
+    }
+    tx.commit().await.map_err(pg)?;
+    Ok(true)
+}

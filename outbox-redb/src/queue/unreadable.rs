@@ -1,0 +1,133 @@
+//! Records whose bytes do not decode (a truncated value, an unknown state code, a text that
+//! is not UTF-8): read as absent by every path that reads many records, so one never fails
+//! the others.
+//!
+//! A claim that meets such a record in the `due` index *sets it aside*: its due entry goes and
+//! it leaves its group's order (the `groups` index names its group, which its bytes no longer
+//! tell), so `next_due` stops reporting it and the group's next record becomes the head.
+//! [`ReadTables::unreadable`] finds every such record by reading each one;
+//! [`Tables::discard_unreadable`] removes one with every index entry that names it, keeping a
+//! tombstone with its group.
+
+use outbox_core::{Error, Millis, RecordId, Result, Tombstone, Unreadable};
+use redb::ReadableTable;
+
+use super::{Engine, ReadTables, Tables};
+use crate::codec;
+
+/// Why the bytes of record `id` do not decode, or `None` when they do.
+fn undecodable(id: u64, bytes: &[u8]) -> Option<Unreadable> {
+    let err = codec::decode_record(id, bytes).err()?;
+    let reason = match err {
+        Error::Corrupted { detail, .. } => {
+            let prefix = format!("record {}: ", RecordId(id));
+            detail
+                .strip_prefix(&prefix)
+                .map(str::to_owned)
+                .unwrap_or(detail)
+        }
+        other => other.to_string(),
+    };
+    Some(Unreadable::new(RecordId(id), reason))
+}
+
+impl Tables<'_> {
+    /// Whether the record `id` is stored but does not decode.
+    pub(super) fn is_unreadable(&self, id: RecordId) -> Result<bool> {
+        Ok(match self.records.get(id.0).engine()? {
+            Some(bytes) => undecodable(id.0, bytes.value()).is_some(),
+            None => false,
+        })
+    }
+
+    /// Takes the undecodable record `id`, due at `at`, out of the due index and of its
+    /// group's order (see the module documentation).
+    pub(super) fn set_aside(&mut self, at: Millis, id: RecordId) -> Result<()> {
+        self.changed = true;
+        self.due.remove((at, id.0)).engine()?;
+        self.leave_groups_of(id)?;
+        Ok(())
+    }
+
+    /// Takes `id` out of every group it is filed under and promotes each group's next head;
+    /// returns the last such group. Reads the whole group index: a rare repair, not a hot path.
+    fn leave_groups_of(&mut self, id: RecordId) -> Result<Option<String>> {
+        let mut groups = Vec::new();
+        for entry in self.groups.iter().engine()? {
+            let (key, _) = entry.engine()?;
+            let (group, member) = key.value();
+            if member == id.0 {
+                groups.push(group.to_owned());
+            }
+        }
+        for group in &groups {
+            self.leave_group(id, Some(group))?;
+        }
+        Ok(groups.pop())
+    }
+
+    /// Removes the undecodable record `id` with every index entry that names it, keeping a
+    /// tombstone; returns whether it went (a record that decodes is left alone).
+    pub(crate) fn discard_unreadable(&mut self, id: RecordId, now: Millis) -> Result<bool> {
+        let unreadable = match self.records.get(id.0).engine()? {
+            Some(bytes) => undecodable(id.0, bytes.value()),
+            None => None,
+        };
+        let Some(unreadable) = unreadable else {
+            return Ok(false);
+        };
+        self.changed = true;
+        for index in [&mut self.due, &mut self.queued, &mut self.leases] {
+            let mut keys = Vec::new();
+            for entry in index.iter().engine()? {
+                let (key, _) = entry.engine()?;
+                if key.value().1 == id.0 {
+                    keys.push(key.value());
+                }
+            }
+            for key in keys {
+                index.remove(key).engine()?;
+            }
+        }
+        let mut keys = Vec::new();
+        for entry in self.coalescing.iter().engine()? {
+            let (key, _) = entry.engine()?;
+            let (name, member) = key.value();
+            if member == id.0 {
+                keys.push(name.to_owned());
+            }
+        }
+        for name in keys {
+            self.coalescing.remove((name.as_str(), id.0)).engine()?;
+        }
+        let group = self.leave_groups_of(id)?;
+        self.records.remove(id.0).engine()?;
+        let tombstone = Tombstone {
+            id,
+            group,
+            key: String::new(),
+            reason: unreadable.tombstone_reason(),
+            discarded_at: now,
+            attempts: 0,
+        };
+        self.tombstones
+            .insert(id.0, codec::encode_tombstone(&tombstone).as_slice())
+            .engine()?;
+        Ok(true)
+    }
+}
+
+impl ReadTables {
+    /// Every record that does not decode, lowest id first, at most `limit`: reads each one.
+    pub(crate) fn unreadable(&self, limit: usize) -> Result<Vec<Unreadable>> {
+        let mut out = Vec::new();
+        for entry in self.records.iter().engine()? {
+            if out.len() >= limit {
+                break;
+            }
+            let (id, bytes) = entry.engine()?;
+            out.extend(undecodable(id.value(), bytes.value()));
+        }
+        Ok(out)
+    }
+}

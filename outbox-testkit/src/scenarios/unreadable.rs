@@ -1,0 +1,100 @@
+//! A row the backend cannot decode among records it can: a visible record, not an outage.
+
+use outbox_core::{Outcome, RecordId, Stats, Unreadable};
+
+use super::{all_records, all_tombstones, claim, enqueue, fresh, ids, rec, report, T0};
+use crate::backend::Backend;
+use crate::harness::{ensure, ensure_eq, skip_unless, Capability, ScenarioResult, Verdict};
+
+/// One planted unreadable row among 100 records: claims take the 99 others (the bad row is
+/// set aside, `next_due` stops reporting it), they are delivered, stats count exactly them,
+/// `list` passes the bad row by, `unreadable` lists it with a reason, and
+/// `discard_unreadable` removes it, leaving a tombstone.
+pub async fn unreadable_row_passed_by(backend: &dyn Backend) -> ScenarioResult {
+    if let Some(skip) = skip_unless(
+        backend,
+        "unreadable_row_passed_by",
+        Capability::UnreadableRows,
+    ) {
+        return Ok(skip);
+    }
+    let (location, store) = fresh(backend).await?;
+    let names: Vec<String> = (0..100).map(|i| format!("r{i}")).collect();
+    let r = enqueue(&*store, T0, names.iter().map(|n| rec(n)).collect()).await?;
+    let bad = r[41];
+    drop(store);
+    let reason = backend.plant_unreadable(&location, bad).await?;
+    let store = backend.open(&location).await?;
+    let store = &*store;
+
+    ensure_eq(
+        store.unreadable(10).await?,
+        vec![Unreadable::new(bad, reason)],
+        "the planted row is listed as unreadable, with its reason",
+    )?;
+    ensure_eq(all_records(store).await?.len(), 99, "list passes it by")?;
+
+    let mut delivered = Vec::new();
+    let mut token = 1;
+    loop {
+        let claimed = claim(store, T0, 30, token).await?;
+        token += 1;
+        if claimed.is_empty() {
+            break;
+        }
+        ensure(token < 10, || "claims never run dry".into())?;
+        for record in &claimed {
+            report(store, record, Outcome::Delivered, T0 + 1).await?;
+        }
+        delivered.extend(ids(&claimed));
+    }
+    let mut expected: Vec<RecordId> = r.iter().copied().filter(|id| *id != bad).collect();
+    expected.sort();
+    delivered.sort();
+    ensure_eq(delivered, expected, "the 99 others are delivered")?;
+    ensure_eq(store.next_due().await?, None, "next_due passes it by")?;
+    ensure_eq(
+        store.expired(u64::MAX / 2, 10).await?.len(),
+        0,
+        "no lease expires on a set-aside row",
+    )?;
+    let stats = store.stats().await?;
+    ensure_eq(
+        Stats {
+            halt: None,
+            link: None,
+            ..stats.clone()
+        },
+        Stats {
+            delivered: 99,
+            ..Stats::default()
+        },
+        "stats count the others exactly",
+    )?;
+
+    ensure(store.discard_unreadable(bad, T0 + 5).await?, || {
+        "discard_unreadable removes the row".into()
+    })?;
+    ensure_eq(
+        store.unreadable(10).await?,
+        vec![],
+        "nothing unreadable left",
+    )?;
+    let tombstones = all_tombstones(store).await?;
+    ensure_eq(
+        tombstones
+            .iter()
+            .map(|t| (t.id, t.discarded_at))
+            .collect::<Vec<_>>(),
+        vec![(bad, T0 + 5)],
+        "a tombstone stays",
+    )?;
+    ensure_eq(store.stats().await?.discarded, 1, "counted as discarded")?;
+    ensure(!store.discard_unreadable(bad, T0 + 6).await?, || {
+        "a second discard finds nothing".into()
+    })?;
+    ensure(!store.discard_unreadable(r[0], T0 + 6).await?, || {
+        "a readable (delivered) id is not discarded as unreadable".into()
+    })?;
+    Ok(Verdict::Passed)
+}
