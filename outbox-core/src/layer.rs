@@ -59,7 +59,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::machine::Transition;
 use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
-use crate::store::{Applied, Claim, Enqueued, Halt, ListQuery, Round, Stats, Store};
+use crate::store::{Applied, Claim, Enqueued, ErrorCount, Halt, ListQuery, Round, Stats, Store};
 
 /// One operation of the [`Store`] trait, as [`StoreLayer::enter`] is told it.
 ///
@@ -100,11 +100,13 @@ pub enum Operation {
     SetHalt,
     /// [`Store::prune`].
     Prune,
+    /// [`Store::common_errors`].
+    CommonErrors,
 }
 
 impl Operation {
     /// Every operation, in the trait's order.
-    pub const ALL: [Operation; 15] = [
+    pub const ALL: [Operation; 16] = [
         Operation::Enqueue,
         Operation::Claim,
         Operation::Renew,
@@ -120,6 +122,7 @@ impl Operation {
         Operation::Halt,
         Operation::SetHalt,
         Operation::Prune,
+        Operation::CommonErrors,
     ];
 
     /// The method's name.
@@ -140,6 +143,7 @@ impl Operation {
             Operation::Halt => "halt",
             Operation::SetHalt => "set_halt",
             Operation::Prune => "prune",
+            Operation::CommonErrors => "common_errors",
         }
     }
 
@@ -280,6 +284,12 @@ pub trait StoreLayer: Debug + Send + Sync {
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.inner().prune(older_than).await
     }
+
+    /// [`Store::common_errors`]; forwards by default (so the inner store's own query runs,
+    /// not the trait's record-by-record default).
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        self.inner().common_errors(limit).await
+    }
 }
 
 #[async_trait]
@@ -357,6 +367,11 @@ impl<L: StoreLayer> Store for L {
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         let _entered = self.enter(Operation::Prune);
         StoreLayer::prune(self, older_than).await
+    }
+
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        let _entered = self.enter(Operation::CommonErrors);
+        StoreLayer::common_errors(self, limit).await
     }
 }
 
@@ -441,6 +456,10 @@ mod tests {
             self.called("prune");
             Ok(3)
         }
+        async fn common_errors(&self, _: usize) -> Result<Vec<ErrorCount>> {
+            self.called("common_errors");
+            Ok(vec![])
+        }
     }
 
     /// Forwards everything, and notes each call it is entered for.
@@ -485,6 +504,7 @@ mod tests {
         store.halt().await.unwrap();
         store.set_halt(None).await.unwrap();
         assert_eq!(store.prune(0).await.unwrap(), 3);
+        store.common_errors(5).await.unwrap();
         let names: Vec<&str> = Operation::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(*layer.inner.calls.lock().unwrap(), names);
         assert_eq!(*layer.entered.lock().unwrap(), Operation::ALL.to_vec());

@@ -4,6 +4,7 @@
 pub mod clock;
 mod coalesce;
 mod codec;
+mod common_errors;
 pub mod config;
 mod engine;
 mod error;
@@ -12,6 +13,7 @@ mod ops;
 mod pending;
 mod plan;
 pub mod schema;
+mod seen;
 mod sql;
 pub mod store;
 mod tls;

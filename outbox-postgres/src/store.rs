@@ -5,8 +5,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use outbox_core::{
-    Applied, Claim, Clock, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Notifier,
-    Record, RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition,
+    Applied, Claim, Clock, Enqueued, Error, ErrorCount, Halt, Lease, ListQuery, Millis, NewRecord,
+    Notifier, Record, RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition,
 };
 
 use crate::clock::ServerClock;
@@ -331,5 +331,9 @@ impl Store for PgStore {
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.run(move |core| core.prune(older_than)).await
+    }
+
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        self.run(move |core| core.common_errors(limit)).await
     }
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, Stats, Store, Tombstone, Transition,
+    Applied, Claim, Enqueued, Error, ErrorCount, Halt, Lease, ListQuery, Millis, NewRecord, Record,
+    RecordId, Result, Round, Stats, Store, Tombstone, Transition,
 };
 use redb::backends::FileBackend;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, StorageBackend, WriteTransaction};
@@ -528,6 +528,10 @@ impl Store for RedbStore {
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.write(move |t| t.prune(older_than)).await
+    }
+
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        self.read(move |t| t.common_errors(limit)).await
     }
 }
 

@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, Stats, Store, Tombstone, Transition,
+    Applied, Claim, Enqueued, Error, ErrorCount, Halt, Lease, ListQuery, Millis, NewRecord, Record,
+    RecordId, Result, Round, Stats, Store, Tombstone, Transition,
 };
 use rusqlite::{Connection, OpenFlags, Transaction};
 use tokio::sync::oneshot;
 
 use crate::apply;
+use crate::common_errors;
 use crate::config::SqliteConfig;
 use crate::error::db;
 use crate::ops;
@@ -611,6 +612,12 @@ impl Store for SqliteStore {
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.writer
             .write(move |conn| ops::prune(conn, older_than))
+            .await
+    }
+
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        self.reader
+            .read(move |conn| common_errors::common_errors(conn, limit))
             .await
     }
 }
