@@ -6,7 +6,7 @@ use std::time::Duration;
 use outbox_core::Store;
 
 use crate::error::CliError;
-use crate::{human, view, Now};
+use crate::{escape, human, view, Now};
 
 /// Moves the cursor home and clears the screen, so each frame replaces the last.
 const CLEAR: &str = "\x1b[H\x1b[2J";
@@ -28,10 +28,12 @@ pub async fn run(
         let stats = view::stats(store, at).await?;
         let frame = if json {
             let line = serde_json::to_string(&stats).map_err(std::io::Error::other)?;
-            format!("{line}\n")
+            format!("{}\n", escape::json(line))
         } else {
+            // The frame's own control sequence goes first; everything after it is escaped.
             format!(
-                "{CLEAR}outbox watch {name}: {} (every {}; Ctrl-C to stop)\n\n{}",
+                "{CLEAR}outbox watch {}: {} (every {}; Ctrl-C to stop)\n\n{}",
+                escape::visible(name),
                 human::local(at),
                 human::span_precise(interval),
                 human::stats(&stats)
@@ -46,18 +48,26 @@ pub async fn run(
     }
 }
 
-/// Resolves on Ctrl-C, or SIGTERM on Unix.
-pub(crate) async fn stop_signal() {
+/// Resolves on Ctrl-C, or SIGTERM on Unix. The handlers are in place when this returns, not
+/// when the future is first polled, so a Ctrl-C that comes right after the first frame (or
+/// the first line of `serve`) still ends the command cleanly instead of killing it.
+pub(crate) fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let signals = {
         use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
+        signal(SignalKind::interrupt())
+            .and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
+            .ok()
+    };
+    async move {
+        #[cfg(unix)]
+        if let Some((mut int, mut term)) = signals {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
                 _ = term.recv() => {}
             }
             return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }

@@ -8,6 +8,7 @@ mod common_errors;
 pub mod config;
 mod engine;
 mod error;
+mod exists;
 pub mod listen;
 mod ops;
 mod pending;
