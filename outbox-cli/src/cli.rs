@@ -89,7 +89,7 @@ pub enum Command {
     Watch(WatchArgs),
     /// A web page on 127.0.0.1: counts, a pageable list by state and group, one record's
     /// detail; with --write, retry / requeue / discard buttons. Only the URL it prints (it
-    /// carries a one-time token) opens it.
+    /// carries a token made for this run) opens it.
     #[command(
         after_help = "Example:\n  outbox serve app.db                  then open the printed http://127.0.0.1:8417/?token=...\n  outbox serve app.db --write          with repair buttons\n  outbox serve app.db --port 0         any free port, printed at start"
     )]

@@ -164,7 +164,9 @@ pub async fn open(target: &Target, access: Access) -> Result<Opened, CliError> {
         Kind::Redb => redb(&target.target, access).await,
         Kind::Postgres => {
             let schema = target.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
-            postgres(&target.target, schema, access).await
+            // A bad sslmode is a usage mistake, said before anything connects.
+            let split = crate::tls::split(&target.target)?;
+            postgres(split, schema, access).await
         }
     }
     .map_err(|err| describe(target, kind, access, err))?;
@@ -203,6 +205,12 @@ fn describe(target: &Target, kind: Kind, access: Access, err: Error) -> CliError
             let failed = CliError::Store(err);
             let text = failed.line();
             // A refused certificate: say what the command trusts and how to add a root.
+            if kind == Kind::Postgres && text.contains("no encryption") {
+                return CliError::Open(format!(
+                    "{name} takes connections over TLS only ({text}): add \
+                     ?sslmode=verify-full (and &sslrootcert=FILE for a private CA) to the URL"
+                ));
+            }
             if kind == Kind::Postgres && text.contains("certificate") {
                 return CliError::Open(format!(
                     "{name}: the server's certificate is not trusted ({text}); the command \
@@ -253,9 +261,12 @@ async fn redb(_: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres(url: &str, schema: &str, access: Access) -> Result<Arc<dyn Store>, Error> {
+async fn postgres(
+    split: crate::tls::Split,
+    schema: &str,
+    access: Access,
+) -> Result<Arc<dyn Store>, Error> {
     use outbox_postgres::{PgConfig, PgStore};
-    let split = crate::tls::split(url).map_err(|e| Error::InvalidConfig(e.line()))?;
     let tls = crate::tls::setting(&split.wanted).map_err(|e| Error::InvalidConfig(e.line()))?;
     // A small pool: one command makes a few queries at a time, and the application's own
     // runners should keep the server's connections.
@@ -275,6 +286,6 @@ async fn postgres(url: &str, schema: &str, access: Access) -> Result<Arc<dyn Sto
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres(_: &str, _: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
+async fn postgres(_: crate::tls::Split, _: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
     Err(not_built(Kind::Postgres))
 }

@@ -150,6 +150,16 @@ pub async fn guard(State(session): State<Session>, request: Request, next: Next)
                 session.port
             ),
         )
+    } else if request.method() == Method::GET
+        && request.uri().path() == "/"
+        && session.has_query_token(&request)
+    {
+        // The printed URL: the token becomes a cookie, and leaves the address bar.
+        let mut redirect = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+        if let Ok(cookie) = HeaderValue::from_str(&session.set_cookie()) {
+            redirect.headers_mut().insert(header::SET_COOKIE, cookie);
+        }
+        redirect
     } else if session.has_cookie(request.headers()) {
         if request.method() == Method::POST && !session.has_csrf(request.headers()) {
             refuse(
@@ -160,16 +170,6 @@ pub async fn guard(State(session): State<Session>, request: Request, next: Next)
         } else {
             next.run(request).await
         }
-    } else if request.method() == Method::GET
-        && request.uri().path() == "/"
-        && session.has_query_token(&request)
-    {
-        // First use: the token becomes a cookie, and leaves the address bar.
-        let mut redirect = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
-        if let Ok(cookie) = HeaderValue::from_str(&session.set_cookie()) {
-            redirect.headers_mut().insert(header::SET_COOKIE, cookie);
-        }
-        redirect
     } else {
         refuse(
             StatusCode::UNAUTHORIZED,

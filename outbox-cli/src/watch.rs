@@ -13,6 +13,10 @@ const CLEAR: &str = "\x1b[H\x1b[2J";
 
 /// Redraws the stats of `store` every `interval` on `out` until Ctrl-C (or SIGTERM); with
 /// `json`, prints one line of the `stats --json` shape per refresh instead.
+///
+/// On a queue where one refresh takes longer than `interval` (the counts of a large SQL
+/// store scan its table), the wait after a refresh is as long as the refresh took, so
+/// `watch` keeps the database busy at most half the time, and the header says so.
 pub async fn run(
     store: &dyn Store,
     name: &str,
@@ -25,17 +29,27 @@ pub async fn run(
     tokio::pin!(stop);
     loop {
         let at = now.get();
+        let started = tokio::time::Instant::now();
         let stats = view::stats(store, at).await?;
+        let took = started.elapsed();
+        let every = if took > interval {
+            format!(
+                "every {:.1}s, as long as a refresh takes here",
+                took.as_secs_f64()
+            )
+        } else {
+            format!("every {}", human::span_precise(interval))
+        };
+        let wait = interval.max(took);
         let frame = if json {
             let line = serde_json::to_string(&stats).map_err(std::io::Error::other)?;
             format!("{}\n", escape::json(line))
         } else {
             // The frame's own control sequence goes first; everything after it is escaped.
             format!(
-                "{CLEAR}outbox watch {}: {} (every {}; Ctrl-C to stop)\n\n{}",
+                "{CLEAR}outbox watch {}: {} ({every}; Ctrl-C to stop)\n\n{}",
                 escape::visible(name),
                 human::local(at),
-                human::span_precise(interval),
                 human::stats(&stats)
             )
         };
@@ -43,7 +57,7 @@ pub async fn run(
         out.flush()?;
         tokio::select! {
             () = &mut stop => return Ok(()),
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(wait) => {}
         }
     }
 }

@@ -185,6 +185,50 @@ fn wait_for(browser: &mut Browser, page: &str, condition: &str, value: &str) -> 
     )
 }
 
+/// Saves a screenshot of the page next to the build's other test output, for a person to
+/// look at (the path is printed).
+fn screenshot(browser: &mut Browser, page: &str, name: &str) {
+    let shot = browser.call(
+        Some(page),
+        "Page.captureScreenshot",
+        json!({ "format": "png" }),
+    );
+    let data = shot["data"].as_str().expect("image data");
+    let png = base64_decode(data);
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&file, png).unwrap();
+    let _ = writeln!(
+        std::io::stderr(),
+        "screenshot of the page: {}",
+        file.display()
+    );
+}
+
+/// Standard base64 (the screenshot's encoding).
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {c}"),
+        }
+    };
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    for chunk in text.as_bytes().chunks(4) {
+        let digits: Vec<u8> = chunk.iter().copied().filter(|&c| c != b'=').collect();
+        let bits = digits
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &c)| acc | value(c) << (18 - 6 * i));
+        out.extend_from_slice(&bits.to_be_bytes()[1..digits.len()]);
+    }
+    out
+}
+
 /// Clicks `selector` and waits for the status line to change; returns its text.
 fn click_for_status(browser: &mut Browser, page: &str, selector: &str) -> Value {
     browser.eval(
@@ -362,17 +406,7 @@ async fn with_write_a_discard_needs_a_reason_and_a_confirmation_and_every_change
             &format!("document.querySelector('{retry}')"),
             "true",
         );
-        let shot = browser.call(
-            Some(&page),
-            "Page.captureScreenshot",
-            json!({ "format": "png" }),
-        );
-        assert!(
-            shot["data"]
-                .as_str()
-                .is_some_and(|d| d.starts_with("iVBORw0KGgo")),
-            "a PNG"
-        );
+        screenshot(&mut browser, &page, "outbox-serve.png");
 
         // Retry: one click, logged.
         let status = click_for_status(&mut browser, &page, retry);
@@ -405,6 +439,7 @@ async fn with_write_a_discard_needs_a_reason_and_a_confirmation_and_every_change
             browser.eval(&page, "document.getElementById('confirm').open"),
             json!(true)
         );
+        screenshot(&mut browser, &page, "outbox-serve-discard.png");
         to_test.send("asked").unwrap();
         steps.recv().unwrap();
         // Cancelled: nothing changes.

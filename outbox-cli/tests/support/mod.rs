@@ -276,6 +276,12 @@ pub fn user_errors(dir: &Path, seeded: &Path) {
     );
 }
 
+/// `show --json` of one record of a PostgreSQL schema, parsed.
+pub fn show_on(url: &str, schema: &str, id: u64) -> serde_json::Value {
+    let out = ok(&["show", url, "--schema", schema, &id.to_string(), "--json"]);
+    serde_json::from_str(&out).expect("show --json is JSON")
+}
+
 /// The revision `show --json` gives record `id`: what a person saw.
 pub fn revision(path: &Path, id: u64) -> String {
     show(path, id)["revision"]
