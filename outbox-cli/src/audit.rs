@@ -241,6 +241,25 @@ mod tests {
         assert!(user.name.is_some() || user.uid.is_some(), "{user:?}");
     }
 
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_owner_of_a_local_connection_is_found() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(server).unwrap();
+        let (_accepted, peer) = listener.accept().unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        let uid = peer_uid(peer, server).expect("the connection in /proc/net/tcp");
+        assert_eq!(Some(uid), User::current().uid);
+        assert_eq!(
+            peer_uid(server, peer),
+            Some(uid),
+            "the server's end is ours too"
+        );
+        let stranger: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(peer_uid(stranger, server), None);
+    }
+
     #[test]
     fn a_loopback_socket_is_written_as_the_kernel_writes_it() {
         let addr: SocketAddr = "127.0.0.1:8417".parse().unwrap();
