@@ -14,10 +14,14 @@ Examples:
   outbox list app.db --state needs-attention
   outbox show app.db 42                    one record with its payload
   outbox retry app.db 42                   a fresh budget, due now
-  outbox serve app.db                      the same in a browser, on 127.0.0.1
+  outbox serve app.db                      the same in a browser, on 127.0.0.1 (read-only)
 
 TARGET is a SQLite or redb file (told apart by its first bytes) or a PostgreSQL URL
-(postgres://user@host/db) with --schema. Read commands open the target read-only.";
+(postgres://user@host/db) with --schema; ?sslmode=require (or verify-full) connects over
+TLS and checks the server's certificate against the system's roots, or the CA file named by
+&sslrootcert=FILE. Read commands open the target read-only. Every repair changes a record
+only if it is still as it was read (with --seen, as `outbox show` showed it), and each
+change is logged on stderr as an `audit:` line.";
 
 /// The `outbox` command line.
 ///
@@ -84,9 +88,10 @@ pub enum Command {
     )]
     Watch(WatchArgs),
     /// A web page on 127.0.0.1: counts, a pageable list by state and group, one record's
-    /// detail, and retry / requeue / discard buttons.
+    /// detail; with --write, retry / requeue / discard buttons. Only the URL it prints (it
+    /// carries a token made for this run) opens it.
     #[command(
-        after_help = "Example:\n  outbox serve app.db                  then open http://127.0.0.1:8417/\n  outbox serve app.db --port 0         any free port, printed at start"
+        after_help = "Example:\n  outbox serve app.db                  then open the printed http://127.0.0.1:8417/?token=...\n  outbox serve app.db --write          with repair buttons\n  outbox serve app.db --port 0         any free port, printed at start"
     )]
     Serve(ServeArgs),
 }
@@ -172,6 +177,9 @@ pub struct Selection {
     /// Every record of this group.
     #[arg(long, conflicts_with = "id")]
     pub group: Option<String>,
+    /// Act only if the record is still as `outbox show` showed it: the revision it printed.
+    #[arg(long, requires = "id", value_parser = crate::revision::parse, value_name = "REVISION")]
+    pub seen: Option<String>,
     /// Do not ask for confirmation (for scripts).
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -240,6 +248,10 @@ pub struct ServeArgs {
     /// The port on 127.0.0.1; 0 picks a free one.
     #[arg(long, default_value_t = 8417)]
     pub port: u16,
+    /// Show the retry, requeue and discard buttons and accept them (the target is then opened
+    /// for writing); without it the page only reads.
+    #[arg(long)]
+    pub write: bool,
 }
 
 /// Parses a record id, `42` or `#42`.

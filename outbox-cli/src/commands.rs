@@ -5,8 +5,10 @@ use std::io::{BufRead, Write};
 use outbox_core::{record::validate_group, ListQuery, Millis, RecordId, State, Store};
 use serde::Serialize;
 
+use crate::audit::{self, User, Via};
 use crate::cli::{Command, PruneArgs, Selection};
 use crate::error::CliError;
+use crate::escape;
 use crate::human;
 use crate::verbs::{self, Done, Verb};
 use crate::view::{self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView};
@@ -33,7 +35,7 @@ impl std::fmt::Debug for Io<'_> {
 
 fn json(io: &mut Io<'_>, value: &impl Serialize) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
-    writeln!(io.out, "{text}")?;
+    writeln!(io.out, "{}", escape::json(text))?;
     Ok(())
 }
 
@@ -93,18 +95,20 @@ pub async fn execute(
                 (Found::Tombstone(t), false) => Ok(write!(io.out, "{}", human::tombstone(t, now))?),
             }
         }
-        Command::Retry(args) => verb(store, Verb::Retry, &args.selection, now, io).await,
-        Command::Requeue(args) => verb(store, Verb::Requeue, &args.selection, now, io).await,
+        Command::Retry(args) => verb(store, Verb::Retry, &args.selection, None, now, io).await,
+        Command::Requeue(args) => verb(store, Verb::Requeue, &args.selection, None, now, io).await,
         Command::Discard(args) => {
             if args.reason.trim().is_empty() {
                 return Err(CliError::Usage(
                     "--reason must say why (it stays on the tombstone)".into(),
                 ));
             }
+            // The tombstone says that a person discarded it, who, and with which tool.
             let discard = Verb::Discard {
-                reason: args.reason.clone(),
+                reason: Via::Command.reason(&args.reason, &User::current()),
             };
-            verb(store, discard, &args.selection, now, io).await
+            let reason = Some(args.reason.trim());
+            verb(store, discard, &args.selection, reason, now, io).await
         }
         Command::Prune(args) => prune(store, args, now, io).await,
         Command::Watch(_) | Command::Serve(_) => Err(CliError::Usage(
@@ -152,78 +156,101 @@ fn plural(n: usize) -> &'static str {
     }
 }
 
+/// Writes the audit line of each change on `io.err`.
+fn log(
+    io: &mut Io<'_>,
+    user: &User,
+    verb: &Verb,
+    done: &[Done],
+    reason: Option<&str>,
+    now: Millis,
+) -> Result<(), CliError> {
+    for d in done {
+        let result = d.result();
+        let entry = audit::Entry {
+            at: now,
+            user,
+            via: Via::Command,
+            verb: verb.name(),
+            record: Some(d.id()),
+            result: &result,
+            reason,
+        };
+        writeln!(io.err, "{entry}")?;
+    }
+    Ok(())
+}
+
 async fn verb(
     store: &dyn Store,
     verb: Verb,
     selection: &Selection,
+    reason: Option<&str>,
     now: Millis,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
     let name = verb.name();
-    let records = match selection.id {
-        Some(id) => match view::find(store, id).await? {
-            Found::Record(record) => vec![record],
-            Found::Tombstone(_) => {
-                return Err(CliError::NotApplicable(format!(
-                    "cannot {name} #{}: it was discarded (only its tombstone is left)",
-                    id.0
-                )))
+    let user = User::current();
+    if let Some(id) = selection.id {
+        let done = verbs::one(store, &verb, id, selection.seen.as_deref(), now).await;
+        let logged = match &done {
+            Ok(d) => vec![d.clone()],
+            Err(CliError::Changed(line)) => {
+                let lead = format!("left #{} as it is: ", id.0);
+                let why = line.strip_prefix(&lead).unwrap_or(line).to_owned();
+                vec![Done::Skipped { id, why }]
             }
-        },
-        None => {
-            if selection.state.is_none() && selection.group.is_none() {
-                return Err(CliError::Usage(format!(
-                    "say which records to {name}: a record id, or --state and/or --group"
-                )));
-            }
-            if let Some(group) = &selection.group {
-                validate_group(group).map_err(|e| CliError::Usage(format!("--group: {e}")))?;
-            }
-            let mut query = ListQuery::new(500);
-            query.state = selection.state;
-            query.group = selection.group.clone();
-            let mut records = Vec::new();
-            view::for_each(store, query, |r| records.push(r.clone())).await?;
-            records
-        }
-    };
+            Err(_) => Vec::new(),
+        };
+        log(io, &user, &verb, &logged, reason, now)?;
+        writeln!(io.out, "{}", done?.line())?;
+        return Ok(());
+    }
+    if selection.state.is_none() && selection.group.is_none() {
+        return Err(CliError::Usage(format!(
+            "say which records to {name}: a record id, or --state and/or --group"
+        )));
+    }
+    if let Some(group) = &selection.group {
+        validate_group(group).map_err(|e| CliError::Usage(format!("--group: {e}")))?;
+    }
+    let mut query = ListQuery::new(500);
+    query.state = selection.state;
+    query.group = selection.group.clone();
+    let mut records = Vec::new();
+    view::for_each(store, query, |r| records.push(r.clone())).await?;
+    // Each transition is guarded by the record as read here, before the question: a record
+    // that changes while the person answers is left alone.
     let mut transitions = Vec::new();
-    let mut refused: Vec<(RecordId, String)> = Vec::new();
+    let mut refused: Vec<RecordId> = Vec::new();
     for record in &records {
         match verb.transition(record, now) {
             Ok(t) => transitions.push(t),
-            Err(why) => refused.push((record.id, why)),
+            Err(_) => refused.push(record.id),
         }
     }
-    if let (Some(id), Some((_, why))) = (selection.id, refused.first()) {
-        return Err(CliError::NotApplicable(format!(
-            "cannot {name} #{}: {why}",
-            id.0
-        )));
+    let filter = escape::visible(&describe(selection)).into_owned();
+    if !refused.is_empty() {
+        writeln!(
+            io.err,
+            "{} matching {} cannot be {name}{} as they are now (in flight, or in a state \
+             the verb does not apply to) and are left alone",
+            refused.len(),
+            plural(refused.len()),
+            if name.ends_with('e') { "d" } else { "ed" },
+        )?;
     }
-    if selection.id.is_none() {
-        let filter = describe(selection);
-        if !refused.is_empty() {
-            writeln!(
-                io.err,
-                "{} matching {} cannot be {name}{} as they are now (in flight, or in a state \
-                 the verb does not apply to) and are left alone",
-                refused.len(),
-                plural(refused.len()),
-                if name.ends_with('e') { "d" } else { "ed" },
-            )?;
-        }
-        if transitions.is_empty() {
-            writeln!(io.out, "no record to {name} ({filter})")?;
-            return Ok(());
-        }
-        if !selection.yes {
-            let n = transitions.len();
-            confirm(io, &format!("{name} {n} {} ({filter})?", plural(n)))?;
-        }
+    if transitions.is_empty() {
+        writeln!(io.out, "no record to {name} ({filter})")?;
+        return Ok(());
+    }
+    if !selection.yes {
+        let n = transitions.len();
+        confirm(io, &format!("{name} {n} {} ({filter})?", plural(n)))?;
     }
     let total = transitions.len();
     let done = verbs::apply(store, &verb, transitions).await?;
+    log(io, &user, &verb, &done, reason, now)?;
     for d in done.iter().take(SHOWN) {
         writeln!(io.out, "{}", d.line())?;
     }
@@ -231,24 +258,20 @@ async fn verb(
         writeln!(io.out, "… and {} more", done.len() - SHOWN)?;
     }
     let changed = done.iter().filter(|d| d.changed()).count();
-    if selection.id.is_none() {
-        writeln!(
-            io.out,
-            "{name}: {changed} of {total} {} changed",
-            plural(total)
-        )?;
-    }
+    writeln!(
+        io.out,
+        "{name}: {changed} of {total} {} changed",
+        plural(total)
+    )?;
     if changed < total {
         // Skipped lines past the first SHOWN were not printed: name them all here.
         let skipped: Vec<String> = done
             .iter()
-            .filter_map(|d| match d {
-                Done::Skipped { id, .. } => Some(format!("#{}", id.0)),
-                _ => None,
-            })
+            .filter(|d| !d.changed())
+            .map(|d| format!("#{}", d.id().0))
             .collect();
         return Err(CliError::Partial(format!(
-            "{} of {total} {} left unchanged: {}",
+            "{} of {total} {} left unchanged (changed since you looked, or busy): {}",
             total - changed,
             plural(total),
             skipped.join(", ")
@@ -305,6 +328,18 @@ async fn prune(
         confirm(io, &format!("prune {what}?"))?;
     }
     let pruned = store.prune(cutoff).await?;
+    let result = format!("done: pruned {pruned} (asked about {what})");
+    let user = User::current();
+    let entry = audit::Entry {
+        at: now,
+        user: &user,
+        via: Via::Command,
+        verb: "prune",
+        record: None,
+        result: &result,
+        reason: None,
+    };
+    writeln!(io.err, "{entry}")?;
     writeln!(io.out, "pruned {pruned} (asked about {what})")?;
     Ok(())
 }

@@ -21,6 +21,9 @@ pub enum CliError {
     /// A verb does not apply to a record as it is.
     #[error("{0}")]
     NotApplicable(String),
+    /// The record changed between the person's look and the repair, which was not made.
+    #[error("{0}")]
+    Changed(String),
     /// Some of the selected records were left unchanged; the lines above said which and why.
     #[error("{0}")]
     Partial(String),

@@ -1,11 +1,25 @@
 //! The human-readable output of the read commands: aligned tables, local times and "in 3m".
+//!
+//! Every text that comes from the queue (errors, reasons, groups, keys, payloads) is shown
+//! through [`crate::escape`], so a control sequence in it is printed, not obeyed.
 
 use std::fmt::Write as _;
 
 use chrono::{Local, TimeZone};
 use outbox_core::{Millis, Record, Tombstone};
 
+use crate::escape::{visible, visible_lines};
 use crate::view::{Listing, StatsView};
+
+/// A text from the queue, on one line, as a person may see it.
+fn shown(text: &str) -> String {
+    visible(text).into_owned()
+}
+
+/// An optional group, or `-`.
+fn group(group: Option<&str>) -> String {
+    group.map_or_else(|| "-".into(), shown)
+}
 
 /// The widest `last error` cell of a table; the rest is cut with `…` (`show` prints it whole).
 const ERROR_WIDTH: usize = 60;
@@ -76,8 +90,12 @@ pub fn when(at: Millis, now: Millis) -> String {
     format!("{} ({})", local(at), relative(at, now))
 }
 
+/// A text from the queue for a table cell: escaped, runs of spaces joined, cut to `width`.
 fn cut(text: &str, width: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat: String = visible(text)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     if flat.chars().count() <= width {
         flat
     } else {
@@ -159,7 +177,7 @@ pub fn stats(view: &StatsView) -> String {
         Some(halt) => format!(
             "HALTED since {}: {} (the application must resume it)",
             when(halt.since, now),
-            halt.reason
+            shown(&halt.reason)
         ),
         None => "not halted".to_owned(),
     };
@@ -214,7 +232,7 @@ fn record_row(r: &Record, now: Millis) -> Vec<String> {
     };
     vec![
         r.id.0.to_string(),
-        r.group.clone().unwrap_or_else(|| "-".into()),
+        group(r.group.as_deref()),
         r.state.to_string(),
         format!("{}/{}/{}", r.attempts, r.unanswered, r.interrupted),
         next,
@@ -228,7 +246,7 @@ fn record_row(r: &Record, now: Millis) -> Vec<String> {
 fn tombstone_row(t: &Tombstone, now: Millis) -> Vec<String> {
     vec![
         t.id.0.to_string(),
-        t.group.clone().unwrap_or_else(|| "-".into()),
+        group(t.group.as_deref()),
         when(t.discarded_at, now),
         t.attempts.to_string(),
         cut(&t.reason, ERROR_WIDTH),
@@ -281,15 +299,18 @@ pub fn record(r: &Record, now: Millis) -> String {
     };
     field("record", format!("#{}", r.id.0));
     field("state", r.state.to_string());
-    field("group", r.group.clone().unwrap_or_else(|| "-".into()));
-    field("key", r.key.clone());
+    field("group", group(r.group.as_deref()));
+    field("key", shown(&r.key));
     if let Some(version) = &r.expected_version {
-        field("expects", format!("version {version} (sent as If-Match)"));
+        field(
+            "expects",
+            format!("version {} (sent as If-Match)", shown(version)),
+        );
     }
     if let Some(key) = &r.replaces {
         field(
             "replaces",
-            format!("{key} (a later write of this key replaces it)"),
+            format!("{} (a later write of this key replaces it)", shown(key)),
         );
     }
     field("created", when(r.created_at, now));
@@ -313,7 +334,12 @@ pub fn record(r: &Record, now: Millis) -> String {
     field("next attempt", next);
     field(
         "last error",
-        r.last_error.clone().unwrap_or_else(|| "-".into()),
+        r.last_error.as_deref().map_or_else(|| "-".into(), shown),
+    );
+    let revision = crate::revision::of(r);
+    field(
+        "revision",
+        format!("{revision} (a verb with --seen {revision} acts only if it is unchanged)"),
     );
     out.push('\n');
     out.push_str(&payload(&r.payload));
@@ -331,11 +357,11 @@ pub fn tombstone(t: &Tombstone, now: Millis) -> String {
         "state",
         "discarded (a tombstone; the payload is gone)".into(),
     );
-    field("group", t.group.clone().unwrap_or_else(|| "-".into()));
-    field("key", t.key.clone());
+    field("group", group(t.group.as_deref()));
+    field("key", shown(&t.key));
     field("discarded", when(t.discarded_at, now));
     field("attempts", format!("{} answered", t.attempts));
-    field("reason", t.reason.clone());
+    field("reason", shown(&t.reason));
     out
 }
 
@@ -345,10 +371,11 @@ fn payload(bytes: &[u8]) -> String {
     if let Ok(text) = std::str::from_utf8(bytes) {
         if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
             if let Ok(pretty) = serde_json::to_string_pretty(&value) {
+                let pretty = visible_lines(&pretty);
                 return format!("payload ({size} bytes, JSON)\n{pretty}\n");
             }
         }
-        let text = text.strip_suffix('\n').unwrap_or(text);
+        let text = visible_lines(text.strip_suffix('\n').unwrap_or(text));
         return format!("payload ({size} bytes, UTF-8 text)\n{text}\n");
     }
     let mut out = format!("payload ({size} bytes, not UTF-8: hex)\n");

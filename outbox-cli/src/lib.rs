@@ -1,12 +1,17 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod audit;
 pub mod cli;
 pub mod commands;
 pub mod error;
+pub mod escape;
 pub mod human;
 pub mod open;
+pub mod revision;
 pub mod serve;
+pub mod session;
+pub mod tls;
 pub mod verbs;
 pub mod view;
 pub mod watch;
@@ -50,12 +55,15 @@ impl Command {
         }
     }
 
-    /// How the command opens its target: read commands never write.
+    /// How the command opens its target: read commands (and `serve` without `--write`) never
+    /// write.
     pub fn access(&self) -> Access {
         match self {
             Command::Stats(_) | Command::List(_) | Command::Show(_) | Command::Watch(_) => {
                 Access::Read
             }
+            // The page writes only when asked to.
+            Command::Serve(args) if !args.write => Access::Read,
             Command::Retry(_)
             | Command::Requeue(_)
             | Command::Discard(_)
@@ -78,7 +86,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Watch(args) => {
             watch::run(&*store, &name, args.interval, args.json, now, &mut out).await
         }
-        Command::Serve(args) => serve::run(store, &name, args.port, now, &mut out).await,
+        Command::Serve(args) => {
+            serve::run(store, &name, args.port, args.write, now, &mut out).await
+        }
         command => {
             let stderr = io::stderr();
             let stdin = io::stdin();
@@ -112,7 +122,8 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {}", err.line());
+            // The line may quote a server's words: escaped, like all output for a person.
+            eprintln!("error: {}", escape::visible(&err.line()));
             ExitCode::from(err.exit_code())
         }
     }

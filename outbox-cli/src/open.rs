@@ -164,7 +164,9 @@ pub async fn open(target: &Target, access: Access) -> Result<Opened, CliError> {
         Kind::Redb => redb(&target.target, access).await,
         Kind::Postgres => {
             let schema = target.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
-            postgres(&target.target, schema, access).await
+            // A bad sslmode is a usage mistake, said before anything connects.
+            let split = crate::tls::split(&target.target)?;
+            postgres(split, schema, access).await
         }
     }
     .map_err(|err| describe(target, kind, access, err))?;
@@ -199,7 +201,25 @@ fn describe(target: &Target, kind: Kind, access: Access, err: Error) -> CliError
         Error::ReadOnly { .. } => format!("{name} cannot be written (read-only file or medium)"),
         Error::Corrupted { detail, .. } => format!("{name} is damaged: {detail}"),
         Error::Unavailable { detail, .. } => format!("{name} is not reachable: {detail}"),
-        _ => return CliError::Store(err),
+        _ => {
+            let failed = CliError::Store(err);
+            let text = failed.line();
+            // A refused certificate: say what the command trusts and how to add a root.
+            if kind == Kind::Postgres && text.contains("no encryption") {
+                return CliError::Open(format!(
+                    "{name} takes connections over TLS only ({text}): add \
+                     ?sslmode=verify-full (and &sslrootcert=FILE for a private CA) to the URL"
+                ));
+            }
+            if kind == Kind::Postgres && text.contains("certificate") {
+                return CliError::Open(format!(
+                    "{name}: the server's certificate is not trusted ({text}); the command \
+                     checks it for every sslmode that asks for TLS: name its CA with \
+                     &sslrootcert=FILE"
+                ));
+            }
+            return failed;
+        }
     };
     CliError::Open(line)
 }
@@ -241,16 +261,23 @@ async fn redb(_: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres(url: &str, schema: &str, access: Access) -> Result<Arc<dyn Store>, Error> {
+async fn postgres(
+    split: crate::tls::Split,
+    schema: &str,
+    access: Access,
+) -> Result<Arc<dyn Store>, Error> {
     use outbox_postgres::{PgConfig, PgStore};
+    let tls = crate::tls::setting(&split.wanted).map_err(|e| Error::InvalidConfig(e.line()))?;
     // A small pool: one command makes a few queries at a time, and the application's own
     // runners should keep the server's connections.
-    let config = PgConfig::new(url, schema)
+    let config = PgConfig::new(split.url, schema)
         .with_pool_size(2)
-        .with_application_name("outbox-cli");
+        .with_application_name("outbox-cli")
+        .with_tls(tls);
     config.validate()?;
-    // Connecting creates a missing schema: a read must not, so look first.
-    if access == Access::Read && !schema_exists(url, schema).await? {
+    // Connecting creates a missing schema: a read must not, so look first (over the same
+    // connection settings, TLS included).
+    if access == Access::Read && !PgStore::schema_exists(&config).await? {
         return Err(Error::NotFound {
             path: schema.to_owned(),
         });
@@ -258,30 +285,7 @@ async fn postgres(url: &str, schema: &str, access: Access) -> Result<Arc<dyn Sto
     Ok(Arc::new(PgStore::connect(config).await?))
 }
 
-#[cfg(feature = "postgres")]
-async fn schema_exists(url: &str, schema: &str) -> Result<bool, Error> {
-    let config: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e| Error::InvalidConfig(format!("the PostgreSQL URL is invalid: {e}")))?;
-    let connect = config.connect(tokio_postgres::NoTls);
-    let (client, connection) = tokio::time::timeout(std::time::Duration::from_secs(10), connect)
-        .await
-        .map_err(|_| Error::Unavailable {
-            detail: "no answer within 10 s".into(),
-            source: None,
-        })?
-        .map_err(Error::unavailable)?;
-    let driver = tokio::spawn(connection);
-    let found = client
-        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
-        .await
-        .map_err(Error::backend)?;
-    drop(client);
-    let _ = driver.await;
-    Ok(found.is_some())
-}
-
 #[cfg(not(feature = "postgres"))]
-async fn postgres(_: &str, _: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
+async fn postgres(_: crate::tls::Split, _: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
     Err(not_built(Kind::Postgres))
 }

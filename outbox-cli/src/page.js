@@ -1,7 +1,10 @@
-// The outbox page: reads the JSON API of `outbox serve` and presses its verbs.
+// The outbox page: reads the JSON API of `outbox serve` and, started with --write, presses its
+// verbs. The session cookie goes with every request on its own; a POST also carries the page's
+// CSRF value and the revision of the record as the page showed it.
 "use strict";
 
-const token = document.querySelector('meta[name="outbox-token"]').content;
+const csrf = document.querySelector('meta[name="outbox-csrf"]').content;
+const writable = document.querySelector('meta[name="outbox-write"]').content === "true";
 const view = { state: "", group: "", after: "", next: null };
 
 function el(tag, attrs, ...children) {
@@ -74,6 +77,7 @@ async function loadStats() {
 
 function actions(record) {
   const buttons = [];
+  if (!writable) return buttons;
   if (record.state === "discarded" || record.state === "in-flight") return buttons;
   if (record.state === "rejected") buttons.push("requeue"); else buttons.push("retry");
   buttons.push("discard");
@@ -81,7 +85,10 @@ function actions(record) {
     const button = el("button", { type: "button" }, action);
     button.dataset.action = action;
     button.dataset.id = String(record.id);
-    button.addEventListener("click", (event) => { event.stopPropagation(); act(record.id, action); });
+    button.addEventListener("click", (event) => {
+      event.stopPropagation();
+      if (action === "discard") askDiscard(record); else act(record, action, null);
+    });
     return button;
   });
 }
@@ -138,13 +145,46 @@ async function showDetail(id) {
   }
 }
 
-async function act(id, action) {
-  const body = action === "discard" ? JSON.stringify({ reason: document.getElementById("reason").value }) : "";
+// A discard deletes the payload: ask for the reason and a confirmation first.
+function askDiscard(record) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-question").textContent =
+    "Discard #" + record.id + "? It leaves delivery for good and its payload is deleted; a tombstone keeps the reason.";
+  const reason = document.getElementById("confirm-reason");
+  reason.value = "";
+  document.getElementById("confirm-problem").textContent = "";
+  dialog.dataset.id = String(record.id);
+  dialog.pending = record;
+  dialog.showModal();
+  reason.focus();
+}
+
+document.getElementById("confirm-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const dialog = document.getElementById("confirm");
+  const reason = document.getElementById("confirm-reason").value.trim();
+  if (reason === "") {
+    document.getElementById("confirm-problem").textContent = "Say why: a discard needs a reason.";
+    return;
+  }
+  const record = dialog.pending;
+  dialog.close();
+  act(record, "discard", reason);
+});
+document.getElementById("confirm-no").addEventListener("click", () => {
+  const dialog = document.getElementById("confirm");
+  dialog.close();
+  say("discard of #" + dialog.dataset.id + " cancelled; nothing changed", false);
+});
+
+async function act(record, action, reason) {
+  const body = { seen: record.revision };
+  if (reason !== null) body.reason = reason;
   try {
-    const response = await fetch("/api/records/" + id + "/" + action, {
+    const response = await fetch("/api/records/" + record.id + "/" + action, {
       method: "POST",
-      headers: { "X-Outbox-Token": token, "Content-Type": "application/json" },
-      body,
+      headers: { "X-Outbox-Csrf": csrf, "Content-Type": "application/json" },
+      body: JSON.stringify(body),
     });
     const answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
@@ -153,6 +193,7 @@ async function act(id, action) {
     say(answer.message, false);
   } catch (err) {
     say(err.message, true);
+    await refresh();
   }
 }
 
@@ -182,4 +223,7 @@ document.getElementById("next").addEventListener("click", () => {
   if (view.next !== null) { view.after = String(view.next); refresh(); }
 });
 document.getElementById("first").addEventListener("click", () => { view.after = ""; refresh(); });
+document.getElementById("mode").textContent = writable
+  ? "Repairs change a record only if it is still as shown here; each is logged with your user name."
+  : "Read-only: start `outbox serve --write` for the retry, requeue and discard buttons.";
 refresh();

@@ -1,98 +1,87 @@
 //! `serve`: a small web page on 127.0.0.1 over the same views and verbs as the command line.
 //!
 //! The page (`page.html` + `page.js`, served from the binary, no build step) reads the JSON API
-//! below and presses the verbs with POSTs that carry this process's random token in the
-//! `X-Outbox-Token` header. The token is only in the page itself, which another origin cannot
-//! read, and a custom header cannot be sent cross-origin without a CORS preflight this server
-//! never grants: a page of another site cannot press the buttons. Requests whose `Host` is not
-//! this server's own address are refused too (DNS rebinding), and the page may not be framed.
+//! below. Who may use it at all is [`crate::session`]'s business: the token of the printed
+//! URL, kept as a cookie, on every request. The page only reads unless `serve` was started
+//! with `--write`; then its buttons POST the verbs, each carrying the revision of the record
+//! the page showed (a compare-and-set, as `--seen` on the command line), and a discard asks
+//! for its reason and a confirmation first. Every change is logged on the server's stderr as
+//! an `audit:` line naming the browser's operating-system user.
 //!
 //! | method and path | answer |
 //! |---|---|
+//! | `GET /?token=T` | sets the cookie, then sends the browser to `/` |
 //! | `GET /` | the page |
 //! | `GET /api/stats` | the `stats --json` shape |
 //! | `GET /api/records?state=&group=&after=&limit=` | the `list --json` shape |
 //! | `GET /api/records/{id}` | the `show --json` shape |
-//! | `POST /api/records/{id}/retry` (`requeue`, `discard` with `{"reason": "..."}`) | `{"message": "...", "id": N}` |
+//! | `POST /api/records/{id}/retry` (`requeue`, `discard`) with `{"seen": "REVISION", "reason": "..."}` | `{"message": "...", "id": N}` |
 //!
-//! Errors are `{"error": "..."}` with 400, 403, 404 or 409.
+//! Errors are `{"error": "..."}` with 400, 401, 403, 404 or 409 (409 also when the record
+//! changed since the page showed it).
 
+use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use outbox_core::{record::validate_group, Store};
 use serde::Deserialize;
 
+use crate::audit::{self, User, Via};
 use crate::cli::{parse_id, parse_state_filter};
 use crate::error::CliError;
+use crate::session::{self, Session};
 use crate::verbs::{self, Done, Verb};
 use crate::view::{self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView};
 use crate::Now;
 
 const PAGE_HTML: &str = include_str!("page.html");
 const PAGE_JS: &str = include_str!("page.js");
-/// The header a POST must carry the token in.
-pub const TOKEN_HEADER: &str = "x-outbox-token";
 /// The largest page the API returns.
 const MAX_LIMIT: usize = 500;
 
 struct App {
     store: Arc<dyn Store>,
-    token: String,
+    session: Session,
     now: Now,
     name: String,
-    port: u16,
+    write: bool,
+    local: SocketAddr,
 }
 
 type Shared = Arc<App>;
 
-/// 128 bits from the operating system's random source, as hex: the per-process token.
-fn new_token() -> Result<String, CliError> {
-    let mut bytes = [0u8; 16];
-    #[cfg(unix)]
-    {
-        use std::io::Read;
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    }
-    #[cfg(not(unix))]
-    {
-        // std seeds each RandomState from the operating system's random source.
-        use std::hash::{BuildHasher, Hasher};
-        for chunk in bytes.chunks_mut(8) {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u8(0);
-            chunk.copy_from_slice(&h.finish().to_le_bytes());
-        }
-    }
-    Ok(crate::view::hex(&bytes))
-}
-
-/// Serves the page for `store` on 127.0.0.1:`port` until Ctrl-C (or SIGTERM). Writes the address to `out`
-/// once listening (with port 0, the port the system chose).
+/// Serves the page for `store` on 127.0.0.1:`port` until Ctrl-C (or SIGTERM); with `write`,
+/// with its repair buttons. Writes the URL to open (with port 0, the port the system chose)
+/// to `out` once listening.
 pub async fn run(
     store: Arc<dyn Store>,
     name: &str,
     port: u16,
+    write: bool,
     now: Now,
     out: &mut dyn std::io::Write,
 ) -> Result<(), CliError> {
     let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
         .await
         .map_err(|err| CliError::Open(format!("cannot listen on 127.0.0.1:{port}: {err}")))?;
-    let port = listener.local_addr()?.port();
+    let local = listener.local_addr()?;
+    let session = Session::new(local.port())?;
+    let url = session.url();
     let app = Arc::new(App {
         store,
-        token: new_token()?,
+        session: session.clone(),
         now,
         name: name.to_owned(),
-        port,
+        write,
+        local,
     });
     let router = Router::new()
         .route("/", get(page))
@@ -101,16 +90,25 @@ pub async fn run(
         .route("/api/records", get(records))
         .route("/api/records/{id}", get(record))
         .route("/api/records/{id}/{action}", post(act))
-        .layer(middleware::from_fn_with_state(Arc::clone(&app), guard))
+        .layer(middleware::from_fn_with_state(session, session::guard))
         .with_state(app);
+    let mode = if write {
+        "with repair buttons"
+    } else {
+        "read-only; --write adds the repair buttons"
+    };
     writeln!(
         out,
-        "outbox: serving {name} on http://127.0.0.1:{port}/ (Ctrl-C to stop)"
+        "outbox: serving {} on {url} ({mode}; Ctrl-C to stop)",
+        crate::escape::visible(name)
     )?;
     out.flush()?;
-    axum::serve(listener, router)
-        .with_graceful_shutdown(crate::watch::stop_signal())
-        .await?;
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(crate::watch::stop_signal())
+    .await?;
     Ok(())
 }
 
@@ -123,40 +121,12 @@ fn failure(err: CliError) -> Response {
     let status = match &err {
         CliError::Usage(_) => StatusCode::BAD_REQUEST,
         CliError::NoSuchRecord(_) => StatusCode::NOT_FOUND,
-        CliError::NotApplicable(_) | CliError::Partial(_) => StatusCode::CONFLICT,
+        CliError::NotApplicable(_) | CliError::Partial(_) | CliError::Changed(_) => {
+            StatusCode::CONFLICT
+        }
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(status, err.line())
-}
-
-/// Refuses requests addressed to another host name (DNS rebinding) and forbids framing.
-async fn guard(State(app): State<Shared>, request: Request, next: Next) -> Response {
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    let ours = [
-        format!("127.0.0.1:{}", app.port),
-        format!("localhost:{}", app.port),
-    ];
-    if !ours.iter().any(|o| o == host) {
-        return error(
-            StatusCode::FORBIDDEN,
-            format!("this server answers to http://127.0.0.1:{}/ only", app.port),
-        );
-    }
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
-        ),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
 }
 
 fn escape_html(text: &str) -> String {
@@ -168,7 +138,8 @@ fn escape_html(text: &str) -> String {
 
 async fn page(State(app): State<Shared>) -> Response {
     let html = PAGE_HTML
-        .replace("{{TOKEN}}", &app.token)
+        .replace("{{CSRF}}", app.session.csrf())
+        .replace("{{WRITE}}", if app.write { "true" } else { "false" })
         .replace("{{NAME}}", &escape_html(&app.name));
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
 }
@@ -242,28 +213,22 @@ async fn record(State(app): State<Shared>, Path(id): Path<String>) -> Response {
 
 #[derive(Debug, Default, Deserialize)]
 struct ActBody {
+    /// The revision of the record as the page showed it.
+    seen: Option<String>,
+    /// A discard's reason, as the person typed it.
     reason: Option<String>,
-}
-
-/// Compares without stopping at the first difference, so the time taken tells nothing.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn act(
     State(app): State<Shared>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path((id, action)): Path<(String, String)>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let token = headers
-        .get(TOKEN_HEADER)
-        .map(HeaderValue::as_bytes)
-        .unwrap_or_default();
-    if !same(token, app.token.as_bytes()) {
+    if !app.write {
         return error(
             StatusCode::FORBIDDEN,
-            "missing or wrong token: the buttons work from this server's own page only",
+            "this page is read-only: start `outbox serve --write` to repair records",
         );
     }
     let id = match parse_id(&id) {
@@ -278,34 +243,54 @@ async fn act(
             Err(err) => return error(StatusCode::BAD_REQUEST, format!("bad body: {err}")),
         }
     };
+    let seen = match body.seen.as_deref().map(crate::revision::parse) {
+        Some(Ok(seen)) => seen,
+        Some(Err(message)) => return error(StatusCode::BAD_REQUEST, message),
+        None => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "say which revision of the record you saw (\"seen\")",
+            )
+        }
+    };
+    let user = User::of_peer(peer, app.local);
+    let reason = body
+        .reason
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty());
     let verb = match action.as_str() {
         "retry" => Verb::Retry,
         "requeue" => Verb::Requeue,
-        "discard" => match body.reason.filter(|r| !r.trim().is_empty()) {
-            Some(reason) => Verb::Discard { reason },
+        "discard" => match reason {
+            Some(reason) => Verb::Discard {
+                reason: Via::Page.reason(reason, &user),
+            },
             None => return error(StatusCode::BAD_REQUEST, "a discard needs a reason"),
         },
         other => return error(StatusCode::NOT_FOUND, format!("no action {other:?}")),
     };
-    let done = async {
-        let record = match view::find(&*app.store, id).await? {
-            Found::Record(record) => record,
-            Found::Tombstone(_) => {
-                return Err(CliError::NotApplicable(format!(
-                    "#{} was discarded already",
-                    id.0
-                )))
-            }
-        };
-        let transition = verb.transition(&record, app.now.get()).map_err(|why| {
-            CliError::NotApplicable(format!("cannot {} #{}: {why}", verb.name(), id.0))
-        })?;
-        let done = verbs::apply(&*app.store, &verb, vec![transition]).await?;
-        done.into_iter()
-            .next()
-            .ok_or_else(|| CliError::Partial("the store reported nothing".into()))
+    let now = app.now.get();
+    let done = verbs::one(&*app.store, &verb, id, Some(&seen), now).await;
+    let result = match &done {
+        Ok(d) => Some(d.result()),
+        Err(CliError::Changed(line)) => Some(format!("unchanged: {line}")),
+        Err(_) => None,
     };
-    match done.await {
+    if let Some(result) = result {
+        let entry = audit::Entry {
+            at: now,
+            user: &user,
+            via: Via::Page,
+            verb: verb.name(),
+            record: Some(id),
+            result: &result,
+            reason: reason.filter(|_| matches!(verb, Verb::Discard { .. })),
+        };
+        // The operator's terminal (or the service's journal) keeps the log.
+        let _ = writeln!(std::io::stderr(), "{entry}");
+    }
+    match done {
         Ok(Done::Skipped { why, .. }) => error(
             StatusCode::CONFLICT,
             format!("left #{} as it is: {why}", id.0),

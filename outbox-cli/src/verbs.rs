@@ -1,10 +1,14 @@
 //! The repair verbs, shared by the command line and the web page: each record's transition
 //! comes from `outbox_core::machine` (so the rules live in one place) and is applied with
-//! [`Store::apply`] under the idle guard.
+//! [`Store::apply`] under [`Guard::Seen`]: a compare-and-set that changes the record only if
+//! it is still as it was read, and otherwise leaves it and says it changed since the person
+//! looked.
 
-use outbox_core::{machine, Millis, Record, RecordId, State, Store, Transition};
+use outbox_core::{machine, Guard, Millis, Record, RecordId, Seen, State, Store, Transition};
 
 use crate::error::CliError;
+use crate::revision;
+use crate::view::{self, Found};
 
 /// How many transitions one `apply` call carries.
 const BATCH: usize = 256;
@@ -34,16 +38,24 @@ impl Verb {
         }
     }
 
-    /// The transition for `record`, or why the verb does not apply to it as it is.
+    /// The transition for `record` as it was read, guarded by [`Guard::Seen`] of it, or why
+    /// the verb does not apply to it as it is.
     ///
     /// ```
     /// use outbox_cli::verbs::Verb;
-    /// use outbox_core::{Record, RecordId};
+    /// use outbox_core::{Guard, Record, RecordId, Seen};
     /// let record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
-    /// assert!(Verb::Retry.transition(&record, 5).is_ok());
+    /// let retry = Verb::Retry.transition(&record, 5).unwrap();
+    /// assert_eq!(retry.guard, Guard::Seen(Seen::of(&record)));
     /// assert!(Verb::Requeue.transition(&record, 5).unwrap_err().contains("only a rejected record"));
     /// ```
     pub fn transition(&self, record: &Record, now: Millis) -> Result<Transition, String> {
+        let mut transition = self.unguarded(record, now)?;
+        transition.guard = Guard::Seen(Seen::of(record));
+        Ok(transition)
+    }
+
+    fn unguarded(&self, record: &Record, now: Millis) -> Result<Transition, String> {
         let in_flight = || {
             "it is in flight (being delivered right now); try again once its delivery has \
              reported"
@@ -85,7 +97,8 @@ pub enum Done {
     Requeued(RecordId),
     /// Discarded; the tombstone stays until pruned.
     Discarded(RecordId),
-    /// Left unchanged: the record changed between the read and the write.
+    /// Left unchanged: the record changed between the read and the write (or, for a
+    /// requeue, its group has a record in flight).
     Skipped {
         /// The record.
         id: RecordId,
@@ -110,10 +123,56 @@ impl Done {
         }
     }
 
+    /// The record.
+    pub fn id(&self) -> RecordId {
+        match self {
+            Done::Retried(id) | Done::Requeued(id) | Done::Discarded(id) => *id,
+            Done::Skipped { id, .. } => *id,
+        }
+    }
+
     /// True unless the record was left unchanged.
     pub fn changed(&self) -> bool {
         !matches!(self, Done::Skipped { .. })
     }
+
+    /// `done`, or `unchanged: why`, for the audit line.
+    pub fn result(&self) -> String {
+        match self {
+            Done::Skipped { why, .. } => format!("unchanged: {why}"),
+            _ => "done".to_owned(),
+        }
+    }
+}
+
+/// The words every refused compare-and-set starts with.
+pub const CHANGED: &str = "it changed since you looked";
+
+/// Why a transition of `verb`, guarded by what was seen, was skipped: read the record again.
+async fn why_skipped(
+    store: &dyn Store,
+    verb: &Verb,
+    guard: Guard,
+    id: RecordId,
+) -> Result<String, CliError> {
+    Ok(match store.get(id).await? {
+        None => format!("{CHANGED}: it is gone (delivered or discarded meanwhile)"),
+        Some(r) if r.state == State::InFlight => {
+            format!("{CHANGED}: a runner claimed it (in flight now)")
+        }
+        // Unchanged, yet skipped: the store refuses a requeue while the group has a record
+        // in flight, as two of a group must never be delivered at once.
+        Some(r) if guard == Guard::Seen(Seen::of(&r)) && *verb == Verb::Requeue => {
+            "a record of its group is in flight; requeue it once that delivery has reported"
+                .to_owned()
+        }
+        Some(r) => format!(
+            "{CHANGED}: it is {} now, with {} answered failure{} (`outbox show` it again)",
+            r.state,
+            r.attempts,
+            if r.attempts == 1 { "" } else { "s" }
+        ),
+    })
 }
 
 /// Applies `verb`'s transitions (built with [`Verb::transition`]) and says what became of each.
@@ -126,24 +185,11 @@ pub async fn apply(
     let mut transitions = transitions.into_iter().peekable();
     while transitions.peek().is_some() {
         let batch: Vec<Transition> = transitions.by_ref().take(BATCH).collect();
-        let ids: Vec<RecordId> = batch.iter().map(|t| t.id).collect();
+        let guards: Vec<(RecordId, Guard)> = batch.iter().map(|t| (t.id, t.guard)).collect();
         let applied = store.apply(batch).await?;
-        for id in ids {
+        for (id, guard) in guards {
             if applied.skipped.contains(&id) {
-                let why = match store.get(id).await? {
-                    Some(r) if r.state == State::InFlight => {
-                        "it went in flight meanwhile (a runner claimed it)".to_owned()
-                    }
-                    // The store refuses a requeue while the group has a record in flight: two
-                    // of a group must never be delivered at once.
-                    Some(r) if *verb == Verb::Requeue && r.state == State::Rejected => {
-                        "a record of its group is in flight; requeue it once that delivery has \
-                         reported"
-                            .to_owned()
-                    }
-                    Some(r) => format!("it changed meanwhile (it is {} now)", r.state),
-                    None => "it is gone (delivered or discarded meanwhile)".to_owned(),
-                };
+                let why = why_skipped(store, verb, guard, id).await?;
                 done.push(Done::Skipped { id, why });
                 continue;
             }
@@ -155,4 +201,54 @@ pub async fn apply(
         }
     }
     Ok(done)
+}
+
+/// One record's repair, as a person asked for it: `seen` is the revision they saw (`outbox
+/// show`, the page); without it, the record as read here. A record that changed since is
+/// left alone with [`CliError::Changed`].
+pub async fn one(
+    store: &dyn Store,
+    verb: &Verb,
+    id: RecordId,
+    seen: Option<&str>,
+    now: Millis,
+) -> Result<Done, CliError> {
+    let name = verb.name();
+    let record = match view::find(store, id).await? {
+        Found::Record(record) => record,
+        Found::Tombstone(_) => {
+            return Err(CliError::NotApplicable(format!(
+                "cannot {name} #{}: it was discarded (only its tombstone is left)",
+                id.0
+            )))
+        }
+    };
+    if let Some(seen) = seen {
+        let now_seen = revision::of(&record);
+        if now_seen != seen {
+            return Err(CliError::Changed(format!(
+                "left #{} as it is: {CHANGED} (revision {seen}): it is {} now, revision \
+                 {now_seen}; `outbox show` it again and decide",
+                id.0, record.state
+            )));
+        }
+    }
+    let transition = verb
+        .transition(&record, now)
+        .map_err(|why| CliError::NotApplicable(format!("cannot {name} #{}: {why}", id.0)))?;
+    let done = apply(store, verb, vec![transition])
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| CliError::Partial("the store reported nothing".into()))?;
+    match done {
+        Done::Skipped { why, .. } if why.starts_with(CHANGED) => {
+            Err(CliError::Changed(format!("left #{} as it is: {why}", id.0)))
+        }
+        Done::Skipped { why, .. } => Err(CliError::NotApplicable(format!(
+            "left #{} as it is: {why}",
+            id.0
+        ))),
+        done => Ok(done),
+    }
 }

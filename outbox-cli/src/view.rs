@@ -1,9 +1,7 @@
 //! What the read commands report, as plain values: the `--json` shapes (documented in the crate
 //! docs) and the input of the human-readable output and of the web page.
 
-use std::collections::HashMap;
-
-use outbox_core::{ListQuery, Millis, Record, RecordId, State, Stats, Store, Tombstone};
+use outbox_core::{ListQuery, Millis, Record, RecordId, Stats, Store, Tombstone};
 use serde::Serialize;
 
 use crate::cli::StateFilter;
@@ -14,10 +12,6 @@ pub const COMMON_ERRORS: usize = 5;
 
 /// Records read per page when a command walks a whole state.
 const PAGE: usize = 500;
-
-/// `stats` counts errors over at most this many records of each failed state, so a huge
-/// backlog (and `watch`, which asks every second) reads a bounded amount.
-pub const ERROR_SAMPLE: usize = 10_000;
 
 /// The queue at one moment (`stats --json`).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -38,8 +32,8 @@ pub struct StatsView {
     pub next_due: Option<Millis>,
     /// The runner's persisted halt.
     pub halt: Option<HaltView>,
-    /// The most common `last_error` values of retrying, needs-attention and rejected records
-    /// (the first 10,000 of each state), most frequent first.
+    /// The most common `last_error` values of retrying, needs-attention and rejected records,
+    /// most frequent first (ties in text order).
     pub common_errors: Vec<ErrorCount>,
 }
 
@@ -123,6 +117,8 @@ pub struct RecordView {
     /// The coalescing key; left out when none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replaces: Option<String>,
+    /// What a repair must still find: pass it as `--seen` (see [`crate::revision`]).
+    pub revision: String,
 }
 
 impl From<&Record> for RecordView {
@@ -143,6 +139,7 @@ impl From<&Record> for RecordView {
             payload_bytes: r.payload.len(),
             expected_version: r.expected_version.clone(),
             replaces: r.replaces.clone(),
+            revision: crate::revision::of(r),
         }
     }
 }
@@ -220,34 +217,19 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Reads the stats and the most common errors.
+/// Reads the stats and the most common errors: the store's counts and one grouped query
+/// ([`Store::common_errors`]); no record and no payload is read.
 pub async fn stats(store: &dyn Store, now: Millis) -> Result<StatsView, CliError> {
     let stats: Stats = store.stats().await?;
-    let mut errors: HashMap<String, u64> = HashMap::new();
-    for state in [State::Retrying, State::NeedsAttention, State::Rejected] {
-        if stats.count(state) == 0 {
-            continue;
-        }
-        let mut query = ListQuery::new(PAGE).state(state);
-        let mut read = 0;
-        while read < ERROR_SAMPLE {
-            let page = store.list(&query).await?;
-            for error in page.iter().filter_map(|r| r.last_error.as_ref()) {
-                *errors.entry(error.clone()).or_default() += 1;
-            }
-            read += page.len();
-            match page.last() {
-                Some(last) if page.len() == query.limit => query.after = Some(last.id),
-                _ => break,
-            }
-        }
-    }
-    let mut common_errors: Vec<ErrorCount> = errors
+    let common_errors = store
+        .common_errors(COMMON_ERRORS)
+        .await?
         .into_iter()
-        .map(|(error, count)| ErrorCount { error, count })
+        .map(|e| ErrorCount {
+            error: e.error,
+            count: e.count,
+        })
         .collect();
-    common_errors.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.error.cmp(&b.error)));
-    common_errors.truncate(COMMON_ERRORS);
     Ok(StatsView {
         now,
         counts: Counts {

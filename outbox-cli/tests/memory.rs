@@ -6,6 +6,7 @@ mod support;
 use std::io::Cursor;
 
 use clap::Parser;
+use outbox_cli::audit::User;
 use outbox_cli::cli::Cli;
 use outbox_cli::commands::{execute, Io};
 use outbox_cli::CliError;
@@ -170,13 +171,10 @@ async fn requeue_readmits_a_rejected_record_in_its_place_unless_its_group_is_in_
         .unwrap();
     assert!(claimed.iter().any(|r| r.id == RecordId(10)));
     let (out, _, result) = run(&store, &["requeue", "mem", "4"], "").await;
-    assert_eq!(
-        out,
-        "left #4 as it is: a record of its group is in flight; requeue it once that delivery has reported\n"
-    );
+    assert_eq!(out, "");
     assert_eq!(
         result.unwrap_err().line(),
-        "1 of 1 record left unchanged: #4"
+        "left #4 as it is: a record of its group is in flight; requeue it once that delivery has reported"
     );
     assert_eq!(
         store.get(RecordId(4)).await.unwrap().unwrap().state,
@@ -250,7 +248,16 @@ async fn discard_by_group_with_yes_leaves_tombstones() {
     )
     .await;
     result.unwrap();
-    assert_eq!(err, "");
+    // Each change is logged: time, user, tool, verb, record, result and the reason given.
+    let user = User::current();
+    let name = user.name.clone().expect("a user name");
+    assert_eq!(
+        err,
+        format!(
+            "audit: 2026-12-01T09:15:00.000Z user={user} via=command verb=discard record=#1 done reason=\"document deleted\"\n\
+             audit: 2026-12-01T09:15:00.000Z user={user} via=command verb=discard record=#2 done reason=\"document deleted\"\n"
+        )
+    );
     assert_eq!(
         out,
         "discarded #1; its tombstone stays until pruned\ndiscarded #2; its tombstone stays until pruned\ndiscard: 2 of 2 records changed\n"
@@ -258,7 +265,11 @@ async fn discard_by_group_with_yes_leaves_tombstones() {
     let tombstones = store.tombstones(None, 10).await.unwrap();
     let ids: Vec<u64> = tombstones.iter().map(|t| t.id.0).collect();
     assert_eq!(ids, [1, 2, 8]);
-    assert_eq!(tombstones[0].reason, "document deleted");
+    // The tombstone says a person did it, who, and through which tool.
+    assert_eq!(
+        tombstones[0].reason,
+        format!("document deleted (discarded by a person, {name}, with the outbox command)")
+    );
 }
 
 #[tokio::test]
@@ -269,9 +280,15 @@ async fn prune_counts_what_it_will_remove_and_asks() {
     assert!(result.unwrap_err().line().contains("pass --yes"), "{out}");
     let (out, err, result) = run(&store, &["prune", "mem", "--older-than", "1h"], "yes\n").await;
     result.unwrap();
+    let (question, log) = err.split_once("? [y/N] ").expect("the question");
     assert_eq!(
-        err,
-        "prune 1 rejected record and 0 tombstones from before 2026-12-01 08:15:00? [y/N] "
+        question,
+        "prune 1 rejected record and 0 tombstones from before 2026-12-01 08:15:00"
+    );
+    assert!(
+        log.starts_with("audit: 2026-12-01T09:15:00.000Z user=")
+            && log.ends_with(" via=command verb=prune done: pruned 1 (asked about 1 rejected record and 0 tombstones from before 2026-12-01 08:15:00)\n"),
+        "{log}"
     );
     assert_eq!(out, "pruned 1 (asked about 1 rejected record and 0 tombstones from before 2026-12-01 08:15:00)\n");
     assert_eq!(store.stats().await.unwrap().rejected, 0);
@@ -360,4 +377,118 @@ async fn show_and_stats_tell_of_preconditions_and_merged_writes() {
     assert!(json.contains(r#""replaces": "note-7/body""#), "{json}");
     let stats_json = ok(&store, &["stats", "mem", "--json"]).await;
     assert!(stats_json.contains(r#""superseded": 2"#), "{stats_json}");
+}
+
+/// The memory store, with a runner's verdict on one record landing between the command's
+/// read and its write (the window no `--seen` can close; the store's guard does).
+#[derive(Debug)]
+struct Meanwhile {
+    inner: MemoryStore,
+    verdict: std::sync::Mutex<Option<u64>>,
+}
+
+#[outbox_core::async_trait]
+impl outbox_core::StoreLayer for Meanwhile {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
+
+    async fn apply(
+        &self,
+        transitions: Vec<outbox_core::Transition>,
+    ) -> outbox_core::Result<outbox_core::Applied> {
+        let verdict = self.verdict.lock().unwrap().take();
+        if let Some(id) = verdict {
+            support::reject_now(&self.inner, id).await;
+        }
+        self.inner.apply(transitions).await
+    }
+}
+
+#[tokio::test]
+async fn a_verdict_recorded_between_the_read_and_the_write_is_never_overwritten() {
+    let store = Meanwhile {
+        inner: seeded().await,
+        verdict: std::sync::Mutex::new(Some(1)),
+    };
+    let (out, err, result) = run(&store, &["retry", "mem", "1"], "").await;
+    let error = result.unwrap_err();
+    assert_eq!(error.exit_code(), 1);
+    assert!(
+        error
+            .line()
+            .starts_with("left #1 as it is: it changed since you looked: it is rejected now"),
+        "{}",
+        error.line()
+    );
+    assert_eq!(out, "");
+    assert!(
+        err.contains("verb=retry record=#1 unchanged: it changed since you looked"),
+        "{err}"
+    );
+    let one = store.get(RecordId(1)).await.unwrap().unwrap();
+    assert_eq!(one.state, State::Rejected, "the verdict stands");
+    assert!(one.last_error.unwrap().contains("changed its mind"));
+
+    // On a filter: the others are repaired, the changed one is named.
+    *store.verdict.lock().unwrap() = Some(9);
+    let args = ["retry", "mem", "--state", "needs-attention", "--yes"];
+    let (out, _, result) = run(&store, &args, "").await;
+    assert_eq!(
+        out,
+        "left #9 as it is: it changed since you looked: it is rejected now, with 1 answered failure (`outbox show` it again)\nretry: 0 of 1 record changed\n"
+    );
+    assert_eq!(
+        result.unwrap_err().line(),
+        "1 of 1 record left unchanged (changed since you looked, or busy): #9"
+    );
+    assert_eq!(
+        store.get(RecordId(9)).await.unwrap().unwrap().state,
+        State::Rejected
+    );
+}
+
+#[tokio::test]
+async fn human_output_escapes_a_servers_control_characters_and_json_stays_exact() {
+    let store = seeded().await;
+    let hostile = "\u{1b}]0;x\u{7}\u{1b}[31mred\u{1b}[0m\u{9b}2J\u{7f} HTTP 500\nsecond line";
+    support::report(&store, 3, State::Retrying, hostile).await;
+    let shown = "\\x1b]0;x\\x07\\x1b[31mred\\x1b[0m\\u{9b}2J\\x7f HTTP 500\\nsecond line";
+    let control = |text: &str| {
+        text.chars()
+            .any(|c| outbox_cli::escape::is_control(c) && c != '\n')
+    };
+    for args in [
+        &["list", "mem"][..],
+        &["show", "mem", "3"],
+        &["stats", "mem"],
+    ] {
+        let out = ok(&store, args).await;
+        // A table cell is cut after 60 characters; `show` prints the whole text.
+        let want = if args[0] == "show" {
+            shown
+        } else {
+            &shown[..56]
+        };
+        assert!(out.contains(want), "{args:?}:\n{out}");
+        assert!(
+            !control(&out),
+            "{args:?} printed a control character:\n{out}"
+        );
+    }
+    for args in [
+        &["list", "mem", "--json"][..],
+        &["show", "mem", "3", "--json"],
+        &["stats", "mem", "--json"],
+    ] {
+        let out = ok(&store, args).await;
+        assert!(!control(&out), "{args:?}:\n{out}");
+        let value: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let error = match args[0] {
+            "list" => value["records"][2]["last_error"].clone(),
+            "show" => value["last_error"].clone(),
+            _ => value["common_errors"][0]["error"].clone(),
+        };
+        assert_eq!(error, hostile, "{args:?}: the JSON holds the exact text");
+    }
 }

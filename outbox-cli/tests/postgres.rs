@@ -1,6 +1,10 @@
 //! The binary on a PostgreSQL schema, when a server answers at `OUTBOX_PG_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`). Without one the test says so and skips, except
 //! with `OUTBOX_PG_REQUIRED=1` (CI), where it fails.
+//!
+//! The TLS test makes the server TLS-only for one role of its own, `outbox_tls_only`: two
+//! `pg_hba.conf` lines for that role alone (TLS trusted, plain refused), added once, ahead of
+//! every other rule, and loaded with `pg_reload_conf()`. Nothing else on the server changes.
 #![cfg(feature = "postgres")]
 
 mod support;
@@ -79,6 +83,19 @@ async fn the_binary_reads_and_repairs_a_postgres_outbox() {
         support::ok(&["retry", &url, "--schema", &schema, "9"]),
         "retried #9: due now with a fresh budget\n"
     );
+    // A verdict recorded between the look and the repair: refused, the verdict stands.
+    let seen = support::show_on(&url, &schema, 3)["revision"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    support::reject_now(&store, 3).await;
+    let (code, err) = support::fails(&["retry", &url, "--schema", &schema, "3", "--seen", &seen]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("left #3 as it is: it changed since you looked"),
+        "{err}"
+    );
+    assert_eq!(support::show_on(&url, &schema, 3)["state"], "rejected");
     let nine = outbox_core::Store::get(&store, outbox_core::RecordId(9))
         .await
         .unwrap()
@@ -86,6 +103,150 @@ async fn the_binary_reads_and_repairs_a_postgres_outbox() {
     assert_eq!(nine.state, outbox_core::State::Pending);
     drop(store);
     client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+/// The role the server admits over TLS only.
+const TLS_ROLE: &str = "outbox_tls_only";
+
+/// Makes `TLS_ROLE` exist and the server TLS-only for it (idempotent); `None` (said loudly)
+/// when this server cannot be set up so here: no TLS, or its files are out of reach.
+async fn tls_only(admin: &tokio_postgres::Client) -> Option<String> {
+    let setting = |name: &'static str| async move {
+        admin
+            .query_one(&format!("SHOW {name}"), &[])
+            .await
+            .unwrap()
+            .get::<_, String>(0)
+    };
+    let skip = |why: String| {
+        assert!(
+            std::env::var("OUTBOX_PG_REQUIRED").as_deref() != Ok("1"),
+            "OUTBOX_PG_REQUIRED=1 but the TLS test cannot run: {why}"
+        );
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("\n*** SKIPPED: TLS-only PostgreSQL: {why} ***\n").as_bytes(),
+        );
+        None
+    };
+    if setting("ssl").await != "on" {
+        return skip("the server has ssl = off".into());
+    }
+    let cert = setting("ssl_cert_file").await;
+    if std::fs::metadata(&cert).is_err() {
+        return skip(format!("its certificate {cert} is not readable here"));
+    }
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN CREATE ROLE {TLS_ROLE} LOGIN; \
+             EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        ))
+        .await
+        .unwrap();
+    let hba = setting("hba_file").await;
+    let Ok(rules) = std::fs::read_to_string(&hba) else {
+        return skip(format!("{hba} is not readable here"));
+    };
+    let ours = format!(
+        "hostssl all {TLS_ROLE} 127.0.0.1/32 trust\nhostnossl all {TLS_ROLE} 127.0.0.1/32 reject\n"
+    );
+    if !rules.contains(&ours) {
+        // First match wins: ahead of every rule, so the generic `host all all` line never
+        // sees this role; no other role's rule is touched.
+        let text = format!(
+            "# outbox-cli tests: the role {TLS_ROLE} connects over TLS only (nothing else changes)\n{ours}{rules}"
+        );
+        if let Err(err) = std::fs::write(&hba, text) {
+            return skip(format!("{hba} is not writable here: {err}"));
+        }
+        admin
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .unwrap();
+    }
+    // The reload is asynchronous: wait (bounded) until a plain connection of the role is
+    // refused, each try a real connection.
+    let plain = format!("host=127.0.0.1 port={} user={TLS_ROLE} dbname=test", port());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let config: tokio_postgres::Config = plain.parse().unwrap();
+        match config.connect(tokio_postgres::NoTls).await {
+            Err(err)
+                if err
+                    .as_db_error()
+                    .is_some_and(|db| db.message().contains("no encryption")) =>
+            {
+                break
+            }
+            _ if std::time::Instant::now() > deadline => {
+                panic!("the server still lets {TLS_ROLE} in without TLS after pg_reload_conf()")
+            }
+            _ => {}
+        }
+    }
+    Some(cert)
+}
+
+fn port() -> u16 {
+    let config: tokio_postgres::Config = url().parse().unwrap();
+    config.get_ports().first().copied().unwrap_or(5432)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_only_server_is_inspected_with_sslmode_require() {
+    let Some(admin) = server().await else { return };
+    let Some(cert) = tls_only(&admin).await else {
+        return;
+    };
+    let schema = format!("outbox_cli_tls_{}", std::process::id());
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema} AUTHORIZATION {TLS_ROLE}"
+        ))
+        .await
+        .unwrap();
+    // The certificate names `localhost`; the socket goes to 127.0.0.1, where the rules are.
+    let base = format!(
+        "postgres://{TLS_ROLE}@localhost:{}/test?hostaddr=127.0.0.1",
+        port()
+    );
+    let tls = format!("{base}&sslmode=require&sslrootcert={cert}");
+    let store = PgStore::connect(PgConfig::new(&base, &schema).with_tls(
+        outbox_postgres::Tls::required_with_roots(std::fs::read(&cert).unwrap()),
+    ))
+    .await
+    .expect("the role connects over TLS");
+    support::seed(&store).await;
+
+    golden!("stats", support::ok(&["stats", &tls, "--schema", &schema]));
+    assert_eq!(
+        support::ok(&["retry", &tls, "--schema", &schema, "9"]),
+        "retried #9: due now with a fresh budget\n"
+    );
+    let full = format!("{base}&sslmode=verify-full&sslrootcert={cert}");
+    assert_eq!(support::show_on(&full, &schema, 9)["state"], "pending");
+
+    // Without TLS the server refuses the role; without the server's CA the command refuses
+    // the server.
+    let (code, err) = support::fails(&["stats", &base, "--schema", &schema]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no encryption"), "{err}");
+    let (code, err) = support::fails(&[
+        "stats",
+        &format!("{base}&sslmode=require"),
+        "--schema",
+        &schema,
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("certificate is not trusted") && err.contains("sslrootcert"),
+        "{err}"
+    );
+    drop(store);
+    admin
         .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
         .await
         .unwrap();

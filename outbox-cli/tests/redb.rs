@@ -32,6 +32,18 @@ async fn verbs_change_records_through_the_core_rules() {
 }
 
 #[tokio::test]
+async fn a_record_rejected_between_show_and_retry_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seeded(dir.path()).await;
+    let seen = support::revision(&path, 3);
+    // The application (the only process that may hold a redb file) records a verdict.
+    let app = RedbStore::open(&path, RedbConfig::default()).await.unwrap();
+    support::reject_now(&app, 3).await;
+    app.close().await;
+    support::retry_refused_after_a_change(&path, 3, &seen);
+}
+
+#[tokio::test]
 async fn user_errors_are_one_line_and_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let path = seeded(dir.path()).await;

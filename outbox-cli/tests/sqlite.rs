@@ -31,6 +31,20 @@ async fn verbs_change_records_through_the_core_rules() {
 }
 
 #[tokio::test]
+async fn a_record_rejected_between_show_and_retry_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seeded(dir.path()).await;
+    let seen = support::revision(&path, 3);
+    // The application, still running, records the server's verdict meanwhile.
+    let app = SqliteStore::open(&path, SqliteConfig::default())
+        .await
+        .unwrap();
+    support::reject_now(&app, 3).await;
+    support::retry_refused_after_a_change(&path, 3, &seen);
+    app.close().await;
+}
+
+#[tokio::test]
 async fn user_errors_are_one_line_and_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let path = seeded(dir.path()).await;

@@ -59,7 +59,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::machine::Transition;
 use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
-use crate::store::{Applied, Claim, Enqueued, Halt, ListQuery, Round, Stats, Store};
+use crate::store::{Applied, Claim, Enqueued, ErrorCount, Halt, ListQuery, Round, Stats, Store};
 use crate::unreadable::Unreadable;
 
 /// One operation of the [`Store`] trait, as [`StoreLayer::enter`] is told it.
@@ -105,11 +105,13 @@ pub enum Operation {
     Unreadable,
     /// [`Store::discard_unreadable`].
     DiscardUnreadable,
+    /// [`Store::common_errors`].
+    CommonErrors,
 }
 
 impl Operation {
     /// Every operation, in the trait's order.
-    pub const ALL: [Operation; 17] = [
+    pub const ALL: [Operation; 18] = [
         Operation::Enqueue,
         Operation::Claim,
         Operation::Renew,
@@ -127,6 +129,7 @@ impl Operation {
         Operation::Prune,
         Operation::Unreadable,
         Operation::DiscardUnreadable,
+        Operation::CommonErrors,
     ];
 
     /// The method's name.
@@ -149,6 +152,7 @@ impl Operation {
             Operation::Prune => "prune",
             Operation::Unreadable => "unreadable",
             Operation::DiscardUnreadable => "discard_unreadable",
+            Operation::CommonErrors => "common_errors",
         }
     }
 
@@ -300,6 +304,12 @@ pub trait StoreLayer: Debug + Send + Sync {
     async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
         self.inner().discard_unreadable(id, now).await
     }
+
+    /// [`Store::common_errors`]; forwards by default (so the inner store's own query runs,
+    /// not the trait's record-by-record default).
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        self.inner().common_errors(limit).await
+    }
 }
 
 #[async_trait]
@@ -387,6 +397,11 @@ impl<L: StoreLayer> Store for L {
     async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
         let _entered = self.enter(Operation::DiscardUnreadable);
         StoreLayer::discard_unreadable(self, id, now).await
+    }
+
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        let _entered = self.enter(Operation::CommonErrors);
+        StoreLayer::common_errors(self, limit).await
     }
 }
 
@@ -481,6 +496,11 @@ mod tests {
             self.called("discard_unreadable");
             Ok(true)
         }
+
+        async fn common_errors(&self, _: usize) -> Result<Vec<ErrorCount>> {
+            self.called("common_errors");
+            Ok(vec![])
+        }
     }
 
     /// Forwards everything, and notes each call it is entered for.
@@ -527,6 +547,7 @@ mod tests {
         assert_eq!(store.prune(0).await.unwrap(), 3);
         assert_eq!(store.unreadable(1).await.unwrap().len(), 1);
         assert!(store.discard_unreadable(RecordId(4), 0).await.unwrap());
+        store.common_errors(5).await.unwrap();
         let names: Vec<&str> = Operation::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(*layer.inner.calls.lock().unwrap(), names);
         assert_eq!(*layer.entered.lock().unwrap(), Operation::ALL.to_vec());

@@ -59,6 +59,7 @@ pub mod outcome;
 pub mod policy;
 pub mod record;
 pub mod runner;
+pub mod seen;
 pub mod sink;
 pub mod state;
 pub mod store;
@@ -77,10 +78,11 @@ pub use machine::{Change, Guard, Step, Transition};
 pub use outcome::{ConflictResolution, ConflictResolver, Outcome, ParkOnConflict, RetryAfter};
 pub use policy::{Backoff, Ceiling, Jitter, RetryPolicy};
 pub use record::{Lease, Millis, NewRecord, Progress, Record, RecordId, Tombstone, MAX_GROUP_LEN};
+pub use seen::Seen;
 pub use sink::{sink_fn, Sink, SinkFn};
 pub use state::State;
 pub use store::{
-    Applied, Claim, Enqueued, Halt, ListQuery, Round, Stats, Store, DEFAULT_MAX_PAYLOAD,
+    Applied, Claim, Enqueued, ErrorCount, Halt, ListQuery, Round, Stats, Store, DEFAULT_MAX_PAYLOAD,
 };
 pub use unreadable::Unreadable;
 

@@ -12,6 +12,7 @@ use crate::event::Event;
 use crate::outcome::{duration_ms, Outcome};
 use crate::policy::{Ceiling, RetryPolicy};
 use crate::record::{Millis, Progress, Record, RecordId};
+use crate::seen::Seen;
 use crate::state::State;
 
 mod admit;
@@ -28,12 +29,17 @@ pub enum Guard {
     Lease(u64),
     /// The record is not in flight: a person's verb or a recovery clamp.
     Idle,
+    /// The record is not in flight and still as a person saw it when they chose a repair
+    /// ([`Seen::of`] the record now equals this): a compare-and-set, so a report, a relink or
+    /// another person's repair recorded between the look and the click is never overwritten.
+    Seen(Seen),
 }
 
 impl Guard {
     /// The one rule every store applies: does this guard admit a transition on `record` as
     /// it is now? A lease guard admits only the record in flight under that token; the idle
-    /// guard admits any record that is not in flight.
+    /// guard admits any record that is not in flight; the seen guard admits a record that is
+    /// not in flight and unchanged since the person looked (see [`Seen`]).
     ///
     /// ```
     /// use outbox_core::{Guard, Lease, Record, RecordId, State};
@@ -50,6 +56,7 @@ impl Guard {
                 record.state == State::InFlight && record.lease.is_some_and(|l| l.token == token)
             }
             Guard::Idle => record.state != State::InFlight,
+            Guard::Seen(seen) => record.state != State::InFlight && Seen::of(record) == seen,
         }
     }
 }

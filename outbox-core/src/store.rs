@@ -198,6 +198,64 @@ impl Stats {
     }
 }
 
+/// One `last_error` text and how many records have it (see [`Store::common_errors`]).
+///
+/// ```
+/// use outbox_core::{ErrorCount, Record, RecordId, State};
+/// let mut records = Vec::new();
+/// for (id, error) in [(1, "HTTP 503"), (2, "HTTP 422"), (3, "HTTP 503")] {
+///     let mut r = Record::fresh(RecordId(id), None, vec![], "k".into(), 0);
+///     (r.state, r.last_error) = (State::Retrying, Some(error.into()));
+///     records.push(r);
+/// }
+/// let common = ErrorCount::tally(&records, 5);
+/// assert_eq!(common[0], ErrorCount { error: "HTTP 503".into(), count: 2 });
+/// assert_eq!(common.len(), 2);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorCount {
+    /// The text.
+    pub error: String,
+    /// How many records have it.
+    pub count: u64,
+}
+
+impl ErrorCount {
+    /// The states whose records' errors are counted: the failed ones (retrying,
+    /// needs-attention, rejected).
+    pub const STATES: [State; 3] = [State::Retrying, State::NeedsAttention, State::Rejected];
+
+    /// Counts the `last_error` of every record in [`ErrorCount::STATES`] and keeps the
+    /// `limit` most frequent, most frequent first, ties in text order: the one rule every
+    /// store that counts record by record uses.
+    pub fn tally<'a>(records: impl IntoIterator<Item = &'a Record>, limit: usize) -> Vec<Self> {
+        let mut counts: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        for record in records {
+            if let (true, Some(error)) = (
+                ErrorCount::STATES.contains(&record.state),
+                record.last_error.as_deref(),
+            ) {
+                *counts.entry(error).or_default() += 1;
+            }
+        }
+        let mut common: Vec<ErrorCount> = counts
+            .into_iter()
+            .map(|(error, count)| ErrorCount {
+                error: error.to_owned(),
+                count,
+            })
+            .collect();
+        ErrorCount::rank(&mut common, limit);
+        common
+    }
+
+    /// Sorts most frequent first, ties in text order (byte order), and keeps `limit`.
+    pub fn rank(common: &mut Vec<ErrorCount>, limit: usize) {
+        common.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.error.cmp(&b.error)));
+        common.truncate(limit);
+    }
+}
+
 /// What [`Store::enqueue`] did: the id each record landed in, and which of them replaced an
 /// earlier waiting write (see [`NewRecord::replacing`]). It reads as the slice of ids.
 ///
@@ -331,6 +389,8 @@ pub struct Round {
 ///   lease expires on it) and claims the others as if it were not there; stats, list and the
 ///   lease recovery pass it by; [`Store::unreadable`] lists it with the reason and
 ///   [`Store::discard_unreadable`] removes it.
+/// - **Common errors**: [`Store::common_errors`] counts as [`ErrorCount::tally`] does, over
+///   every failed record.
 /// - **Halt**: [`Store::set_halt`] persists the runner's halt (or clears it) so a restart stays
 ///   halted; [`Stats::halt`] reports it.
 ///
@@ -410,6 +470,38 @@ pub trait Store: Debug + Send + Sync {
     async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
         let _ = (id, now);
         Ok(false)
+    }
+
+    /// The `limit` most common `last_error` texts of the failed records (retrying,
+    /// needs-attention, rejected), with how many records have each: most frequent first,
+    /// ties in byte order of the text (as [`ErrorCount::rank`] sorts).
+    ///
+    /// The default pages through [`Store::list`] for each failed state and tallies with
+    /// [`ErrorCount::tally`]: correct on any store, but it reads every failed record,
+    /// payload included. A backend with a query engine overrides it with one grouped query
+    /// that reads no payload, so a dashboard that asks every second stays cheap.
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        const PAGE: usize = 500;
+        let mut counts: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+        for state in ErrorCount::STATES {
+            let mut query = ListQuery::new(PAGE).state(state);
+            loop {
+                let page = self.list(&query).await?;
+                for error in page.iter().filter_map(|r| r.last_error.as_ref()) {
+                    *counts.entry(error.clone()).or_default() += 1;
+                }
+                match page.last() {
+                    Some(last) if page.len() == PAGE => query.after = Some(last.id),
+                    _ => break,
+                }
+            }
+        }
+        let mut common: Vec<ErrorCount> = counts
+            .into_iter()
+            .map(|(error, count)| ErrorCount { error, count })
+            .collect();
+        ErrorCount::rank(&mut common, limit);
+        Ok(common)
     }
 }
 

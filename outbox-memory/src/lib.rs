@@ -25,8 +25,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord, Progress,
-    Record, RecordId, Result, Round, State, Stats, Store, Tombstone, Transition,
+    Applied, Change, Claim, Enqueued, ErrorCount, Guard, Halt, Lease, ListQuery, Millis, NewRecord,
+    Progress, Record, RecordId, Result, Round, State, Stats, Store, Tombstone, Transition,
     DEFAULT_MAX_PAYLOAD,
 };
 
@@ -450,6 +450,10 @@ impl Store for MemoryStore {
 
     async fn next_due(&self) -> Result<Option<Millis>> {
         Ok(self.lock().due.first().map(|(at, _)| *at))
+    }
+
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        Ok(ErrorCount::tally(self.lock().records.values(), limit))
     }
 
     async fn halt(&self) -> Result<Option<Halt>> {

@@ -4,14 +4,17 @@
 pub mod clock;
 mod coalesce;
 mod codec;
+mod common_errors;
 pub mod config;
 mod engine;
 mod error;
+mod exists;
 pub mod listen;
 mod ops;
 mod pending;
 mod plan;
 pub mod schema;
+mod seen;
 mod sql;
 pub mod store;
 mod tls;

@@ -25,6 +25,7 @@ use crate::codec::{self, millis, state, text, token};
 use crate::config::PgConfig;
 use crate::error::{corrupt, pg, pool as pool_error};
 use crate::plan::{self, Plan};
+use crate::seen;
 use crate::sql::{Exec, Params, Sql};
 use crate::unreadable;
 
@@ -438,10 +439,17 @@ impl Core {
         let requeues = outcomes
             .iter()
             .any(|t| matches!(t.change, Change::Requeue { .. }));
+        // A person's compare-and-set repair reads the whole row; the runner's batches do not.
+        let wide = seen::any(&outcomes);
+        let lock_rows_sql: std::borrow::Cow<'_, str> = if wide {
+            seen::lock_statement(&self.config.schema).into()
+        } else {
+            sql.lock_rows.as_str().into()
+        };
         let (lock_groups, lock_rows, lock_busy, apply, refresh, claim_st, clock) =
             futures::try_join!(
                 ex.prepare(&sql.lock_groups_of),
-                ex.prepare(&sql.lock_rows),
+                ex.prepare(&lock_rows_sql),
                 ex.prepare(&sql.lock_busy),
                 ex.prepare(&sql.apply),
                 ex.prepare(&sql.refresh_groups),
@@ -469,7 +477,7 @@ impl Core {
         .map_err(pg)?;
         let rows = locked
             .iter()
-            .map(plan::locked)
+            .map(if wide { seen::locked } else { plan::locked })
             .collect::<Result<HashMap<_, _>>>()?;
         let mut in_flight: HashMap<String, HashSet<i64>> = HashMap::new();
         let mut heads_before = Vec::new();

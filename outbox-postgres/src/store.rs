@@ -5,8 +5,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use outbox_core::{
-    Applied, Claim, Clock, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Notifier,
-    Record, RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition, Unreadable,
+    Applied, Claim, Clock, Enqueued, Error, ErrorCount, Halt, Lease, ListQuery, Millis, NewRecord,
+    Notifier, Record, RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition,
+    Unreadable,
 };
 
 use crate::clock::ServerClock;
@@ -342,5 +343,9 @@ impl Store for PgStore {
     async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
         self.run(move |core| async move { unreadable::discard(&core, id, now).await })
             .await
+    }
+
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        self.run(move |core| core.common_errors(limit)).await
     }
 }

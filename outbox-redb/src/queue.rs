@@ -5,9 +5,11 @@
 //! transaction. Read operations run on a [`ReadTables`] opened in one `ReadTransaction` (a
 //! consistent snapshot).
 
+use std::collections::HashMap;
+
 use outbox_core::{
-    Applied, Change, Claim, Enqueued, Error, Guard, Halt, Lease, ListQuery, Millis, NewRecord,
-    Progress, Record, RecordId, Result, State, Stats, Tombstone, Transition,
+    Applied, Change, Claim, Enqueued, Error, ErrorCount, Guard, Halt, Lease, ListQuery, Millis,
+    NewRecord, Progress, Record, RecordId, Result, State, Stats, Tombstone, Transition,
 };
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction,
@@ -722,6 +724,28 @@ impl ReadTables {
             }
         }
         Ok(stats)
+    }
+
+    /// The most common errors of the failed records (see `Store::common_errors`): one pass
+    /// over the records in one read transaction, as `stats` makes, tallied as it goes.
+    pub(crate) fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        for entry in self.records.iter().engine()? {
+            let (id, bytes) = entry.engine()?;
+            let record = codec::decode_record(id.value(), bytes.value())?;
+            if let (true, Some(error)) = (
+                ErrorCount::STATES.contains(&record.state),
+                record.last_error,
+            ) {
+                *counts.entry(error).or_default() += 1;
+            }
+        }
+        let mut common: Vec<ErrorCount> = counts
+            .into_iter()
+            .map(|(error, count)| ErrorCount { error, count })
+            .collect();
+        ErrorCount::rank(&mut common, limit);
+        Ok(common)
     }
 }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, Stats, Store, Tombstone, Transition, Unreadable,
+    Applied, Claim, Enqueued, Error, ErrorCount, Halt, Lease, ListQuery, Millis, NewRecord, Record,
+    RecordId, Result, Round, Stats, Store, Tombstone, Transition, Unreadable,
 };
 use redb::backends::FileBackend;
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase, StorageBackend, WriteTransaction};
@@ -520,6 +520,10 @@ impl Store for RedbStore {
 
     async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
         self.write(move |t| t.discard_unreadable(id, now)).await
+    }
+
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        self.read(move |t| t.common_errors(limit)).await
     }
 }
 

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod apply;
+mod common_errors;
 pub mod config;
 mod error;
 mod json;

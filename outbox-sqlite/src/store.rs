@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Claim, Enqueued, Error, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, Stats, Store, Tombstone, Transition, Unreadable,
+    Applied, Claim, Enqueued, Error, ErrorCount, Halt, Lease, ListQuery, Millis, NewRecord, Record,
+    RecordId, Result, Round, Stats, Store, Tombstone, Transition, Unreadable,
 };
 use rusqlite::{Connection, OpenFlags, Transaction};
 use tokio::sync::oneshot;
 
 use crate::apply;
+use crate::common_errors;
 use crate::config::SqliteConfig;
 use crate::error::db;
 use crate::ops;
@@ -610,6 +611,12 @@ impl Store for SqliteStore {
     async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
         self.writer
             .write(move |conn| unreadable::discard(conn, id, now))
+            .await
+    }
+
+    async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
+        self.reader
+            .read(move |conn| common_errors::common_errors(conn, limit))
             .await
     }
 }

@@ -174,14 +174,25 @@ pub fn verbs(path: &Path) {
     );
     assert_eq!(show(path, 2)["state"], "pending");
     let confirmed = answering(&args, "y\n");
-    assert!(confirmed.status.success());
+    assert!(confirmed.status.success(), "{confirmed:?}");
+    let log = String::from_utf8_lossy(&confirmed.stderr);
+    assert!(
+        log.contains(" via=command verb=discard record=#1 done reason=\"document deleted\"")
+            && log.contains(" verb=discard record=#2 done"),
+        "{log}"
+    );
     assert_eq!(
         String::from_utf8_lossy(&confirmed.stdout),
         "discarded #1; its tombstone stays until pruned\n\
          discarded #2; its tombstone stays until pruned\n\
          discard: 2 of 2 records changed\n"
     );
-    assert_eq!(show(path, 2)["reason"], "document deleted");
+    let reason = show(path, 2)["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.starts_with("document deleted (discarded by a person, ")
+            && reason.ends_with(", with the outbox command)"),
+        "{reason}"
+    );
 
     // An in-flight record is left alone, and said so.
     let (code, err) = fails(&["discard", p, "5", "--reason", "x"]);
@@ -263,4 +274,89 @@ pub fn user_errors(dir: &Path, seeded: &Path) {
         ),
         "{err}"
     );
+}
+
+/// `show --json` of one record of a PostgreSQL schema, parsed.
+pub fn show_on(url: &str, schema: &str, id: u64) -> serde_json::Value {
+    let out = ok(&["show", url, "--schema", schema, &id.to_string(), "--json"]);
+    serde_json::from_str(&out).expect("show --json is JSON")
+}
+
+/// The revision `show --json` gives record `id`: what a person saw.
+pub fn revision(path: &Path, id: u64) -> String {
+    show(path, id)["revision"]
+        .as_str()
+        .expect("a revision")
+        .to_owned()
+}
+
+/// Records the server's verdict on the idle record `id`, as a runner's report would (for a
+/// test that changes a record between a person's look and their repair).
+pub async fn reject_now(store: &dyn outbox_core::Store, id: u64) {
+    report(
+        store,
+        id,
+        outbox_core::State::Rejected,
+        "HTTP 422 Unprocessable Entity: the server changed its mind",
+    )
+    .await;
+}
+
+/// Records a failure of the idle record `id` with the server's words `error`, leaving it in
+/// `state` (not due again before an hour has passed).
+pub async fn report(
+    store: &dyn outbox_core::Store,
+    id: u64,
+    state: outbox_core::State,
+    error: &str,
+) {
+    use outbox_core::{Change, Guard, Progress, RecordId, State, Transition};
+    let record = store.get(RecordId(id)).await.unwrap().expect("the record");
+    let verdict = Transition {
+        id: record.id,
+        guard: Guard::Idle,
+        change: Change::Update(Progress {
+            state,
+            attempts: record.attempts + 1,
+            last_attempt_at: Some(NOW),
+            next_attempt_at: (state == State::Retrying).then_some(NOW + 60 * MINUTE),
+            last_error: Some(error.into()),
+            ..record.progress()
+        }),
+    };
+    let applied = store.apply(vec![verdict]).await.unwrap();
+    assert!(applied.skipped.is_empty());
+}
+
+/// A retry of record `id` with the revision seen before it was rejected: refused, exit 1,
+/// "changed since you looked", and the record still rejected.
+pub fn retry_refused_after_a_change(path: &Path, id: u64, seen: &str) {
+    let p = path.to_str().unwrap();
+    let (code, err) = fails(&["retry", p, &id.to_string(), "--seen", seen]);
+    assert_eq!(code, 1, "{err}");
+    let (log, error) = err
+        .trim_end()
+        .rsplit_once('\n')
+        .expect("a log line and an error");
+    assert!(
+        error.starts_with(&format!(
+            "error: left #{id} as it is: it changed since you looked (revision {seen}): it is rejected now"
+        )),
+        "{err}"
+    );
+    // The refused attempt is logged too.
+    assert!(
+        log.contains(&format!(
+            " via=command verb=retry record=#{id} unchanged: it changed since you looked"
+        )),
+        "{log}"
+    );
+    let now = show(path, id);
+    assert_eq!(now["state"], "rejected");
+    assert_ne!(now["revision"], seen);
+    // With the revision as it is now, a retry of a rejected record is refused for what it is.
+    let fresh = now["revision"].as_str().unwrap();
+    let (code, err) = fails(&["retry", p, &id.to_string(), "--seen", fresh]);
+    assert_eq!(code, 1);
+    assert!(err.contains("it was rejected by the server"), "{err}");
 }

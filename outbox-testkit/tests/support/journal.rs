@@ -16,7 +16,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use outbox_core::{
     Applied, Change, Claim, Enqueued, Error, Guard, Halt, Lease, Millis, NewRecord, Progress,
-    Record, RecordId, Result, Round, State, Store, StoreLayer, Transition,
+    Record, RecordId, Result, Round, Seen, State, Store, StoreLayer, Transition,
 };
 use outbox_memory::MemoryStore;
 use outbox_testkit::{Backend, Capabilities};
@@ -109,6 +109,17 @@ fn encode_transition(t: &Transition) -> String {
     let guard = match t.guard {
         Guard::Lease(token) => format!("L{token}"),
         Guard::Idle => "I".into(),
+        Guard::Seen(seen) => format!(
+            "S{}/{}/{}/{}/{}/{}/{}/{}",
+            seen.state.code(),
+            seen.attempts,
+            seen.unanswered,
+            seen.interrupted,
+            seen.created_at,
+            opt_num(seen.last_attempt_at),
+            opt_num(seen.next_attempt_at),
+            seen.texts
+        ),
     };
     let change = match &t.change {
         Change::Delivered => "D".into(),
@@ -137,6 +148,19 @@ fn decode_transition(text: &str) -> Option<Transition> {
     let id = RecordId(parts.next()?.parse().ok()?);
     let guard = match parts.next()? {
         "I" => Guard::Idle,
+        g if g.starts_with('S') => {
+            let f: Vec<&str> = g[1..].split('/').collect();
+            Guard::Seen(Seen {
+                state: State::from_code(f.first()?.parse().ok()?)?,
+                attempts: f.get(1)?.parse().ok()?,
+                unanswered: f.get(2)?.parse().ok()?,
+                interrupted: f.get(3)?.parse().ok()?,
+                created_at: f.get(4)?.parse().ok()?,
+                last_attempt_at: parse_opt_num(f.get(5)?)?,
+                next_attempt_at: parse_opt_num(f.get(6)?)?,
+                texts: f.get(7)?.parse().ok()?,
+            })
+        }
         g => Guard::Lease(g.strip_prefix('L')?.parse().ok()?),
     };
     let change = parts.next()?;
