@@ -5,7 +5,10 @@ pub mod clock;
 mod coalesce;
 mod codec;
 pub mod config;
+#[cfg(any(feature = "diesel", feature = "diesel-async"))]
+mod diesel;
 mod engine;
+mod enqueue;
 mod error;
 pub mod listen;
 mod ops;
@@ -13,12 +16,14 @@ mod pending;
 mod plan;
 pub mod schema;
 mod sql;
+#[cfg(feature = "sqlx")]
+mod sqlx;
 pub mod store;
 mod tls;
 
 pub use clock::ServerClock;
 pub use config::{PgConfig, Tls};
 pub use listen::{RunnerWakeups, Wakeups};
-pub use pending::PendingEnqueue;
+pub use pending::{Commit, PendingEnqueue};
 pub use schema::SCHEMA_VERSION;
 pub use store::PgStore;

@@ -38,7 +38,7 @@ use crate::tls;
 /// ```
 #[derive(Clone)]
 pub struct PgStore {
-    core: Arc<Core>,
+    pub(crate) core: Arc<Core>,
     engine: Arc<Engine>,
 }
 
