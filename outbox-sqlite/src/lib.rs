@@ -3,6 +3,9 @@
 
 mod apply;
 pub mod config;
+#[cfg(feature = "diesel")]
+mod diesel;
+mod enqueue;
 mod error;
 mod json;
 mod ops;
@@ -10,6 +13,8 @@ mod pending;
 #[cfg(test)]
 mod plan_tests;
 pub mod schema;
+#[cfg(feature = "sqlx")]
+mod sqlx;
 pub mod store;
 mod worker;
 
