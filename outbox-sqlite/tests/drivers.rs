@@ -106,6 +106,21 @@ mod sqlx_driver {
             .expect("sqlx opens the file")
     }
 
+    /// The enqueue and its commit can run in a spawned task or an axum handler (checked at
+    /// compile time: the closure is never called).
+    #[test]
+    fn the_sqlx_enqueue_and_commit_are_send() {
+        fn send<T: Send>(_: T) {}
+        let _ = |store: &SqliteStore, conn: &mut SqliteConnection| {
+            send(store.enqueue_sqlx(conn, Vec::new(), 0));
+        };
+        let _ = |pending: PendingEnqueue,
+                 tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+                 outbox: &outbox_core::Outbox| {
+            send(pending.commit_sqlx(tx, outbox));
+        };
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_commit_wakes_the_runner_and_a_rollback_leaves_nothing() {
         let (_dir, path, store, mut runner) = app().await;
