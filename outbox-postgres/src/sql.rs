@@ -446,8 +446,9 @@ impl Execute for Pipelined<'_> {
                 }
             });
         }
-        // A batch of a few futures is polled in order, so the statements go out, and run, in
-        // the batch's order, pipelined on the one connection.
+        // `try_join_all` polls up to 30 futures in their order (a larger set would go to an
+        // unordered set; a batch here holds at most four), so the statements go out, and run,
+        // in the batch's order, pipelined on the one connection.
         futures::future::try_join_all(runs).await
     }
 }
