@@ -6,7 +6,10 @@
 //! - [`offline_first`]: a client whose connectivity comes from an `outbox_link::Link`, showing the
 //!   states a write goes through (pending, retrying, needs-attention, rejected);
 //! - [`postgres_fleet`]: three runners sharing one PostgreSQL schema, each record delivered
-//!   once (skipped with a message when no server answers).
+//!   once (skipped with a message when no server answers);
+//! - [`sqlx_orders`]: an axum service on sqlx and PostgreSQL that writes an order and its
+//!   outbox record in one sqlx transaction, the commit waking the runner (skipped with a
+//!   message when no server answers).
 //!
 //! Each example is a `run` function here that returns its final line; the example binaries
 //! print it, and the tests in `tests/examples.rs` call the same functions and check it.
@@ -15,6 +18,7 @@
 pub mod downstream;
 pub mod offline_first;
 pub mod postgres_fleet;
+pub mod sqlx_orders;
 pub mod transactional_outbox;
 
 use std::future::Future;

@@ -40,7 +40,7 @@ pub fn url() -> String {
 }
 
 /// Connects once to see whether a server answers; the error says why not.
-async fn probe(url: &str) -> std::result::Result<tokio_postgres::Client, String> {
+pub(crate) async fn probe(url: &str) -> std::result::Result<tokio_postgres::Client, String> {
     let config: tokio_postgres::Config = url.parse().map_err(|e| format!("bad URL: {e}"))?;
     match tokio::time::timeout(
         Duration::from_secs(5),

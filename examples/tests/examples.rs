@@ -1,7 +1,7 @@
 //! Runs each example to completion, through the same function its `cargo run --example`
 //! calls, and checks its final line.
 
-use outbox_examples::{offline_first, postgres_fleet, transactional_outbox, Log};
+use outbox_examples::{offline_first, postgres_fleet, sqlx_orders, transactional_outbox, Log};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_outbox_delivers_every_order_once() {
@@ -63,5 +63,23 @@ async fn postgres_fleet_skips_without_a_server() {
     assert!(
         last.starts_with(&format!("skipped: no PostgreSQL at {url} (")),
         "{last}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_orders_delivers_every_committed_order_once() {
+    let log = Log::quiet();
+    let last = sqlx_orders::run(log.clone()).await.unwrap();
+    let required = std::env::var("OUTBOX_PG_REQUIRED").is_ok_and(|v| v == "1");
+    if !required && last.starts_with(postgres_fleet::SKIPPED) {
+        eprintln!("\n*** SKIPPED: {last}. Set OUTBOX_PG_REQUIRED=1 to make this a failure. ***\n");
+        return;
+    }
+    assert_eq!(last, "3 orders, 3 delivered, 0 lost", "{:#?}", log.lines());
+    // The refused order was answered 422 and its record rolled back with it.
+    assert!(
+        log.lines().iter().any(|l| l.contains("-> 422")),
+        "{:#?}",
+        log.lines()
     );
 }

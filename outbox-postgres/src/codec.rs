@@ -78,41 +78,88 @@ pub(crate) fn count(value: u32) -> i64 {
 
 /// Reads a record from a row selected with [`RECORD_COLUMNS`].
 pub(crate) fn record(row: &Row) -> Result<Record> {
-    let state = unstate(row.try_get(5).map_err(pg)?)?;
-    let optional_time = |index: usize, what: &str| -> Result<Option<Millis>> {
-        let value: Option<i64> = row.try_get(index).map_err(pg)?;
-        value.map(|v| unsigned(v, what)).transpose()
-    };
-    // Every other field first, so a row a claim set aside (in flight without a lease, see
-    // `unreadable`) still names what made it unreadable in the first place.
-    let mut record = Record {
-        id: record_id(row.try_get(0).map_err(pg)?)?,
-        group: row.try_get(1).map_err(pg)?,
-        payload: row.try_get(2).map_err(pg)?,
-        key: row.try_get(3).map_err(pg)?,
-        created_at: unsigned(row.try_get(4).map_err(pg)?, "created_at")?,
-        state,
-        attempts: counter(row.try_get(6).map_err(pg)?, "attempts")?,
-        unanswered: counter(row.try_get(7).map_err(pg)?, "unanswered")?,
-        interrupted: counter(row.try_get(8).map_err(pg)?, "interrupted")?,
-        last_attempt_at: optional_time(9, "last_attempt_at")?,
-        next_attempt_at: optional_time(10, "next_attempt_at")?,
-        last_error: row.try_get(11).map_err(pg)?,
-        lease: None,
-        expected_version: row.try_get(14).map_err(pg)?,
-        replaces: row.try_get(15).map_err(pg)?,
-    };
-    let lease_token: Option<i64> = row.try_get(12).map_err(pg)?;
-    let lease_until: Option<i64> = row.try_get(13).map_err(pg)?;
-    record.lease = match (state, lease_token, lease_until) {
-        (State::InFlight, Some(token), Some(until)) => Some(Lease {
-            token: untoken(token),
-            until: unsigned(until, "lease expiry")?,
-        }),
-        (State::InFlight, _, _) => return Err(corrupt("an in-flight record has no lease")),
-        _ => None,
-    };
-    Ok(record)
+    RawRecord::from_row(row)?.into_record()
+}
+
+/// A record's columns as the server returns them, in [`RECORD_COLUMNS`] order, before any
+/// check: each driver reads its rows into this, and [`RawRecord::into_record`] is the one
+/// conversion into the model, whichever driver ran the statement.
+#[derive(Debug)]
+pub(crate) struct RawRecord {
+    pub(crate) id: i64,
+    pub(crate) grp: Option<String>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) key: String,
+    pub(crate) created_at: i64,
+    pub(crate) state: i16,
+    pub(crate) attempts: i64,
+    pub(crate) unanswered: i64,
+    pub(crate) interrupted: i64,
+    pub(crate) last_attempt_at: Option<i64>,
+    pub(crate) next_attempt_at: Option<i64>,
+    pub(crate) last_error: Option<String>,
+    pub(crate) lease_token: Option<i64>,
+    pub(crate) lease_until: Option<i64>,
+    pub(crate) expected_version: Option<String>,
+    pub(crate) replaces: Option<String>,
+}
+
+impl RawRecord {
+    /// The columns of a tokio-postgres row.
+    pub(crate) fn from_row(row: &Row) -> Result<Self> {
+        Ok(RawRecord {
+            id: row.try_get(0).map_err(pg)?,
+            grp: row.try_get(1).map_err(pg)?,
+            payload: row.try_get(2).map_err(pg)?,
+            key: row.try_get(3).map_err(pg)?,
+            created_at: row.try_get(4).map_err(pg)?,
+            state: row.try_get(5).map_err(pg)?,
+            attempts: row.try_get(6).map_err(pg)?,
+            unanswered: row.try_get(7).map_err(pg)?,
+            interrupted: row.try_get(8).map_err(pg)?,
+            last_attempt_at: row.try_get(9).map_err(pg)?,
+            next_attempt_at: row.try_get(10).map_err(pg)?,
+            last_error: row.try_get(11).map_err(pg)?,
+            lease_token: row.try_get(12).map_err(pg)?,
+            lease_until: row.try_get(13).map_err(pg)?,
+            expected_version: row.try_get(14).map_err(pg)?,
+            replaces: row.try_get(15).map_err(pg)?,
+        })
+    }
+
+    /// The record, with every value checked against its field's range.
+    pub(crate) fn into_record(self) -> Result<Record> {
+        let state = unstate(self.state)?;
+        let time = |value: Option<i64>, what: &str| value.map(|v| unsigned(v, what)).transpose();
+        // Every other field first, so a row a claim set aside (in flight without a lease, see
+        // `unreadable`) still names what made it unreadable in the first place.
+        let mut record = Record {
+            id: record_id(self.id)?,
+            group: self.grp,
+            payload: self.payload,
+            key: self.key,
+            created_at: unsigned(self.created_at, "created_at")?,
+            state,
+            attempts: counter(self.attempts, "attempts")?,
+            unanswered: counter(self.unanswered, "unanswered")?,
+            interrupted: counter(self.interrupted, "interrupted")?,
+            last_attempt_at: time(self.last_attempt_at, "last_attempt_at")?,
+            next_attempt_at: time(self.next_attempt_at, "next_attempt_at")?,
+            last_error: self.last_error,
+            lease: None,
+            expected_version: self.expected_version,
+            replaces: self.replaces,
+        };
+        record.lease = match (state, self.lease_token, self.lease_until) {
+            (State::InFlight, Some(token), Some(until)) => Some(Lease {
+                token: untoken(token),
+                until: unsigned(until, "lease expiry")?,
+            }),
+            (State::InFlight, _, _) => return Err(corrupt("an in-flight record has no lease")),
+            _ => None,
+        };
+        Ok(record)
+    }
 }
 
 /// Reads a tombstone from a row selected with [`TOMBSTONE_COLUMNS`].

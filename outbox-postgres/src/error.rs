@@ -27,25 +27,36 @@ pub(crate) fn pg(err: tokio_postgres::Error) -> Error {
             }
         };
     };
-    if *code == SqlState::DISK_FULL {
+    let code = code.code().to_owned();
+    by_sqlstate(&code, detail, Box::new(err))
+}
+
+/// The variant for a server error with SQLSTATE `code`, whichever driver received it: the one
+/// classification every driver's errors go through.
+pub(crate) fn by_sqlstate(
+    code: &str,
+    detail: String,
+    source: Box<dyn std::error::Error + Send + Sync>,
+) -> Error {
+    if code == SqlState::DISK_FULL.code() {
         return Error::StorageFull {
-            source: Some(Box::new(err)),
+            source: Some(source),
         };
     }
-    if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+    if code == SqlState::READ_ONLY_SQL_TRANSACTION.code() {
         return Error::ReadOnly {
-            source: Some(Box::new(err)),
+            source: Some(source),
         };
     }
     if is_temporary(code) {
         return Error::Unavailable {
             detail,
-            source: Some(Box::new(err)),
+            source: Some(source),
         };
     }
     Error::Backend {
         detail,
-        source: Some(Box::new(err)),
+        source: Some(source),
     }
 }
 
@@ -76,8 +87,7 @@ pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
 }
 
 /// SQLSTATE classes and codes that mean "try the same call again later".
-fn is_temporary(code: &SqlState) -> bool {
-    let text = code.code();
+fn is_temporary(text: &str) -> bool {
     // 08: connection exception; 40: transaction rollback (serialization, deadlock);
     // 53: insufficient resources (except disk full, handled before); 57P: operator
     // intervention (admin shutdown, crash shutdown, cannot connect now).
@@ -85,7 +95,7 @@ fn is_temporary(code: &SqlState) -> bool {
         || text.starts_with("40")
         || text.starts_with("53")
         || text.starts_with("57P")
-        || *code == SqlState::LOCK_NOT_AVAILABLE
+        || text == SqlState::LOCK_NOT_AVAILABLE.code()
 }
 
 /// The TLS handshake refused the server (its certificate does not verify, no common
@@ -156,14 +166,14 @@ mod tests {
             SqlState::CONNECTION_FAILURE,
             SqlState::LOCK_NOT_AVAILABLE,
         ] {
-            assert!(is_temporary(&code), "{code:?}");
+            assert!(is_temporary(code.code()), "{code:?}");
         }
         for code in [
             SqlState::UNDEFINED_TABLE,
             SqlState::SYNTAX_ERROR,
             SqlState::UNIQUE_VIOLATION,
         ] {
-            assert!(!is_temporary(&code), "{code:?}");
+            assert!(!is_temporary(code.code()), "{code:?}");
         }
     }
 

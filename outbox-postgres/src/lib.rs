@@ -6,7 +6,10 @@ mod coalesce;
 mod codec;
 mod common_errors;
 pub mod config;
+#[cfg(any(feature = "diesel", feature = "diesel-async"))]
+mod diesel;
 mod engine;
+mod enqueue;
 mod error;
 mod exists;
 pub mod listen;
@@ -16,6 +19,8 @@ mod plan;
 pub mod schema;
 mod seen;
 mod sql;
+#[cfg(feature = "sqlx")]
+mod sqlx;
 pub mod store;
 mod tls;
 mod unreadable;
@@ -23,6 +28,6 @@ mod unreadable;
 pub use clock::ServerClock;
 pub use config::{PgConfig, Tls};
 pub use listen::{RunnerWakeups, Wakeups};
-pub use pending::PendingEnqueue;
+pub use pending::{Commit, PendingEnqueue};
 pub use schema::SCHEMA_VERSION;
 pub use store::PgStore;

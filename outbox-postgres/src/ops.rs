@@ -8,7 +8,7 @@
 //! keys also takes a lock per key, in the same statement and the same order, so the enqueues
 //! of one key are decided one after the other.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
@@ -20,13 +20,13 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use crate::clock::ServerClock;
-use crate::coalesce::{self, Slot};
 use crate::codec::{self, millis, state, text, token};
 use crate::config::PgConfig;
+use crate::enqueue::{self, Target};
 use crate::error::{corrupt, pg, pool as pool_error};
 use crate::plan::{self, Plan};
 use crate::seen;
-use crate::sql::{Exec, Params, Sql};
+use crate::sql::{Exec, Params, Pipelined, Sql};
 use crate::unreadable;
 
 /// What every operation needs: the pool, the statements, the settings and the server's clock.
@@ -46,28 +46,6 @@ type Param<'a> = &'a (dyn ToSql + Sync);
 
 fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// The distinct values among `values`, sorted (the order the lock statements take them in).
-fn distinct<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Vec<&'a str> {
-    values
-        .flatten()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
-}
-
-/// The ids the sequence handed out, ascending: `expected` of them.
-fn allocated(rows: &[Row], expected: usize) -> Result<Vec<i64>> {
-    let mut ids = rows
-        .iter()
-        .map(|row| row.try_get(0).map_err(pg))
-        .collect::<Result<Vec<i64>>>()?;
-    ids.sort_unstable();
-    if ids.len() != expected {
-        return Err(corrupt("the id sequence returned too few values"));
-    }
-    Ok(ids)
 }
 
 fn time(value: Option<i64>, what: &str) -> Result<Option<Millis>> {
@@ -106,265 +84,26 @@ impl Core {
         Ok(unreadable::split(&rows)?.0)
     }
 
-    /// The enqueue itself, inside a transaction that the caller commits: the batch is checked
-    /// first ([`NewRecord::validate_all`]), so a refused batch writes nothing. A batch with no
-    /// coalescing key takes the set-based path (no statement more than before coalescing
-    /// existed); one with a coalescing key is decided under its keys' locks
-    /// ([`Core::insert_coalescing`]).
+    /// Enqueues inside `tx`, a transaction the caller commits: the one enqueue
+    /// (`enqueue::enqueue`), its statements run by tokio-postgres, pipelined.
     pub(crate) async fn insert(
         &self,
         tx: &Exec<'_>,
         records: Vec<NewRecord>,
         now: Millis,
     ) -> Result<Enqueued> {
-        NewRecord::validate_all(&records, self.config.max_payload)?;
-        if records.is_empty() {
-            return Ok(Enqueued::default());
-        }
-        if records.iter().any(|r| r.replaces.is_some()) {
-            return self.insert_coalescing(tx, records, now).await;
-        }
-        let sql = &self.sql;
-        // Cached on pooled connections; prepared together (one round trip) in a caller's
-        // transaction.
-        let (lock, members, allocate, insert, notify) = futures::try_join!(
-            tx.prepare(&sql.lock_named_groups),
-            tx.prepare(&sql.members),
-            tx.prepare(&sql.allocate_ids),
-            tx.prepare(&sql.insert),
-            tx.prepare(&sql.notify),
-        )
-        .map_err(pg)?;
-        let groups = distinct(records.iter().map(|r| r.group.as_deref()));
-        let n = records.len() as i64;
-        // Group locks come first: a group's ids are then allocated and committed in the same
-        // order, so no runner can see a later record of a group before an earlier one. The
-        // three statements go out together and run in order.
-        let lock_params: [Param<'_>; 2] = [&groups, &self.group_seed];
-        let member_params: [Param<'_>; 1] = [&groups];
-        let allocate_params: [Param<'_>; 1] = [&n];
-        let (_, member_rows, id_rows) = futures::try_join!(
-            tx.query(&lock, &lock_params),
-            tx.query(&members, &member_params),
-            tx.query(&allocate, &allocate_params),
-        )
-        .map_err(pg)?;
-        let mut occupied: BTreeSet<String> = BTreeSet::new();
-        for row in member_rows {
-            occupied.insert(row.try_get(0).map_err(pg)?);
-        }
-        let ids = allocated(&id_rows, records.len())?;
-        // Only the first record of a group with no member left is its head.
-        let claimable: Vec<bool> = records
-            .iter()
-            .map(|record| match &record.group {
-                None => true,
-                Some(group) => occupied.insert(group.clone()),
-            })
-            .collect();
-        let grps: Vec<Option<&str>> = records.iter().map(|r| r.group.as_deref()).collect();
-        let payloads: Vec<&[u8]> = records.iter().map(|r| r.payload.as_slice()).collect();
-        let keys: Vec<&str> = records.iter().map(|r| r.key.as_str()).collect();
-        let versions: Vec<Option<&str>> = records
-            .iter()
-            .map(|r| r.expected_version.as_deref())
-            .collect();
-        let replaces: Vec<Option<&str>> = vec![None; records.len()];
-        let absorbed: Vec<i64> = vec![0; records.len()];
-        let at = millis(now);
-        // The NOTIFY reaches listeners when the transaction commits, and only then.
-        let insert_params: [Param<'_>; 9] = [
-            &ids, &grps, &payloads, &keys, &at, &claimable, &versions, &replaces, &absorbed,
-        ];
-        let notify_params: [Param<'_>; 1] = [&self.config.schema];
-        futures::try_join!(
-            tx.execute(&insert, &insert_params),
-            tx.query(&notify, &notify_params),
-        )
-        .map_err(pg)?;
-        Ok(Enqueued::fresh(
-            ids.into_iter()
-                .map(codec::record_id)
-                .collect::<Result<_>>()?,
-        ))
+        enqueue::enqueue(&self.target(), &mut Pipelined::new(tx), records, now).await
     }
 
-    /// An enqueue with coalescing keys. Under the advisory locks of its groups and of its
-    /// coalescing keys (one statement, all in key order), so enqueues of one key run one after
-    /// the other, and each reads what the one before committed:
-    ///
-    /// 1. the last member of each group of the batch and the latest record of each key (one
-    ///    index seek each), sent together with the locks;
-    /// 2. the candidates the batch could replace (pending or retrying, with the key and the
-    ///    group of a write of the batch, so ungrouped or in a group whose lock this
-    ///    transaction holds) locked `FOR UPDATE` and read again as they are now: a record
-    ///    claimed meanwhile is seen in flight and left alone, and a claim after this skips it
-    ///    until the rewrite commits. A candidate deleted meanwhile (delivered, discarded)
-    ///    sends the lookup round again; no record of the keys can appear meanwhile, since
-    ///    only an enqueue holding the key's lock writes one. The other candidates are not
-    ///    locked (so an enqueue never waits for a delivery's report): they are left alone as
-    ///    the lookup saw them, which is the outcome of this enqueue ordered before whatever
-    ///    changes them meanwhile;
-    /// 3. the batch decided in memory (`coalesce::decide`, with the core's
-    ///    [`Record::replaceable_by`](outbox_core::Record::replaceable_by)), then ids allocated
-    ///    for the fresh records only;
-    /// 4. the fresh records inserted and the replaced ones rewritten, each counting the writes
-    ///    it absorbed (no shared counter row, which would make every coalescing enqueue and
-    ///    every delivering round wait on each other's commit), and the NOTIFY sent, together.
-    async fn insert_coalescing(
-        &self,
-        tx: &Exec<'_>,
-        records: Vec<NewRecord>,
-        now: Millis,
-    ) -> Result<Enqueued> {
-        let sql = &self.sql;
-        let (lock, tails, latest, lock_candidates, allocate, insert, rewrite, notify) =
-            futures::try_join!(
-                tx.prepare(&sql.lock_groups_and_keys),
-                tx.prepare(&sql.group_tails),
-                tx.prepare(&sql.latest_by_key),
-                tx.prepare(&sql.lock_candidates),
-                tx.prepare(&sql.allocate_ids),
-                tx.prepare(&sql.insert),
-                tx.prepare(&sql.rewrite),
-                tx.prepare(&sql.notify),
-            )
-            .map_err(pg)?;
-        let groups = distinct(records.iter().map(|r| r.group.as_deref()));
-        let coalescing = distinct(records.iter().map(|r| r.replaces.as_deref()));
-        let lock_params: [Param<'_>; 4] =
-            [&groups, &self.group_seed, &coalescing, &self.coalesce_seed];
-        let group_params: [Param<'_>; 1] = [&groups];
-        let key_params: [Param<'_>; 1] = [&coalescing];
-        let (_, tail_rows, mut latest_rows) = futures::try_join!(
-            tx.query(&lock, &lock_params),
-            tx.query(&tails, &group_params),
-            tx.query(&latest, &key_params),
-        )
-        .map_err(pg)?;
-        let mut last_members = HashMap::new();
-        for row in &tail_rows {
-            let group: String = row.try_get(0).map_err(pg)?;
-            if let Some(id) = row.try_get::<_, Option<i64>>(1).map_err(pg)? {
-                last_members.insert(group, codec::record_id(id)?);
-            }
+    /// What an enqueue needs of this outbox.
+    pub(crate) fn target(&self) -> Target<'_> {
+        Target {
+            sql: &self.sql,
+            channel: &self.config.schema,
+            group_seed: self.group_seed,
+            coalesce_seed: self.coalesce_seed,
+            max_payload: self.config.max_payload,
         }
-        // The (key, group) pairs of the batch: a record can only be replaced by a write with
-        // its key and its group.
-        let wanted: HashSet<(&str, Option<&str>)> = records
-            .iter()
-            .filter_map(|r| Some((r.replaces.as_deref()?, r.group.as_deref())))
-            .collect();
-        let candidates = loop {
-            let found = latest_rows
-                .iter()
-                .map(codec::record)
-                .collect::<Result<Vec<_>>>()?;
-            let lockable: Vec<i64> = found
-                .iter()
-                .filter(|r| {
-                    matches!(r.state, State::Pending | State::Retrying)
-                        && r.replaces
-                            .as_deref()
-                            .is_some_and(|key| wanted.contains(&(key, r.group.as_deref())))
-                })
-                .map(|r| codec::id(r.id))
-                .collect();
-            if lockable.is_empty() {
-                break found;
-            }
-            let lock_params: [Param<'_>; 1] = [&lockable];
-            let locked_rows = tx.query(&lock_candidates, &lock_params).await.map_err(pg)?;
-            if locked_rows.len() == lockable.len() {
-                let mut locked = locked_rows
-                    .iter()
-                    .map(|row| codec::record(row).map(|r| (r.id, r)))
-                    .collect::<Result<HashMap<_, _>>>()?;
-                break found
-                    .into_iter()
-                    .map(|r| locked.remove(&r.id).unwrap_or(r))
-                    .collect();
-            }
-            // A candidate left meanwhile: look again, from a snapshot without it.
-            latest_rows = tx.query(&latest, &key_params).await.map_err(pg)?;
-        };
-        let decided = coalesce::decide(records, now, candidates, last_members);
-        let fresh_ids = if decided.fresh.is_empty() {
-            Vec::new()
-        } else {
-            let n = decided.fresh.len() as i64;
-            let allocate_params: [Param<'_>; 1] = [&n];
-            let rows = tx.query(&allocate, &allocate_params).await.map_err(pg)?;
-            allocated(&rows, decided.fresh.len())?
-        };
-        let fresh = &decided.fresh;
-        let grps: Vec<Option<&str>> = fresh.iter().map(|f| f.record.group.as_deref()).collect();
-        let payloads: Vec<&[u8]> = fresh.iter().map(|f| f.record.payload.as_slice()).collect();
-        let keys: Vec<&str> = fresh.iter().map(|f| f.record.key.as_str()).collect();
-        let claimable: Vec<bool> = fresh.iter().map(|f| f.head).collect();
-        let versions: Vec<Option<&str>> = fresh
-            .iter()
-            .map(|f| f.record.expected_version.as_deref())
-            .collect();
-        let replaces: Vec<Option<&str>> =
-            fresh.iter().map(|f| f.record.replaces.as_deref()).collect();
-        let absorbed: Vec<i64> = fresh.iter().map(|f| codec::millis(f.absorbed)).collect();
-        let at = millis(now);
-        let insert_params: [Param<'_>; 9] = [
-            &fresh_ids, &grps, &payloads, &keys, &at, &claimable, &versions, &replaces, &absorbed,
-        ];
-        let rewritten = &decided.rewritten;
-        let rewrite_ids: Vec<i64> = rewritten.keys().map(|id| codec::id(*id)).collect();
-        let rewrite_payloads: Vec<&[u8]> = rewritten
-            .values()
-            .map(|(r, _)| r.payload.as_slice())
-            .collect();
-        let rewrite_keys: Vec<&str> = rewritten.values().map(|(r, _)| r.key.as_str()).collect();
-        let rewrite_versions: Vec<Option<&str>> = rewritten
-            .values()
-            .map(|(r, _)| r.expected_version.as_deref())
-            .collect();
-        let rewrite_counts: Vec<i64> = rewritten.values().map(|(_, n)| codec::millis(*n)).collect();
-        let rewrite_params: [Param<'_>; 6] = [
-            &rewrite_ids,
-            &rewrite_payloads,
-            &rewrite_keys,
-            &rewrite_versions,
-            &rewrite_counts,
-            &at,
-        ];
-        let notify_params: [Param<'_>; 1] = [&self.config.schema];
-        let inserting = async {
-            if fresh_ids.is_empty() {
-                Ok(0)
-            } else {
-                tx.execute(&insert, &insert_params).await
-            }
-        };
-        let rewriting = async {
-            if rewrite_ids.is_empty() {
-                Ok(0)
-            } else {
-                tx.execute(&rewrite, &rewrite_params).await
-            }
-        };
-        futures::try_join!(inserting, rewriting, tx.query(&notify, &notify_params)).map_err(pg)?;
-        let ids = decided
-            .slots
-            .iter()
-            .map(|slot| match slot {
-                Slot::Stored(id) => Ok(*id),
-                Slot::Fresh(n) => fresh_ids
-                    .get(*n)
-                    .copied()
-                    .ok_or_else(|| corrupt("a fresh record without an id"))
-                    .and_then(codec::record_id),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Enqueued {
-            ids,
-            superseded: decided.superseded,
-        })
     }
 
     pub(crate) async fn enqueue(

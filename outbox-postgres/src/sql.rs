@@ -8,10 +8,13 @@
 //! on one connection. (The head flags cannot join the outcomes' statement: the parts of one
 //! statement do not see each other's changes.)
 
+use outbox_core::Result;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
-use crate::codec::{RECORD_COLUMNS, TOMBSTONE_COLUMNS};
+use crate::codec::{RawRecord, RECORD_COLUMNS, TOMBSTONE_COLUMNS};
+use crate::enqueue::{Answer, Execute, Param, Shape, Stmt};
+use crate::error::{corrupt, pg};
 
 /// The SQL text of every statement of one schema.
 #[derive(Debug)]
@@ -78,7 +81,7 @@ impl Sql {
                  FROM unnest($3::text[]) AS c) AS wanted ORDER BY k) AS keys"
                 .into(),
             allocate_ids: format!(
-                "SELECT nextval('{s}.record_ids') FROM generate_series(1, $1::bigint)"
+                "SELECT nextval('{s}.record_ids') AS id FROM generate_series(1, $1::bigint)"
             ),
             members: format!(
                 "SELECT DISTINCT grp FROM {r} WHERE grp = ANY($1::text[]) AND state <> 4"
@@ -98,8 +101,8 @@ impl Sql {
             // key backwards filtering by group, which for a group whose last member is old
             // reads the whole backlog. As written, only the group index gives the order.
             group_tails: format!(
-                "SELECT g, (SELECT h.id FROM {r} AS h WHERE h.grp >= g AND h.grp <= g \
-                 AND h.state <> 4 ORDER BY h.grp DESC, h.id DESC LIMIT 1) \
+                "SELECT g AS grp, (SELECT h.id FROM {r} AS h WHERE h.grp >= g AND h.grp <= g \
+                 AND h.state <> 4 ORDER BY h.grp DESC, h.id DESC LIMIT 1) AS id \
                  FROM unnest($1::text[]) AS g"
             ),
             // The latest record (any state) of each coalescing key $1: one backward seek of
@@ -340,6 +343,115 @@ impl Exec<'_> {
     ) -> Result<u64, tokio_postgres::Error> {
         let statement = self.prepare(sql).await?;
         self.execute(&statement, params).await
+    }
+}
+
+/// The enqueue's statements ([`Execute`]) on tokio-postgres: every statement the enqueue may
+/// send prepared in one round trip (cached on pooled connections), then each batch pipelined.
+pub(crate) struct Pipelined<'a> {
+    ex: &'a Exec<'a>,
+    prepared: Vec<(String, Statement)>,
+}
+
+impl<'a> Pipelined<'a> {
+    pub(crate) fn new(ex: &'a Exec<'a>) -> Self {
+        Pipelined {
+            ex,
+            prepared: Vec::new(),
+        }
+    }
+
+    fn statement(&self, sql: &str) -> Result<&Statement> {
+        self.prepared
+            .iter()
+            .find(|(text, _)| text == sql)
+            .map(|(_, statement)| statement)
+            .ok_or_else(|| corrupt("a statement of the enqueue was not prepared"))
+    }
+}
+
+/// A parameter as tokio-postgres takes it.
+fn to_sql<'p>(param: &'p Param<'_>) -> &'p (dyn ToSql + Sync) {
+    match param {
+        Param::Int(v) => v,
+        Param::Text(v) => v,
+        Param::Ints(v) => v,
+        Param::Texts(v) => v,
+        Param::OptTexts(v) => v,
+        Param::Blobs(v) => v,
+        Param::Bools(v) => v,
+    }
+}
+
+/// The rows of a statement of `shape`.
+fn answer(shape: Shape, rows: &[Row]) -> Result<Answer> {
+    let first = |row: &Row| row.try_get(0).map_err(pg);
+    Ok(match shape {
+        Shape::Done => Answer::Done,
+        Shape::Ids => Answer::Ids(rows.iter().map(first).collect::<Result<_>>()?),
+        Shape::Groups => Answer::Groups(
+            rows.iter()
+                .map(|row| row.try_get(0).map_err(pg))
+                .collect::<Result<_>>()?,
+        ),
+        Shape::Tails => Answer::Tails(
+            rows.iter()
+                .map(|row| Ok((row.try_get(0).map_err(pg)?, row.try_get(1).map_err(pg)?)))
+                .collect::<Result<_>>()?,
+        ),
+        Shape::Records => Answer::Records(
+            rows.iter()
+                .map(RawRecord::from_row)
+                .collect::<Result<_>>()?,
+        ),
+    })
+}
+
+impl Execute for Pipelined<'_> {
+    async fn prepare(&mut self, texts: &[&str]) -> Result<()> {
+        let mut missing: Vec<&str> = Vec::new();
+        for text in texts {
+            if self.statement(text).is_err() && !missing.contains(text) {
+                missing.push(text);
+            }
+        }
+        let ex = self.ex;
+        let statements = futures::future::try_join_all(missing.iter().map(|text| ex.prepare(text)))
+            .await
+            .map_err(pg)?;
+        self.prepared
+            .extend(missing.into_iter().map(str::to_owned).zip(statements));
+        Ok(())
+    }
+
+    async fn run(&mut self, batch: Vec<Stmt<'_>>) -> Result<Vec<Answer>> {
+        let texts: Vec<&str> = batch.iter().map(|stmt| stmt.sql).collect();
+        self.prepare(&texts).await?;
+        let params: Vec<Vec<&(dyn ToSql + Sync)>> = batch
+            .iter()
+            .map(|stmt| stmt.params.iter().map(to_sql).collect())
+            .collect();
+        let ex = self.ex;
+        let mut runs = Vec::with_capacity(batch.len());
+        for (stmt, params) in batch.iter().zip(&params) {
+            let statement = self.statement(stmt.sql)?;
+            let shape = stmt.shape;
+            runs.push(async move {
+                if shape == Shape::Done {
+                    ex.execute(statement, params)
+                        .await
+                        .map(|_| Answer::Done)
+                        .map_err(pg)
+                } else {
+                    let rows = ex.query(statement, params).await.map_err(pg)?;
+                    answer(shape, &rows)
+                }
+            });
+        }
+        // `try_join_all` polls up to 30 futures in their order (a larger set would go to an
+        // unordered set; a batch here holds at most four), so the statements go out, and run,
+        // in the batch's order, pipelined on the one connection.
+        futures::future::try_join_all(runs).await
     }
 }
 

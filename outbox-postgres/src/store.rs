@@ -40,7 +40,7 @@ use crate::unreadable;
 /// ```
 #[derive(Clone)]
 pub struct PgStore {
-    core: Arc<Core>,
+    pub(crate) core: Arc<Core>,
     engine: Arc<Engine>,
 }
 

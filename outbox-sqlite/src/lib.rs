@@ -4,6 +4,9 @@
 mod apply;
 mod common_errors;
 pub mod config;
+#[cfg(feature = "diesel")]
+mod diesel;
+mod enqueue;
 mod error;
 mod json;
 mod ops;
@@ -11,6 +14,8 @@ mod pending;
 #[cfg(test)]
 mod plan_tests;
 pub mod schema;
+#[cfg(feature = "sqlx")]
+mod sqlx;
 pub mod store;
 mod unreadable;
 mod worker;

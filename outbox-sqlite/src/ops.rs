@@ -1,7 +1,7 @@
 //! The store's operations as SQL on one connection, each run inside a transaction the caller
 //! holds. Both the group-commit writer and [`enqueue_in`](crate::SqliteStore::enqueue_in) (the
-//! caller's own transaction) write through here, so a row's `member` and `claimable` columns
-//! are kept right by every path.
+//! caller's own transaction) write through here (an enqueue through `enqueue`, which every
+//! driver runs), so a row's `member` and `claimable` columns are kept right by every path.
 //!
 //! `member` is 1 while a grouped record holds its group's order (every state but rejected);
 //! the group's head is its member with the lowest id. `claimable` is 1 for a pending or
@@ -12,14 +12,13 @@
 //!
 //! A claim is one statement over its batch; transitions are in [`apply`](crate::apply).
 
-use std::collections::HashSet;
-
 use outbox_core::{
     Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, State,
     Stats, Tombstone,
 };
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use crate::enqueue::{self, Rusqlite};
 use crate::error::{corrupt, db};
 use crate::json::json_ids;
 use crate::unreadable;
@@ -74,7 +73,7 @@ pub(crate) const CLAIM_SQL: &str = concat!(
 
 /// The head of a group: the first entry of the group index.
 pub(crate) const HEAD_SQL: &str =
-    "SELECT id FROM records WHERE grp = ?1 AND member = 1 ORDER BY id LIMIT 1";
+    "SELECT id AS value FROM records WHERE grp = ?1 AND member = 1 ORDER BY id LIMIT 1";
 
 /// Expired leases, earliest first, from the lease index. Named, because without statistics
 /// the planner may prefer another index and then sort every in-flight record.
@@ -111,12 +110,7 @@ pub(crate) const LATEST_SQL: &str = concat!(
 /// Whether a record of the group `?1` with an id above `?2` holds the group's order (any
 /// state but rejected): a range of the group index.
 pub(crate) const FOLLOWED_SQL: &str =
-    "SELECT EXISTS (SELECT 1 FROM records WHERE grp = ?1 AND member = 1 AND id > ?2)";
-
-/// Rewrites a record that a later write of its coalescing key replaced.
-const SUPERSEDE_SQL: &str =
-    "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4, created_at = ?5 \
-     WHERE id = ?1";
+    "SELECT EXISTS (SELECT 1 FROM records WHERE grp = ?1 AND member = 1 AND id > ?2) AS value";
 
 /// Millisecond times are stored as SQLite integers (signed 64-bit); times past year 292 million
 /// are stored as the largest one.
@@ -143,23 +137,24 @@ fn read_u32(value: i64, field: &str) -> Result<u32> {
 
 /// The raw columns of a row, converted after the query so that a value out of range is a
 /// typed error rather than an engine error.
+#[derive(Debug)]
 pub(crate) struct RawRecord {
-    id: i64,
-    group: Option<String>,
-    payload: Vec<u8>,
-    key: String,
-    created_at: i64,
-    state: i64,
-    attempts: i64,
-    unanswered: i64,
-    interrupted: i64,
-    last_attempt_at: Option<i64>,
-    next_attempt_at: Option<i64>,
-    last_error: Option<String>,
-    lease_token: Option<i64>,
-    lease_until: Option<i64>,
-    expected_version: Option<String>,
-    replaces: Option<String>,
+    pub(crate) id: i64,
+    pub(crate) group: Option<String>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) key: String,
+    pub(crate) created_at: i64,
+    pub(crate) state: i64,
+    pub(crate) attempts: i64,
+    pub(crate) unanswered: i64,
+    pub(crate) interrupted: i64,
+    pub(crate) last_attempt_at: Option<i64>,
+    pub(crate) next_attempt_at: Option<i64>,
+    pub(crate) last_error: Option<String>,
+    pub(crate) lease_token: Option<i64>,
+    pub(crate) lease_until: Option<i64>,
+    pub(crate) expected_version: Option<String>,
+    pub(crate) replaces: Option<String>,
 }
 
 impl RawRecord {
@@ -234,154 +229,10 @@ pub(crate) fn get(conn: &Connection, id: RecordId) -> Result<Option<Record>> {
     Ok(records(conn, &sql, [ms(id.0)])?.pop())
 }
 
-/// Hands out `n` fresh ids from the counter in `meta` and returns the first: ids only grow,
-/// whatever was deleted since.
-pub(crate) fn take_ids(conn: &Connection, n: usize) -> Result<u64> {
-    let last: i64 = conn
-        .prepare_cached("UPDATE meta SET value = value + ?1 WHERE name = 'last_id' RETURNING value")
-        .map_err(db)?
-        .query_row([count(n)], |row| row.get(0))
-        .optional()
-        .map_err(db)?
-        .ok_or_else(|| corrupt("the id counter is missing from the meta table"))?;
-    Ok(read_ms(last, "last_id")? + 1 - n as u64)
-}
-
-/// Enqueues records due at `now`; the caller validated them. A record with a coalescing key
-/// replaces the latest record with that key where [`Record::replaceable_by`] allows it (see
-/// [`coalesce`]); every other record is inserted fresh. A batch without coalescing keys takes
-/// its ids in one step and runs no query but its inserts (and the group-head lookups).
+/// Enqueues records due at `now` on `conn` (in the transaction it holds); the caller
+/// validated them. The one enqueue, [`enqueue::insert`], run by rusqlite.
 pub(crate) fn insert(conn: &Connection, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
-    if records.is_empty() {
-        return Ok(Enqueued::default());
-    }
-    // Without coalescing every record gets a fresh id, known up front; with it, a fresh id is
-    // taken as each record turns out to need one, so ids still grow in enqueue order.
-    let coalescing = records.iter().any(|r| r.replaces.is_some());
-    let mut next = if coalescing {
-        None
-    } else {
-        Some(take_ids(conn, records.len())?)
-    };
-    let mut insert = conn
-        .prepare_cached(
-            "INSERT INTO records (id, grp, payload, key, created_at, state, next_attempt_at, \
-             member, claimable, expected_version, replaces) \
-             VALUES (?1, ?2, ?3, ?4, ?5, 0, ?5, ?6, ?7, ?8, ?9)",
-        )
-        .map_err(db)?;
-    let mut head = conn.prepare_cached(HEAD_SQL).map_err(db)?;
-    // Groups that already have a member, in the file or earlier in this batch.
-    let mut held: HashSet<String> = HashSet::new();
-    let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
-    for (index, record) in records.into_iter().enumerate() {
-        let record = match coalesce(conn, record, now)? {
-            Coalesced::Replaced(id) => {
-                // The replaced record keeps its place: its group had a member already.
-                enqueued.ids.push(id);
-                enqueued.superseded.push(index);
-                continue;
-            }
-            Coalesced::Fresh(record) => record,
-        };
-        let id = match &mut next {
-            Some(next) => {
-                let id = *next;
-                *next += 1;
-                id
-            }
-            None => take_ids(conn, 1)?,
-        };
-        // A record is its group's head when no earlier record holds the group.
-        let claimable = match record.group.as_deref() {
-            None => true,
-            Some(group) if held.contains(group) => false,
-            Some(group) => {
-                held.insert(group.to_owned());
-                head.query_row([group], |_| Ok(()))
-                    .optional()
-                    .map_err(db)?
-                    .is_none()
-            }
-        };
-        insert
-            .execute(params![
-                ms(id),
-                record.group,
-                record.payload,
-                record.key,
-                ms(now),
-                record.group.is_some(),
-                claimable,
-                record.expected_version,
-                record.replaces,
-            ])
-            .map_err(db)?;
-        enqueued.ids.push(RecordId(id));
-    }
-    if !enqueued.superseded.is_empty() {
-        conn.prepare_cached(
-            "INSERT INTO meta (name, value) VALUES ('superseded', ?1) \
-             ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
-        )
-        .map_err(db)?
-        .execute([count(enqueued.superseded.len())])
-        .map_err(db)?;
-    }
-    Ok(enqueued)
-}
-
-/// What [`coalesce`] did with a write.
-enum Coalesced {
-    /// It replaced the record with this id.
-    Replaced(RecordId),
-    /// Nothing to replace: the write, to be inserted as a fresh record.
-    Fresh(NewRecord),
-}
-
-/// Replaces the latest record with `new`'s coalescing key by `new` when
-/// [`Record::replaceable_by`] allows it; otherwise hands `new` back to be inserted. A record
-/// without a coalescing key costs no query.
-///
-/// The latest record is the last entry of the coalescing index for the key; whether it is the
-/// last of its group is a range of the group index.
-fn coalesce(conn: &Connection, new: NewRecord, now: Millis) -> Result<Coalesced> {
-    let Some(key) = new.replaces.as_deref() else {
-        return Ok(Coalesced::Fresh(new));
-    };
-    let latest = conn
-        .prepare_cached(LATEST_SQL)
-        .map_err(db)?
-        .query_row([key], RawRecord::from_row)
-        .optional()
-        .map_err(db)?;
-    let Some(latest) = latest else {
-        return Ok(Coalesced::Fresh(new));
-    };
-    let mut latest = latest.into_record()?;
-    let last_of_group = match &latest.group {
-        None => true,
-        Some(group) => !conn
-            .prepare_cached(FOLLOWED_SQL)
-            .map_err(db)?
-            .query_row(params![group, ms(latest.id.0)], |row| row.get::<_, bool>(0))
-            .map_err(db)?,
-    };
-    if !latest.replaceable_by(&new, last_of_group) {
-        return Ok(Coalesced::Fresh(new));
-    }
-    latest.supersede(new, now);
-    conn.prepare_cached(SUPERSEDE_SQL)
-        .map_err(db)?
-        .execute(params![
-            ms(latest.id.0),
-            latest.payload,
-            latest.key,
-            latest.expected_version,
-            ms(latest.created_at),
-        ])
-        .map_err(db)?;
-    Ok(Coalesced::Replaced(latest.id))
+    enqueue::at_once(enqueue::insert(&mut Rusqlite(conn), records, now))
 }
 
 /// Claims up to `limit` due records under the lease, in `(next_attempt_at, id)` order.

@@ -15,10 +15,11 @@ use tokio::sync::oneshot;
 use crate::apply;
 use crate::common_errors;
 use crate::config::SqliteConfig;
+use crate::enqueue::{self, Rusqlite};
 use crate::error::db;
 use crate::ops;
 use crate::pending::PendingEnqueue;
-use crate::schema::{self, APPLICATION_ID, SCHEMA_VERSION};
+use crate::schema::{self, SCHEMA_VERSION};
 use crate::unreadable;
 use crate::worker::{wait, Reader, Writer};
 
@@ -414,9 +415,13 @@ impl SqliteStore {
         records: Vec<NewRecord>,
         now: Millis,
     ) -> Result<Enqueued> {
-        NewRecord::validate_all(&records, self.config.max_payload)?;
-        check_outbox(tx)?;
-        ops::insert(tx, records, now)
+        let max_payload = self.config.max_payload;
+        enqueue::at_once(enqueue::caller(
+            &mut Rusqlite(tx),
+            records,
+            now,
+            max_payload,
+        ))
     }
 }
 
@@ -434,35 +439,6 @@ pub struct EffectiveSettings {
     pub max_page_count: i64,
     /// `PRAGMA user_version`: the schema version of the file.
     pub schema_version: u32,
-}
-
-/// Refuses a connection to a file that is not an outbox of this build's schema.
-fn check_outbox(conn: &Connection) -> Result<()> {
-    let app: i32 = conn
-        .pragma_query_value(None, "application_id", |row| row.get(0))
-        .map_err(db)?;
-    if app != APPLICATION_ID {
-        return Err(Error::NotAnOutbox {
-            detail: "the transaction's database is not an outbox".into(),
-            source: None,
-        });
-    }
-    let version: i32 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(db)?;
-    let version = u32::try_from(version).unwrap_or(0);
-    if version > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            found: version,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    if version < SCHEMA_VERSION {
-        return Err(Error::InvalidConfig(format!(
-            "the outbox schema is at version {version}: open it with SqliteStore::open first"
-        )));
-    }
-    Ok(())
 }
 
 /// Builds a new outbox file under a temporary name, then links it into place only if `path`

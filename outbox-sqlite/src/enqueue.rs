@@ -1,0 +1,357 @@
+//! The enqueue as data: which statements an enqueue runs (their text, their parameters typed),
+//! in which order, and how their rows map back into ids and records. Written once; the store's
+//! own writer and every driver of a caller's transaction (rusqlite, sqlx, diesel) only carry
+//! one statement at a time to SQLite and its rows back, through [`Execute`].
+//!
+//! A caller's transaction is checked first ([`caller`]): the batch as every enqueue checks it,
+//! then the file's header, so a database the store never created, or one of a newer schema, is
+//! refused with a typed error before anything is written.
+
+use std::collections::HashSet;
+use std::future::Future;
+
+use outbox_core::{Enqueued, Error, Millis, NewRecord, RecordId, Result};
+use rusqlite::Connection;
+
+use crate::error::{corrupt, db};
+use crate::ops::{count, ms, read_ms, RawRecord, FOLLOWED_SQL, HEAD_SQL, LATEST_SQL};
+use crate::schema::{APPLICATION_ID, SCHEMA_VERSION};
+
+/// Hands out ids from the counter in `meta`: returns the last one taken.
+const TAKE_IDS_SQL: &str =
+    "UPDATE meta SET value = value + ?1 WHERE name = 'last_id' RETURNING value";
+
+const INSERT_SQL: &str = "INSERT INTO records (id, grp, payload, key, created_at, state, \
+     next_attempt_at, member, claimable, expected_version, replaces) \
+     VALUES (?1, ?2, ?3, ?4, ?5, 0, ?5, ?6, ?7, ?8, ?9)";
+
+/// Rewrites a record that a later write of its coalescing key replaced.
+const SUPERSEDE_SQL: &str =
+    "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4, created_at = ?5 \
+     WHERE id = ?1";
+
+/// Counts the writes merged by coalescing.
+const SUPERSEDED_SQL: &str = "INSERT INTO meta (name, value) VALUES ('superseded', ?1) \
+     ON CONFLICT (name) DO UPDATE SET value = value + excluded.value";
+
+/// The file's marks, as rows any driver can read.
+const APPLICATION_ID_SQL: &str = "SELECT application_id AS value FROM pragma_application_id";
+const USER_VERSION_SQL: &str = "SELECT user_version AS value FROM pragma_user_version";
+
+/// One parameter (`?1` first).
+#[derive(Debug)]
+pub(crate) enum Param<'a> {
+    Int(i64),
+    Text(&'a str),
+    OptText(Option<&'a str>),
+    Blob(&'a [u8]),
+    Bool(bool),
+}
+
+/// What a statement returns, so a driver knows how to read its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Nothing to read.
+    Done,
+    /// One integer column, `value`.
+    Ints,
+    /// The record columns ([`columns!`](crate::ops::columns)).
+    Records,
+}
+
+/// One statement: its text, its parameters and what it returns.
+#[derive(Debug)]
+pub(crate) struct Stmt<'a> {
+    pub(crate) sql: &'static str,
+    pub(crate) params: Vec<Param<'a>>,
+    pub(crate) shape: Shape,
+}
+
+/// The rows of one statement, read as its [`Shape`] says.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    Done,
+    Ints(Vec<i64>),
+    Records(Vec<RawRecord>),
+}
+
+/// Runs one statement in the transaction the enqueue is made in: all a driver provides.
+pub(crate) trait Execute {
+    fn run(&mut self, stmt: Stmt<'_>) -> impl Future<Output = Result<Answer>>;
+}
+
+async fn ints<E: Execute>(
+    ex: &mut E,
+    sql: &'static str,
+    params: Vec<Param<'_>>,
+) -> Result<Vec<i64>> {
+    match ex
+        .run(Stmt {
+            sql,
+            params,
+            shape: Shape::Ints,
+        })
+        .await?
+    {
+        Answer::Ints(values) => Ok(values),
+        other => Err(corrupt(format!(
+            "expected integers from {sql:?}, got {other:?}"
+        ))),
+    }
+}
+
+async fn records<E: Execute>(
+    ex: &mut E,
+    sql: &'static str,
+    params: Vec<Param<'_>>,
+) -> Result<Vec<RawRecord>> {
+    match ex
+        .run(Stmt {
+            sql,
+            params,
+            shape: Shape::Records,
+        })
+        .await?
+    {
+        Answer::Records(rows) => Ok(rows),
+        other => Err(corrupt(format!(
+            "expected records from {sql:?}, got {other:?}"
+        ))),
+    }
+}
+
+async fn done<E: Execute>(ex: &mut E, sql: &'static str, params: Vec<Param<'_>>) -> Result<()> {
+    ex.run(Stmt {
+        sql,
+        params,
+        shape: Shape::Done,
+    })
+    .await
+    .map(drop)
+}
+
+/// The enqueue inside a caller's transaction, whichever driver holds it: the batch checked
+/// ([`NewRecord::validate_all`]), the file checked to be an outbox of this build's schema
+/// ([`check`]), then the records inserted ([`insert`]). A refusal writes nothing.
+pub(crate) async fn caller<E: Execute>(
+    ex: &mut E,
+    records: Vec<NewRecord>,
+    now: Millis,
+    max_payload: usize,
+) -> Result<Enqueued> {
+    NewRecord::validate_all(&records, max_payload)?;
+    check(ex).await?;
+    insert(ex, records, now).await
+}
+
+/// Refuses a transaction on a database that is not an outbox of this build's schema.
+pub(crate) async fn check<E: Execute>(ex: &mut E) -> Result<()> {
+    let app = ints(ex, APPLICATION_ID_SQL, Vec::new()).await?;
+    if app.first().copied() != Some(i64::from(APPLICATION_ID)) {
+        return Err(Error::NotAnOutbox {
+            detail: "the transaction's database is not an outbox".into(),
+            source: None,
+        });
+    }
+    let version = ints(ex, USER_VERSION_SQL, Vec::new()).await?;
+    let version = version
+        .first()
+        .and_then(|v| u32::try_from(*v).ok())
+        .unwrap_or(0);
+    if version > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version < SCHEMA_VERSION {
+        return Err(Error::InvalidConfig(format!(
+            "the outbox schema is at version {version}: open it with SqliteStore::open first"
+        )));
+    }
+    Ok(())
+}
+
+/// Hands out `n` fresh ids from the counter in `meta` and returns the first: ids only grow,
+/// whatever was deleted since.
+async fn take_ids<E: Execute>(ex: &mut E, n: usize) -> Result<u64> {
+    let last = ints(ex, TAKE_IDS_SQL, vec![Param::Int(count(n))])
+        .await?
+        .first()
+        .copied()
+        .ok_or_else(|| corrupt("the id counter is missing from the meta table"))?;
+    Ok(read_ms(last, "last_id")? + 1 - n as u64)
+}
+
+/// Enqueues records due at `now`; the caller validated them. A record with a coalescing key
+/// replaces the latest record with that key where
+/// [`Record::replaceable_by`](outbox_core::Record::replaceable_by) allows it (see
+/// [`coalesce`]); every other record is inserted fresh. A batch without coalescing keys takes
+/// its ids in one step and runs no query but its inserts (and the group-head lookups).
+pub(crate) async fn insert<E: Execute>(
+    ex: &mut E,
+    records: Vec<NewRecord>,
+    now: Millis,
+) -> Result<Enqueued> {
+    if records.is_empty() {
+        return Ok(Enqueued::default());
+    }
+    // Without coalescing every record gets a fresh id, known up front; with it, a fresh id is
+    // taken as each record turns out to need one, so ids still grow in enqueue order.
+    let coalescing = records.iter().any(|r| r.replaces.is_some());
+    let mut next = if coalescing {
+        None
+    } else {
+        Some(take_ids(ex, records.len()).await?)
+    };
+    // Groups that already have a member, in the file or earlier in this batch.
+    let mut held: HashSet<String> = HashSet::new();
+    let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
+    for (index, record) in records.into_iter().enumerate() {
+        let record = match coalesce(ex, record, now).await? {
+            Coalesced::Replaced(id) => {
+                // The replaced record keeps its place: its group had a member already.
+                enqueued.ids.push(id);
+                enqueued.superseded.push(index);
+                continue;
+            }
+            Coalesced::Fresh(record) => record,
+        };
+        let id = match &mut next {
+            Some(next) => {
+                let id = *next;
+                *next += 1;
+                id
+            }
+            None => take_ids(ex, 1).await?,
+        };
+        // A record is its group's head when no earlier record holds the group.
+        let claimable = match record.group.as_deref() {
+            None => true,
+            Some(group) if held.contains(group) => false,
+            Some(group) => {
+                held.insert(group.to_owned());
+                ints(ex, HEAD_SQL, vec![Param::Text(group)])
+                    .await?
+                    .is_empty()
+            }
+        };
+        let params = vec![
+            Param::Int(ms(id)),
+            Param::OptText(record.group.as_deref()),
+            Param::Blob(&record.payload),
+            Param::Text(&record.key),
+            Param::Int(ms(now)),
+            Param::Bool(record.group.is_some()),
+            Param::Bool(claimable),
+            Param::OptText(record.expected_version.as_deref()),
+            Param::OptText(record.replaces.as_deref()),
+        ];
+        done(ex, INSERT_SQL, params).await?;
+        enqueued.ids.push(RecordId(id));
+    }
+    if !enqueued.superseded.is_empty() {
+        let merged = Param::Int(count(enqueued.superseded.len()));
+        done(ex, SUPERSEDED_SQL, vec![merged]).await?;
+    }
+    Ok(enqueued)
+}
+
+/// What [`coalesce`] did with a write.
+enum Coalesced {
+    /// It replaced the record with this id.
+    Replaced(RecordId),
+    /// Nothing to replace: the write, to be inserted as a fresh record.
+    Fresh(NewRecord),
+}
+
+/// Replaces the latest record with `new`'s coalescing key by `new` when
+/// [`Record::replaceable_by`](outbox_core::Record::replaceable_by) allows it; otherwise hands
+/// `new` back to be inserted. A record without a coalescing key costs no query.
+///
+/// The latest record is the last entry of the coalescing index for the key; whether it is the
+/// last of its group is a range of the group index.
+async fn coalesce<E: Execute>(ex: &mut E, new: NewRecord, now: Millis) -> Result<Coalesced> {
+    let Some(key) = new.replaces.as_deref() else {
+        return Ok(Coalesced::Fresh(new));
+    };
+    let latest = records(ex, LATEST_SQL, vec![Param::Text(key)]).await?.pop();
+    let Some(latest) = latest else {
+        return Ok(Coalesced::Fresh(new));
+    };
+    let mut latest = latest.into_record()?;
+    let last_of_group = match &latest.group {
+        None => true,
+        Some(group) => {
+            let params = vec![Param::Text(group), Param::Int(ms(latest.id.0))];
+            ints(ex, FOLLOWED_SQL, params).await?.first() != Some(&1)
+        }
+    };
+    if !latest.replaceable_by(&new, last_of_group) {
+        return Ok(Coalesced::Fresh(new));
+    }
+    latest.supersede(new, now);
+    let params = vec![
+        Param::Int(ms(latest.id.0)),
+        Param::Blob(&latest.payload),
+        Param::Text(&latest.key),
+        Param::OptText(latest.expected_version.as_deref()),
+        Param::Int(ms(latest.created_at)),
+    ];
+    done(ex, SUPERSEDE_SQL, params).await?;
+    Ok(Coalesced::Replaced(latest.id))
+}
+
+/// Runs a future whose every step is ready at once (a synchronous driver's: rusqlite's, or
+/// diesel's), on the calling thread, without a runtime.
+pub(crate) fn at_once<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(future).poll(&mut context) {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => Err(Error::Backend {
+            detail: "a synchronous driver's statement did not complete at once".into(),
+            source: None,
+        }),
+    }
+}
+
+/// The store's own driver, and the one of a caller's rusqlite transaction: every statement
+/// prepared once per connection (rusqlite's statement cache).
+pub(crate) struct Rusqlite<'c>(pub(crate) &'c Connection);
+
+fn to_sql<'p>(param: &'p Param<'_>) -> &'p dyn rusqlite::ToSql {
+    match param {
+        Param::Int(v) => v,
+        Param::Text(v) => v,
+        Param::OptText(v) => v,
+        Param::Blob(v) => v,
+        Param::Bool(v) => v,
+    }
+}
+
+impl Execute for Rusqlite<'_> {
+    async fn run(&mut self, stmt: Stmt<'_>) -> Result<Answer> {
+        let mut statement = self.0.prepare_cached(stmt.sql).map_err(db)?;
+        let params = rusqlite::params_from_iter(stmt.params.iter().map(to_sql));
+        Ok(match stmt.shape {
+            Shape::Done => {
+                statement.execute(params).map_err(db)?;
+                Answer::Done
+            }
+            Shape::Ints => Answer::Ints(
+                statement
+                    .query_map(params, |row| row.get(0))
+                    .map_err(db)?
+                    .collect::<rusqlite::Result<_>>()
+                    .map_err(db)?,
+            ),
+            Shape::Records => Answer::Records(
+                statement
+                    .query_map(params, RawRecord::from_row)
+                    .map_err(db)?
+                    .collect::<rusqlite::Result<_>>()
+                    .map_err(db)?,
+            ),
+        })
+    }
+}
