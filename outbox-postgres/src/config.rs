@@ -32,6 +32,7 @@ use crate::schema::check_schema_name;
 /// - `keepalive_idle`: **30 s** without traffic before TCP keepalives probe the server (then
 ///   every 10 s, 3 times): a half-open connection (a server or a NAT gone silently) is found
 ///   in about a minute instead of the operating system's two hours. `None` turns them off.
+///
 /// A URL's own `options` (e.g. `-c search_path=...`) are kept; these are added after them.
 ///
 /// ```
