@@ -106,6 +106,16 @@ impl Scheduler {
                 .filter(|_| !self.recovering);
             self.timers.set_or_stop(Timer::Gauges, at);
         }
+        // While a failed store call waits to be tried again, nothing that needs the store can
+        // act: a commit or a gauge reading due before then waits for it, or the runner would
+        // wake for it again and again without doing it (a spin until the retry).
+        if let Some(retry) = self.timers.get(Timer::RetryIo) {
+            for timer in [Timer::Commit, Timer::Gauges] {
+                if let Some(at) = self.timers.get(timer) {
+                    self.timers.set(timer, at.max(retry));
+                }
+            }
+        }
     }
 
     /// When the next claim may go (monotonic), if anything is due at all.

@@ -179,3 +179,30 @@ fn start_up_recovery_runs_before_the_first_claim_and_pages_through() {
     assert!(!s.is_recovering());
     assert_eq!(writes(&drain(&mut s)), [(0, true)], "then the first claim");
 }
+
+#[test]
+fn while_a_failed_call_waits_nothing_wakes_the_runner_before_its_retry() {
+    // With the gauges on, a reading falls due while the store is backing off: it waits for
+    // the retry instead of waking the runner for nothing (a spin until then).
+    let mut s = scheduler(RunnerConfig::default()).with_gauges();
+    let first = drain(&mut s);
+    assert!(
+        matches!(first.as_slice(), [Action::Io(Io::Stats)]),
+        "{first:?}"
+    );
+    answer(&mut s, at(0), &first, vec![]);
+    let claim = drain(&mut s);
+    assert_eq!(writes(&claim), [(0, true)]);
+    s.handle(
+        at(2_000),
+        Input::Answer(Err(StoreFailure {
+            kind: FailureKind::Transient,
+            error: "connection reset".into(),
+        })),
+    );
+    drain(&mut s);
+    let wake = s.poll_timeout().expect("a wake-up for the retry");
+    assert!(wake >= 3_000, "not before the retry at 3 s: {wake}");
+    s.handle(at(wake), Input::Timer);
+    assert!(!drain(&mut s).is_empty(), "at the retry, the runner acts");
+}
