@@ -12,6 +12,14 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// ## Defaults
 /// - `batch`: **32** records claimed per round: big enough to amortise a store transaction,
 ///   small enough that memory stays bounded whatever the backlog.
+/// - `max_batch`: **1,024**: the most records a round may grow to while claims come back full
+///   and every delivery of a round succeeds within half a second (see
+///   [`runner::scheduler::KEEPING_UP`](crate::runner::scheduler::KEEPING_UP)); rounds halve
+///   on failures or a slow sink and start again at `batch` on an idle queue, a `Retry-After`
+///   hold or a link down. A backlog of a million then costs a few thousand commits instead of
+///   thirty thousand. It bounds the memory a runner holds: at most `max(batch, max_batch)`
+///   records with their payloads, about 1,024 × (payload + 200 bytes), so 460 KiB for
+///   256-byte payloads. Set it to `batch` for rounds of a fixed size.
 /// - `concurrency`: **4** deliveries in flight: a few requests in parallel without flooding a
 ///   server that has just come back. After a server answers with `Retry-After`, the runner
 ///   waits it out and then sends one request; each answer that does not ask it to wait again
@@ -55,6 +63,8 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 pub struct RunnerConfig {
     /// Records claimed per round; at least 1.
     pub batch: usize,
+    /// The most records a round may grow to (never fewer than `batch`).
+    pub max_batch: usize,
     /// Deliveries in flight at once; at least 1.
     pub concurrency: usize,
     /// How long a claim holds a record before it may be recovered; at least 3 ms.
@@ -81,6 +91,7 @@ impl Default for RunnerConfig {
     fn default() -> Self {
         RunnerConfig {
             batch: 32,
+            max_batch: 1_024,
             concurrency: 4,
             lease: Duration::from_secs(30),
             safety_poll: Some(Duration::from_secs(60)),
@@ -98,6 +109,12 @@ impl RunnerConfig {
     /// Replaces `batch`.
     pub fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch;
+        self
+    }
+
+    /// Replaces `max_batch` (the size rounds may grow to; `batch` or less for fixed rounds).
+    pub fn with_max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = max_batch;
         self
     }
 

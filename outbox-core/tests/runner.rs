@@ -814,6 +814,8 @@ struct Counting {
     applies: AtomicUsize,
     rounds: AtomicUsize,
     expired_reads: AtomicUsize,
+    /// The limit of every claim and what it found, in order.
+    claimed: Mutex<Vec<(usize, usize)>>,
 }
 
 #[async_trait]
@@ -844,7 +846,12 @@ impl outbox_core::layer::StoreLayer for Counting {
         if claim.is_some() {
             self.claims.fetch_add(1, Ordering::SeqCst);
         }
-        self.inner.round(outcomes, claim).await
+        let round = self.inner.round(outcomes, claim).await?;
+        if let Some(claim) = claim {
+            let found = round.claimed.len();
+            self.claimed.lock().unwrap().push((claim.limit, found));
+        }
+        Ok(round)
     }
 
     async fn expired(&self, now: Millis, limit: usize) -> outbox_core::Result<Vec<Record>> {
@@ -1147,12 +1154,13 @@ async fn a_notifier_wakes_the_runner_from_another_task() {
 async fn a_round_of_quick_deliveries_is_written_in_one_store_call() {
     let store = Arc::new(Counting::default());
     let clock = TokioClock::starting_at(BASE);
+    let batch = RunnerConfig::default().batch;
     let outbox = Outbox::builder(store.clone(), Script::default())
         .clock(Arc::new(clock))
+        .config(RunnerConfig::default().with_max_batch(batch))
         .start()
         .await
         .unwrap();
-    let batch = RunnerConfig::default().batch;
     outbox
         .enqueue_batch((0..batch * 3).map(|i| rec(&format!("r{i}"))).collect())
         .await
@@ -1165,6 +1173,50 @@ async fn a_round_of_quick_deliveries_is_written_in_one_store_call() {
     assert_eq!(store.applies.load(Ordering::SeqCst), 0);
     // Expired leases are looked for at start-up, not by every round of the drain.
     assert!(store.expired_reads.load(Ordering::SeqCst) <= 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backlog_drains_in_rounds_that_grow_to_max_batch() {
+    let store = Arc::new(Counting::default());
+    let clock = TokioClock::starting_at(BASE);
+    let config = RunnerConfig::default();
+    let (batch, max) = (config.batch, config.max_batch);
+    let outbox = Outbox::builder(store.clone(), Script::default())
+        .clock(Arc::new(clock))
+        .config(config)
+        .start()
+        .await
+        .unwrap();
+    outbox.flush(Duration::from_secs(10)).await.unwrap();
+    store.claimed.lock().unwrap().clear();
+    // Rounds of 32, 64, ... up to 1,024, then two more at the maximum.
+    let sizes: Vec<usize> = std::iter::successors(Some(batch), |s| Some((s * 2).min(max)))
+        .take_while(|&s| s < max)
+        .chain([max, max, max])
+        .collect();
+    let backlog: usize = sizes.iter().sum();
+    outbox
+        .enqueue_batch((0..backlog).map(|i| rec(&format!("r{i}"))).collect())
+        .await
+        .unwrap();
+    outbox.flush(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(outbox.stats().await.unwrap().delivered, backlog as u64);
+    // Every claim came back full and grew the next, up to the maximum; the last one found
+    // the queue empty. Ten store calls for 4,064 records, where rounds of 32 take 128.
+    let mut expected: Vec<(usize, usize)> = sizes.iter().map(|&s| (s, s)).collect();
+    expected.push((max, 0));
+    assert_eq!(*store.claimed.lock().unwrap(), expected);
+    // The next enqueue is a new drain: it starts at `batch` again.
+    store.claimed.lock().unwrap().clear();
+    outbox
+        .enqueue_batch((0..batch + 1).map(|i| rec(&format!("s{i}"))).collect())
+        .await
+        .unwrap();
+    outbox.flush(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        *store.claimed.lock().unwrap(),
+        [(batch, batch), (2 * batch, 1)]
+    );
 }
 
 #[tokio::test(start_paused = true)]

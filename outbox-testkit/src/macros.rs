@@ -91,6 +91,8 @@ macro_rules! __with_scenarios {
                 "a 401 halts everything with no budget spent; `resume` delivers";
             store runner_groups () 60
                 "groups in parallel, in order within, a 409 parks and holds its group";
+            store runner_rounds_grow () 60
+                "a backlog of 1,500 drains in claims that double from `batch` to `max_batch`; no claim over its limit or with two of a group; each record once, groups in id order";
             store runner_manual_retry () 60
                 "a parked record retried through the handle is delivered";
             store runner_recovers_interrupted () 60

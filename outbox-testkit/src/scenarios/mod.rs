@@ -35,6 +35,7 @@ mod model;
 mod pacing;
 mod queue;
 mod restart;
+mod rounds;
 mod runner;
 mod stats;
 mod unreadable;
@@ -61,6 +62,7 @@ pub use queue::{
     groups_in_order_held_back, ids_never_reused, paging, payload_limit,
 };
 pub use restart::{ceiling_survives_reopen, restart_preserves_records};
+pub use rounds::runner_rounds_grow;
 pub use runner::{
     runner_backoff_growth_and_cap, runner_groups, runner_halt_resume,
     runner_long_delivery_keeps_lease, runner_manual_retry, runner_poison_at_head,

@@ -44,6 +44,7 @@ enum Kind {
     ClaimsByIdNotDeadline,
     DeadlinesInWholeSeconds,
     TwoOfGroupInFlight,
+    TwoOfGroupInBigClaims,
     ClaimsTwice,
     ReusesIds,
     EnqueueNotAtomic,
@@ -149,6 +150,12 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         bug: "a claim also takes the record behind a group's head",
         meant_for: &["groups_in_order_held_back", "runner_groups"],
         kind: Kind::TwoOfGroupInFlight,
+    },
+    Mutant {
+        name: "two_of_group_in_big_claims",
+        bug: "a claim for more than 64 records also takes the record behind a group's head",
+        meant_for: &["runner_rounds_grow"],
+        kind: Kind::TwoOfGroupInBigClaims,
     },
     Mutant {
         name: "claims_twice",
@@ -733,8 +740,11 @@ impl Layer {
                 let now = claim.now - claim.now % 1_000 + 999;
                 self.inner.claim(Claim { now, ..claim }).await
             }
-            Kind::TwoOfGroupInFlight => {
+            Kind::TwoOfGroupInFlight | Kind::TwoOfGroupInBigClaims => {
                 let mut claimed = self.inner.claim(claim).await?;
+                if self.kind == Kind::TwoOfGroupInBigClaims && claim.limit <= 64 {
+                    return Ok(claimed);
+                }
                 let waiting = self.all().await?;
                 let behind = waiting.into_iter().find(|r| {
                     r.state.is_due_kind()

@@ -39,6 +39,7 @@ pub mod io;
 mod pace;
 mod report;
 mod round;
+mod sizing;
 mod timer;
 mod wake;
 
@@ -54,6 +55,7 @@ use self::gauges::GaugeClock;
 use self::halt::Halting;
 use self::pace::Pace;
 use self::round::{sort_claim, Round, Write};
+use self::sizing::Sizing;
 use self::timer::{Timer, TimerTable};
 use crate::config::RunnerConfig;
 use crate::event::Event;
@@ -67,6 +69,7 @@ pub use self::clock_step::STEP_TOLERANCE;
 pub use self::io::{
     Action, Answer, FailureKind, Gauges, Input, Io, Notice, Now, Report, StoreFailure,
 };
+pub use self::sizing::KEEPING_UP;
 
 /// How long finished deliveries wait for others of their round before their outcomes are
 /// written anyway: long enough to gather a wave of quick deliveries into one write, short
@@ -138,6 +141,8 @@ pub struct Scheduler {
     recover_at: Millis,
     store: StoreHealth,
     pace: Pace,
+    /// How many records the next claim asks for.
+    sizing: Sizing,
     gauges: Option<GaugeClock>,
 }
 
@@ -163,6 +168,7 @@ impl Scheduler {
         let mut scheduler = Scheduler {
             recover_at: now.mono.saturating_add(lease_ms / 3),
             pace: Pace::new(config.concurrency),
+            sizing: Sizing::new(config.batch, config.max_batch),
             config,
             policy,
             rng: Rng::with_seed(seed),
@@ -361,6 +367,8 @@ impl Scheduler {
         self.next_due = None;
         self.next_due_stale = true;
         self.pace.claimed(claimed.len(), on_deadline, self.now.mono);
+        self.sizing
+            .claimed(claimed.len(), claim.limit, self.now.mono);
         if claimed.is_empty() {
             return;
         }
@@ -369,6 +377,8 @@ impl Scheduler {
         let has_writes = !sorted.writes.is_empty();
         self.writes.extend(sorted.writes);
         if sorted.solo {
+            // A suspect goes alone: its round shows nothing of how fast the sink is.
+            self.sizing.not_delivered();
             // The records claimed with a suspect are released before it goes (`drive_round`).
             if has_writes {
                 self.commit_soon();
@@ -395,7 +405,7 @@ impl Scheduler {
         if self.link.is_down() {
             1
         } else {
-            self.config.batch
+            self.sizing.limit()
         }
     }
 
@@ -489,6 +499,10 @@ impl Scheduler {
             return;
         }
         if round.is_over() {
+            if round.cut_short {
+                self.sizing.not_delivered();
+            }
+            self.sizing.round_over(self.now.mono);
             let again = !round.cut_short && (round.full || round.solo) && may_start;
             self.round = None;
             self.timers.stop(Timer::Renew);

@@ -66,6 +66,9 @@ impl Scheduler {
         let Some(record) = self.round.as_mut().and_then(|round| round.finish(id)) else {
             return;
         };
+        if !matches!(report, Report::Outcome(Outcome::Delivered)) {
+            self.sizing.not_delivered();
+        }
         let write = match report {
             Report::Abandoned => Write::release(&record),
             Report::Panicked => {
@@ -107,6 +110,7 @@ impl Scheduler {
                 error: error.to_owned(),
             }));
         }
+        self.sizing.start_small();
         self.cut_round();
         step.into()
     }
@@ -144,6 +148,7 @@ impl Scheduler {
             // refusal.
             if let Some(at) = progress.next_attempt_at {
                 self.pace.told_to_wait(at);
+                self.sizing.start_small();
                 self.cut_round();
             }
         }

@@ -6,6 +6,7 @@ mod halt;
 mod link;
 mod pace;
 mod round;
+mod sizing;
 mod store;
 
 pub(super) use std::time::Duration;
