@@ -49,6 +49,10 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 ///   Keep it below `lease`, so a call that hangs is given up before the leases of the
 ///   records it holds can lapse. A call given up that committed after all is harmless: its
 ///   transitions are guarded, and records it claimed are recovered when their lease expires.
+/// - `rate_limit`: **none**: concurrency already bounds what is in flight; set one where the
+///   server publishes a quota ("10 requests per second per client"). At most `requests`
+///   deliveries then start in any window of `per`, wherever it is placed. A server's
+///   `Retry-After` hold and the limit compose: the later of the two decides.
 /// - `seed`: **random**; set it to make jitter reproducible.
 ///
 /// ```
@@ -81,6 +85,8 @@ pub struct RunnerConfig {
     pub relink_spread: Duration,
     /// Rejections in a row (different groups, same reason) that halt the runner; 0 for never.
     pub rejection_storm: u32,
+    /// At most this many deliveries start per interval; `None` for no limit.
+    pub rate_limit: Option<RateLimit>,
     /// Seed of the jitter RNG; `None` for a random seed.
     pub seed: Option<u64>,
     /// Longest wait for one store call the runner makes; past it the call counts as failed.
@@ -99,6 +105,7 @@ impl Default for RunnerConfig {
             link_down_warn_every: Duration::from_secs(15 * 60),
             relink_spread: Duration::from_secs(5 * 60),
             rejection_storm: 5,
+            rate_limit: None,
             seed: None,
             store_timeout: Duration::from_secs(30),
         }
@@ -160,6 +167,25 @@ impl RunnerConfig {
         self
     }
 
+    /// At most `requests` deliveries start in any window of `per` (see [`RateLimit`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use outbox_core::RunnerConfig;
+    ///
+    /// // The server's quota: 10 requests per second per client.
+    /// let config = RunnerConfig::default().with_rate_limit(10, Duration::from_secs(1));
+    /// config.validate().unwrap();
+    /// assert!(RunnerConfig::default()
+    ///     .with_rate_limit(0, Duration::from_secs(1))
+    ///     .validate()
+    ///     .is_err());
+    /// ```
+    pub fn with_rate_limit(mut self, requests: u32, per: Duration) -> Self {
+        self.rate_limit = Some(RateLimit { requests, per });
+        self
+    }
+
     /// Makes the jitter reproducible.
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -204,12 +230,57 @@ impl RunnerConfig {
                 "relink_spread must be at most 7 days".into(),
             ));
         }
+        if let Some(limit) = &self.rate_limit {
+            limit.validate()?;
+        }
         if self
             .safety_poll
             .is_some_and(|d| d.is_zero() || d > MAX_WAIT)
         {
             return Err(Error::InvalidConfig(
                 "safety_poll must be between 1 ms and 7 days".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A limit on how many deliveries start per interval, towards a server that publishes a quota.
+///
+/// At most `requests` deliveries start in any window of length `per`, wherever the window is
+/// placed: the runner keeps the start times of the last `requests` deliveries (8 bytes each),
+/// which is why `requests` is bounded.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_core::RateLimit;
+///
+/// let limit = RateLimit { requests: 10, per: Duration::from_secs(1) };
+/// limit.validate().unwrap();
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Deliveries that may start within one `per`; 1 to [`RateLimit::MAX_REQUESTS`].
+    pub requests: u32,
+    /// The window; 1 ms to 7 days.
+    pub per: Duration,
+}
+
+impl RateLimit {
+    /// The most requests per window (the runner keeps one start time per request).
+    pub const MAX_REQUESTS: u32 = 100_000;
+
+    /// Checks both values are in range.
+    pub fn validate(&self) -> Result<()> {
+        if self.requests == 0 || self.requests > Self::MAX_REQUESTS {
+            return Err(Error::InvalidConfig(format!(
+                "rate_limit requests must be between 1 and {}",
+                Self::MAX_REQUESTS
+            )));
+        }
+        if self.per < Duration::from_millis(1) || self.per > MAX_WAIT {
+            return Err(Error::InvalidConfig(
+                "rate_limit per must be between 1 ms and 7 days".into(),
             ));
         }
         Ok(())

@@ -68,7 +68,7 @@ pub mod tower;
 pub mod unreadable;
 
 pub use clock::{Clock, ManualClock, SteppedClock, SystemClock, TokioClock};
-pub use config::RunnerConfig;
+pub use config::{RateLimit, RunnerConfig};
 pub use error::{BoxError, Error, Result};
 pub use event::Event;
 pub use handle::{Notifier, Outbox, OutboxBuilder, Uncommitted};

@@ -1298,3 +1298,68 @@ async fn a_rejected_head_lets_the_rest_of_its_group_go() {
     let stats = r.outbox.stats().await.unwrap();
     assert_eq!((stats.rejected, stats.delivered, stats.held), (1, 1, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_of_ten_a_second_never_lets_eleven_into_any_second() {
+    let config = RunnerConfig::default()
+        .with_concurrency(8)
+        .with_rate_limit(10, Duration::from_secs(1));
+    let r = rig(exact_policy(), config, None).await;
+    r.outbox
+        .enqueue_batch((0..100).map(|i| rec(&format!("r{i}"))).collect())
+        .await
+        .unwrap();
+    run_for(Duration::from_secs(30)).await;
+    assert_eq!(r.outbox.stats().await.unwrap().delivered, 100);
+    let mut times: Vec<Millis> = r.sink.seen.lock().unwrap().iter().map(|s| s.1).collect();
+    times.sort_unstable();
+    for (i, &start) in times.iter().enumerate() {
+        let within = times[i..]
+            .iter()
+            .take_while(|&&t| t < start + 1_000)
+            .count();
+        assert!(
+            within <= 10,
+            "{within} deliveries in the second from {start}"
+        );
+    }
+    // Ten a second and no slower: the hundredth goes nine seconds after the first.
+    let span = times[99] - times[0];
+    assert!((9_000..=9_050).contains(&span), "{span} ms");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_and_the_rate_limit_compose_the_later_wins() {
+    // The limit is later: the server asks for 1 s, the limit allows one start per 5 s.
+    let r = rig(
+        exact_policy(),
+        RunnerConfig::default().with_rate_limit(1, Duration::from_secs(5)),
+        None,
+    )
+    .await;
+    let busy = Outcome::transient("HTTP 429", Some(RetryAfter::Delay(Duration::from_secs(1))));
+    r.sink
+        .plan("a", vec![answer(busy), answer(Outcome::Delivered)]);
+    r.outbox.enqueue(rec("a")).await.unwrap();
+    run_for(Duration::from_secs(20)).await;
+    let times = r.sink.times("a");
+    assert_eq!(times.len(), 2);
+    assert!((5_000..=5_050).contains(&gaps(&times)[0]), "{times:?}");
+
+    // The hold is later: the server asks for 10 s (spread by up to half), the limit one start
+    // a second.
+    let r = rig(
+        exact_policy(),
+        RunnerConfig::default().with_rate_limit(1, Duration::from_secs(1)),
+        None,
+    )
+    .await;
+    let busy = Outcome::transient("HTTP 429", Some(RetryAfter::Delay(Duration::from_secs(10))));
+    r.sink
+        .plan("b", vec![answer(busy), answer(Outcome::Delivered)]);
+    r.outbox.enqueue(rec("b")).await.unwrap();
+    run_for(Duration::from_secs(60)).await;
+    let times = r.sink.times("b");
+    assert_eq!(times.len(), 2);
+    assert!((10_000..=15_050).contains(&gaps(&times)[0]), "{times:?}");
+}

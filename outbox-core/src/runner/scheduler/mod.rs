@@ -9,7 +9,8 @@
 //! The room, one concept a file: [`io`] (what goes in and out), `timer` (the one table of
 //! wake-ups), `round` (a claim and its flight table), `chore` (store work around deliveries:
 //! recovery, re-basing, relinking, renewal, the halt), `halt` (a refused credential and a
-//! rejection storm), `pace` (`Retry-After` hold, window, empty-claim quiet), `clock_step`
+//! rejection storm), `pace` (`Retry-After` hold, window, empty-claim quiet), `sizing` (rounds
+//! that grow with the backlog), `rate` (the optional rate limit), `clock_step`
 //! (steps of the wall clock), `gauges` (when the metrics read the store), and this module,
 //! which ties them together.
 //!
@@ -37,6 +38,7 @@ mod gauges;
 mod halt;
 pub mod io;
 mod pace;
+mod rate;
 mod report;
 mod round;
 mod sizing;
@@ -54,6 +56,7 @@ use self::clock_step::{Moved, StepWatch};
 use self::gauges::GaugeClock;
 use self::halt::Halting;
 use self::pace::Pace;
+use self::rate::Limiter;
 use self::round::{sort_claim, Round, Write};
 use self::sizing::Sizing;
 use self::timer::{Timer, TimerTable};
@@ -143,6 +146,8 @@ pub struct Scheduler {
     pace: Pace,
     /// How many records the next claim asks for.
     sizing: Sizing,
+    /// The rate limit, if one is set.
+    rate: Option<Limiter>,
     gauges: Option<GaugeClock>,
 }
 
@@ -169,6 +174,7 @@ impl Scheduler {
             recover_at: now.mono.saturating_add(lease_ms / 3),
             pace: Pace::new(config.concurrency),
             sizing: Sizing::new(config.batch, config.max_batch),
+            rate: config.rate_limit.map(Limiter::new),
             config,
             policy,
             rng: Rng::with_seed(seed),
@@ -488,7 +494,15 @@ impl Scheduler {
             self.write(None, false);
             return;
         }
-        for record in round.start(self.pace.window()) {
+        let allowed = self
+            .rate
+            .as_mut()
+            .map_or(usize::MAX, |rate| rate.available(self.now.mono));
+        let started = round.start(self.pace.window(), allowed);
+        if let Some(rate) = &mut self.rate {
+            rate.started(started.len(), self.now.mono);
+        }
+        for record in started {
             self.actions.push_back(Action::Emit(Event::Attempted {
                 id: record.id,
                 attempts: record.attempts,

@@ -164,12 +164,16 @@ impl Round {
         self.queue.drain(..).map(|r| Write::release(&r)).collect()
     }
 
-    /// Starts deliveries up to the round's concurrency and `window`: the records to deliver,
+    /// Starts deliveries up to the round's concurrency and `window`, at most `allowed` of them
+    /// (the rate limit's word): the records to deliver,
     /// with their payloads (the round keeps them without: the scheduler decides on schedules
     /// and counters, never on bytes).
-    pub(super) fn start(&mut self, window: usize) -> Vec<Record> {
+    pub(super) fn start(&mut self, window: usize, allowed: usize) -> Vec<Record> {
         let mut started = Vec::new();
-        while !self.cut_short && self.running.len() < self.concurrency.min(window) {
+        while !self.cut_short
+            && self.running.len() < self.concurrency.min(window)
+            && started.len() < allowed
+        {
             let Some(mut held) = self.queue.pop_front() else {
                 break;
             };
@@ -236,24 +240,30 @@ mod tests {
     fn deliveries_start_up_to_the_smaller_of_concurrency_and_window() {
         let queue = (1..=5).map(record).collect();
         let mut round = Round::new(lease(), queue, true, false, 3);
-        let started = round.start(2);
+        let started = round.start(2, usize::MAX);
         assert_eq!(started.len(), 2);
         assert_eq!(started[0].payload, b"x", "the delivery carries the payload");
         assert_eq!(round.held(), 5);
         assert!(round
             .finish(RecordId(1))
             .is_some_and(|r| r.payload.is_empty()));
-        assert_eq!(round.start(8).len(), 2, "concurrency 3: two more");
+        assert_eq!(round.start(8, 1).len(), 1, "the rate limit allows one");
+        assert_eq!(
+            round.start(8, usize::MAX).len(),
+            1,
+            "concurrency 3: one more"
+        );
         assert_eq!(round.ids().count(), 4);
+        assert_eq!(round.start(8, 0).len(), 0);
     }
 
     #[test]
     fn a_cut_round_starts_nothing_and_gives_back_the_waiting_records() {
         let mut round = Round::new(lease(), (1..=3).map(record).collect(), false, false, 1);
-        assert_eq!(round.start(1).len(), 1);
+        assert_eq!(round.start(1, usize::MAX).len(), 1);
         let released = round.cut();
         assert_eq!(released.len(), 2);
-        assert!(round.start(1).is_empty());
+        assert!(round.start(1, usize::MAX).is_empty());
         assert!(round.finish(RecordId(1)).is_some());
         assert!(round.is_over());
     }
@@ -261,7 +271,7 @@ mod tests {
     #[test]
     fn a_solo_round_delivers_one_at_a_time() {
         let mut round = Round::new(lease(), (1..=2).map(record).collect(), false, true, 8);
-        assert_eq!(round.start(8).len(), 1);
+        assert_eq!(round.start(8, 2).len(), 1);
     }
 
     #[test]

@@ -26,9 +26,11 @@ pub(super) enum Timer {
     Claim,
     /// Read the store's stats for the gauges.
     Gauges,
+    /// The rate limit lets the next delivery of the round start.
+    Rate,
 }
 
-const ALL: [Timer; 9] = [
+const ALL: [Timer; 10] = [
     Timer::Poll,
     Timer::FarLeases,
     Timer::RetryIo,
@@ -38,6 +40,7 @@ const ALL: [Timer; 9] = [
     Timer::Grace,
     Timer::Claim,
     Timer::Gauges,
+    Timer::Rate,
 ];
 
 /// A deadline per [`Timer`], monotonic milliseconds.

@@ -48,7 +48,7 @@ impl Scheduler {
                         self.actions.push_back(Action::AbortDeliveries);
                     }
                 }
-                Timer::Commit | Timer::Claim | Timer::Gauges => {}
+                Timer::Commit | Timer::Claim | Timer::Gauges | Timer::Rate => {}
             }
         }
     }
@@ -99,6 +99,14 @@ impl Scheduler {
             .stopping
             .filter(|_| !self.aborted && self.round.as_ref().is_some_and(Round::is_running));
         self.timers.set_or_stop(Timer::Grace, grace);
+        let mono = self.now.mono;
+        let rate = match (&self.round, &self.rate) {
+            (Some(round), Some(rate)) if round.is_waiting() && !round.cut_short => {
+                rate.next_free(mono)
+            }
+            _ => None,
+        };
+        self.timers.set_or_stop(Timer::Rate, rate);
         if let Some(gauges) = &self.gauges {
             let idle = self.holding() == 0;
             let at = gauges
