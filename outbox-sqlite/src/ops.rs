@@ -397,15 +397,32 @@ pub(crate) fn next_due(conn: &Connection) -> Result<Option<Millis>> {
         .transpose()
 }
 
-/// Counts and ages; the caller runs it inside one read transaction.
+/// The held records: the members of each group whose head needs attention, heads excluded.
+/// It starts from the records that need attention (a partial index) and counts the rest of
+/// each of their groups that they head (a range of the group index), so it reads the held
+/// records' index entries and nothing else.
+pub(crate) const HELD_SQL: &str = "SELECT count(*) FROM records AS a INDEXED BY records_attention \
+     JOIN records AS r ON r.grp = a.grp AND r.member = 1 AND r.id > a.id \
+     WHERE a.state = 3 AND a.member = 1 AND NOT EXISTS ( \
+         SELECT 1 FROM records AS h WHERE h.grp = a.grp AND h.member = 1 AND h.id < a.id)";
+
+/// The earliest creation time of an undelivered readable record: the first entry of the
+/// creation index whose record is neither rejected nor set aside (a rejected record older
+/// than every undelivered one is passed by, one index entry each).
+pub(crate) const OLDEST_SQL: &str = concat!(
+    "SELECT created_at FROM records INDEXED BY records_created \
+     WHERE state IN (0, 1, 2, 3) AND ",
+    readable!(),
+    " ORDER BY created_at LIMIT 1"
+);
+
+/// Counts and ages, from the counters the schema's triggers keep (see
+/// [`schema`](crate::schema)) and the first entries of indexes; the caller runs it inside one
+/// read transaction.
 pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
     let mut stats = Stats::default();
     let by_state: Vec<(i64, i64)> = conn
-        .prepare_cached(concat!(
-            "SELECT state, count(*) FROM records WHERE ",
-            readable!(),
-            " GROUP BY state"
-        ))
+        .prepare_cached("SELECT state, n FROM state_counts")
         .map_err(db)?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
         .map_err(db)?
@@ -413,7 +430,6 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
         .map_err(db)?;
     for (code, n) in by_state {
         let n = read_ms(n, "count")?;
-        // A row of an unknown state is unreadable: stats pass it by.
         let Some(state) = u8::try_from(code).ok().and_then(State::from_code) else {
             continue;
         };
@@ -429,38 +445,21 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
         conn.prepare_cached(sql)
             .map_err(db)?
             .query_row([], |row| row.get::<_, Option<i64>>(0))
+            .optional()
             .map_err(db)
+            .map(Option::flatten)
     };
-    stats.discarded = read_ms(
-        single("SELECT count(*) FROM tombstones")?.unwrap_or(0),
-        "count",
-    )?;
-    stats.delivered = read_ms(
-        single("SELECT value FROM meta WHERE name = 'delivered'")?.unwrap_or(0),
-        "delivered",
-    )?;
-    stats.superseded = read_ms(
-        single("SELECT value FROM meta WHERE name = 'superseded'")?.unwrap_or(0),
-        "superseded",
-    )?;
-    stats.held = read_ms(
-        single(
-            "WITH heads AS (
-                SELECT grp, min(id) AS head FROM records WHERE member = 1 GROUP BY grp)
-            SELECT count(*) FROM records AS r
-            JOIN heads ON r.grp = heads.grp
-            JOIN records AS h ON h.id = heads.head
-            WHERE r.member = 1 AND h.state = 3 AND r.id <> h.id",
-        )?
-        .unwrap_or(0),
-        "held",
-    )?;
-    stats.oldest_created_at = single(concat!(
-        "SELECT min(created_at) FROM records WHERE state IN (0, 1, 2, 3) AND ",
-        readable!()
-    ))?
-    .map(|t| read_ms(t, "created_at"))
-    .transpose()?;
+    let counter = |name: &str| -> Result<u64> {
+        let sql = format!("SELECT value FROM meta WHERE name = '{name}'");
+        read_ms(single(&sql)?.unwrap_or(0), name)
+    };
+    stats.discarded = counter("tombstones")?;
+    stats.delivered = counter("delivered")?;
+    stats.superseded = counter("superseded")?;
+    stats.held = read_ms(single(HELD_SQL)?.unwrap_or(0), "held")?;
+    stats.oldest_created_at = single(OLDEST_SQL)?
+        .map(|t| read_ms(t, "created_at"))
+        .transpose()?;
     stats.next_due = next_due(conn)?;
     stats.halt = halt(conn)?;
     Ok(stats)

@@ -32,7 +32,13 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 /// - 4: each record keeps the version its write was made against (`expected_version`) and its
 ///   coalescing key (`replaces`), a partial index on the key finds the latest record with it,
 ///   and `meta` counts the writes merged by coalescing (`superseded`).
-pub const SCHEMA_VERSION: u32 = 4;
+/// - 5: stats read counters instead of scanning: `state_counts` holds the number of readable
+///   records in each state and `error_counts` the number of failed records per error, both
+///   kept by triggers on `records` (so every writer, the caller's own transaction through any
+///   driver included, keeps them exact); `meta` counts the tombstones the same way. An index
+///   on `created_at` gives the oldest undelivered record, and a partial index on the records
+///   that need attention finds the groups they hold.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The tables every version has.
 const TABLES: [&str; 3] = ["records", "tombstones", "meta"];
@@ -127,11 +133,14 @@ pub(crate) fn inspect(conn: &Connection, check: bool) -> Result<u32> {
             });
         }
     }
-    if version >= 3 && !has_table(conn, "halt")? {
-        return Err(Error::Corrupted {
-            detail: "the outbox table \"halt\" is missing".into(),
-            source: None,
-        });
+    let later = [(3, "halt"), (5, "state_counts"), (5, "error_counts")];
+    for (since, table) in later {
+        if version >= since && !has_table(conn, table)? {
+            return Err(Error::Corrupted {
+                detail: format!("the outbox table {table:?} is missing"),
+                source: None,
+            });
+        }
     }
     Ok(version)
 }
@@ -190,6 +199,7 @@ pub(crate) fn migrate(conn: &mut Connection, from: u32) -> Result<()> {
             2 => to_v2(&tx)?,
             3 => to_v3(&tx)?,
             4 => to_v4(&tx)?,
+            5 => to_v5(&tx)?,
             _ => unreachable_step(step)?,
         }
         tx.pragma_update(None, "user_version", step).map_err(db)?;
@@ -375,4 +385,108 @@ fn to_v4(conn: &Connection) -> Result<()> {
         INSERT OR IGNORE INTO meta (name, value) VALUES ('superseded', 0);",
     )
     .map_err(db)
+}
+
+/// The counters of version 5 and the triggers that keep them.
+///
+/// A record counts in `state_counts` under its state unless a claim set it aside as
+/// unreadable (in flight without a lease deadline; see [`unreadable`](crate::unreadable)),
+/// and a row of an unknown state code has no counter: exactly the rows stats used to count
+/// with `GROUP BY state`. A record counts in `error_counts` under its `last_error` while it is
+/// retrying, needs attention or was rejected (the states of
+/// [`ErrorCount::STATES`](outbox_core::ErrorCount::STATES)); an error whose count reaches zero
+/// loses its row, so the table holds only errors that some record carries now.
+///
+/// The statements are frozen with the version: a later change of these rules is a new version.
+const COUNTERS_V5: &str = "
+    CREATE TABLE IF NOT EXISTS state_counts (
+        state INTEGER PRIMARY KEY,
+        n INTEGER NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS error_counts (
+        error TEXT PRIMARY KEY,
+        n INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS error_counts_common ON error_counts(n DESC, error);
+
+    DELETE FROM state_counts;
+    INSERT INTO state_counts (state, n)
+        SELECT s.value, (SELECT count(*) FROM records
+                         WHERE state = s.value AND NOT (state = 2 AND lease_until IS NULL))
+        FROM json_each('[0, 1, 2, 3, 4]') AS s;
+    DELETE FROM error_counts;
+    INSERT INTO error_counts (error, n)
+        SELECT last_error, count(*) FROM records
+        WHERE state IN (1, 3, 4) AND last_error IS NOT NULL GROUP BY last_error;
+    INSERT OR REPLACE INTO meta (name, value)
+        VALUES ('tombstones', (SELECT count(*) FROM tombstones));
+
+    DROP TRIGGER IF EXISTS records_count_insert;
+    CREATE TRIGGER records_count_insert AFTER INSERT ON records BEGIN
+        UPDATE state_counts SET n = n + 1
+        WHERE state = NEW.state AND NOT (NEW.state = 2 AND NEW.lease_until IS NULL);
+    END;
+    DROP TRIGGER IF EXISTS records_count_delete;
+    CREATE TRIGGER records_count_delete AFTER DELETE ON records BEGIN
+        UPDATE state_counts SET n = n - 1
+        WHERE state = OLD.state AND NOT (OLD.state = 2 AND OLD.lease_until IS NULL);
+    END;
+    DROP TRIGGER IF EXISTS records_count_update;
+    CREATE TRIGGER records_count_update AFTER UPDATE OF state, lease_until ON records
+    WHEN OLD.state IS NOT NEW.state
+        OR (OLD.state = 2 AND (OLD.lease_until IS NULL) IS NOT (NEW.lease_until IS NULL))
+    BEGIN
+        UPDATE state_counts SET n = n - 1
+        WHERE state = OLD.state AND NOT (OLD.state = 2 AND OLD.lease_until IS NULL);
+        UPDATE state_counts SET n = n + 1
+        WHERE state = NEW.state AND NOT (NEW.state = 2 AND NEW.lease_until IS NULL);
+    END;
+
+    DROP TRIGGER IF EXISTS records_error_insert;
+    CREATE TRIGGER records_error_insert AFTER INSERT ON records
+    WHEN NEW.state IN (1, 3, 4) AND NEW.last_error IS NOT NULL BEGIN
+        INSERT INTO error_counts (error, n) VALUES (NEW.last_error, 1)
+            ON CONFLICT (error) DO UPDATE SET n = n + 1;
+    END;
+    DROP TRIGGER IF EXISTS records_error_delete;
+    CREATE TRIGGER records_error_delete AFTER DELETE ON records
+    WHEN OLD.state IN (1, 3, 4) AND OLD.last_error IS NOT NULL BEGIN
+        UPDATE error_counts SET n = n - 1 WHERE error = OLD.last_error;
+        DELETE FROM error_counts WHERE error = OLD.last_error AND n <= 0;
+    END;
+    DROP TRIGGER IF EXISTS records_error_update;
+    CREATE TRIGGER records_error_update AFTER UPDATE OF state, last_error ON records
+    WHEN (OLD.state IN (1, 3, 4) AND OLD.last_error IS NOT NULL)
+        OR (NEW.state IN (1, 3, 4) AND NEW.last_error IS NOT NULL)
+    BEGIN
+        UPDATE error_counts SET n = n - 1
+        WHERE error = OLD.last_error AND OLD.state IN (1, 3, 4);
+        DELETE FROM error_counts WHERE error = OLD.last_error AND n <= 0;
+        INSERT INTO error_counts (error, n)
+            SELECT NEW.last_error, 1 WHERE NEW.state IN (1, 3, 4) AND NEW.last_error IS NOT NULL
+            ON CONFLICT (error) DO UPDATE SET n = n + 1;
+    END;
+
+    DROP TRIGGER IF EXISTS tombstones_count_insert;
+    CREATE TRIGGER tombstones_count_insert AFTER INSERT ON tombstones BEGIN
+        UPDATE meta SET value = value + 1 WHERE name = 'tombstones';
+    END;
+    DROP TRIGGER IF EXISTS tombstones_count_delete;
+    CREATE TRIGGER tombstones_count_delete AFTER DELETE ON tombstones BEGIN
+        UPDATE meta SET value = value - 1 WHERE name = 'tombstones';
+    END;
+
+    CREATE INDEX IF NOT EXISTS records_created ON records(created_at);
+    CREATE INDEX IF NOT EXISTS records_attention ON records(grp, id)
+        WHERE state = 3 AND member = 1;
+";
+
+/// Version 5: the counters stats read, the triggers that keep them, and the indexes for the
+/// oldest undelivered record and the held groups (see [`COUNTERS_V5`]).
+///
+/// Every statement either replaces what it creates or fills the counters afresh from the
+/// rows, inside the step's transaction, so a step interrupted by a crash, or run again,
+/// converges on the same counters.
+fn to_v5(conn: &Connection) -> Result<()> {
+    conn.execute_batch(COUNTERS_V5).map_err(db)
 }
