@@ -397,6 +397,10 @@ pub(crate) fn next_due(conn: &Connection) -> Result<Option<Millis>> {
         .transpose()
 }
 
+/// Every counter of `meta` (a handful of rows): the records in each state, the delivered, the
+/// merged writes and the tombstones.
+pub(crate) const COUNTERS_SQL: &str = "SELECT name, value FROM meta";
+
 /// The held records: the members of each group whose head needs attention, heads excluded.
 /// It starts from the records that need attention (a partial index) and counts the rest of
 /// each of their groups that they head (a range of the group index), so it reads the held
@@ -421,25 +425,33 @@ pub(crate) const OLDEST_SQL: &str = concat!(
 /// read transaction.
 pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
     let mut stats = Stats::default();
-    let by_state: Vec<(i64, i64)> = conn
-        .prepare_cached("SELECT state, n FROM state_counts")
+    let counters: Vec<(String, i64)> = conn
+        .prepare_cached(COUNTERS_SQL)
         .map_err(db)?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
         .map_err(db)?
         .collect::<rusqlite::Result<_>>()
         .map_err(db)?;
-    for (code, n) in by_state {
-        let n = read_ms(n, "count")?;
-        let Some(state) = u8::try_from(code).ok().and_then(State::from_code) else {
-            continue;
+    for (name, n) in counters {
+        let n = read_ms(n, &name)?;
+        let field = match name.as_str() {
+            "delivered" => &mut stats.delivered,
+            "superseded" => &mut stats.superseded,
+            "tombstones" => &mut stats.discarded,
+            _ => match name
+                .strip_prefix("state ")
+                .and_then(|code| code.parse::<u8>().ok())
+                .and_then(State::from_code)
+            {
+                Some(State::Pending) => &mut stats.pending,
+                Some(State::Retrying) => &mut stats.retrying,
+                Some(State::InFlight) => &mut stats.in_flight,
+                Some(State::NeedsAttention) => &mut stats.needs_attention,
+                Some(State::Rejected) => &mut stats.rejected,
+                None => continue,
+            },
         };
-        match state {
-            State::Pending => stats.pending = n,
-            State::Retrying => stats.retrying = n,
-            State::InFlight => stats.in_flight = n,
-            State::NeedsAttention => stats.needs_attention = n,
-            State::Rejected => stats.rejected = n,
-        }
+        *field = n;
     }
     let single = |sql: &str| -> Result<Option<i64>> {
         conn.prepare_cached(sql)
@@ -449,13 +461,6 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
             .map_err(db)
             .map(Option::flatten)
     };
-    let counter = |name: &str| -> Result<u64> {
-        let sql = format!("SELECT value FROM meta WHERE name = '{name}'");
-        read_ms(single(&sql)?.unwrap_or(0), name)
-    };
-    stats.discarded = counter("tombstones")?;
-    stats.delivered = counter("delivered")?;
-    stats.superseded = counter("superseded")?;
     stats.held = read_ms(single(HELD_SQL)?.unwrap_or(0), "held")?;
     stats.oldest_created_at = single(OLDEST_SQL)?
         .map(|t| read_ms(t, "created_at"))

@@ -323,7 +323,7 @@ fn stats_steps(conn: &Connection) -> i32 {
     crate::common_errors::common_errors(&tx, 5).expect("errors");
     let mut steps = 0;
     for sql in [
-        "SELECT state, n FROM state_counts",
+        ops::COUNTERS_SQL,
         ops::HELD_SQL,
         ops::OLDEST_SQL,
         crate::common_errors::COMMON_ERRORS_SQL,

@@ -14,6 +14,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::config::SqliteConfig;
 use crate::error::db;
+use crate::worker::Room;
 
 /// Marks a file as an outbox (`PRAGMA application_id`): the bytes "obx1".
 pub const APPLICATION_ID: i32 = 0x6f62_7831;
@@ -32,10 +33,10 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 /// - 4: each record keeps the version its write was made against (`expected_version`) and its
 ///   coalescing key (`replaces`), a partial index on the key finds the latest record with it,
 ///   and `meta` counts the writes merged by coalescing (`superseded`).
-/// - 5: stats read counters instead of scanning: `state_counts` holds the number of readable
-///   records in each state and `error_counts` the number of failed records per error, both
-///   kept by triggers on `records` (so every writer, the caller's own transaction through any
-///   driver included, keeps them exact); `meta` counts the tombstones the same way. An index
+/// - 5: stats read counters instead of scanning: `meta` holds the number of readable records
+///   in each state and `error_counts` the number of failed records per error, both kept by
+///   triggers on `records` (so every writer, the caller's own transaction through any driver
+///   included, keeps them exact); `meta` counts the tombstones the same way. An index
 ///   on `created_at` gives the oldest undelivered record, and a partial index on the records
 ///   that need attention finds the groups they hold.
 pub const SCHEMA_VERSION: u32 = 5;
@@ -87,6 +88,28 @@ pub(crate) fn configure(conn: &Connection, config: &SqliteConfig) -> Result<()> 
     Ok(())
 }
 
+/// Pages above the size limit that draining writes may use besides one largest record's
+/// overflow chain: for index and table pages that split while a round is written.
+const SPARE_PAGES: u64 = 16;
+
+/// The size limit in pages and the headroom a draining write may use above it (see
+/// [`Room`]): enough for one record of the largest payload accepted to be rewritten with a
+/// new overflow chain before its old one is freed, plus [`SPARE_PAGES`].
+pub(crate) fn room(conn: &Connection, config: &SqliteConfig) -> Result<Option<Room>> {
+    let Some(bytes) = config.size_limit else {
+        return Ok(None);
+    };
+    let page_size: i64 = conn
+        .pragma_query_value(None, "page_size", |row| row.get(0))
+        .map_err(db)?;
+    let page_size = u64::try_from(page_size).unwrap_or(1).max(1);
+    let payload = u64::try_from(config.max_payload).unwrap_or(u64::MAX);
+    Ok(Some(Room {
+        limit: (bytes / page_size).max(1),
+        headroom: payload.div_ceil(page_size).saturating_add(SPARE_PAGES),
+    }))
+}
+
 /// Reads what the file is without writing to it, and returns its schema version.
 pub(crate) fn inspect(conn: &Connection, check: bool) -> Result<u32> {
     let app: i32 = conn
@@ -133,7 +156,7 @@ pub(crate) fn inspect(conn: &Connection, check: bool) -> Result<u32> {
             });
         }
     }
-    let later = [(3, "halt"), (5, "state_counts"), (5, "error_counts")];
+    let later = [(3, "halt"), (5, "error_counts")];
     for (since, table) in later {
         if version >= since && !has_table(conn, table)? {
             return Err(Error::Corrupted {
@@ -389,29 +412,26 @@ fn to_v4(conn: &Connection) -> Result<()> {
 
 /// The counters of version 5 and the triggers that keep them.
 ///
-/// A record counts in `state_counts` under its state unless a claim set it aside as
+/// A record counts in `meta` under `state N` (`N` its state's code) unless a claim set it aside as
 /// unreadable (in flight without a lease deadline; see [`unreadable`](crate::unreadable)),
 /// and a row of an unknown state code has no counter: exactly the rows stats used to count
-/// with `GROUP BY state`. A record counts in `error_counts` under its `last_error` while it is
+/// with `GROUP BY state`. The counters share `meta`'s page with the id counter and the
+/// delivered count, which an enqueue and a delivery write anyway, so keeping them adds no page
+/// to a commit. A record counts in `error_counts` under its `last_error` while it is
 /// retrying, needs attention or was rejected (the states of
 /// [`ErrorCount::STATES`](outbox_core::ErrorCount::STATES)); an error whose count reaches zero
 /// loses its row, so the table holds only errors that some record carries now.
 ///
 /// The statements are frozen with the version: a later change of these rules is a new version.
 const COUNTERS_V5: &str = "
-    CREATE TABLE IF NOT EXISTS state_counts (
-        state INTEGER PRIMARY KEY,
-        n INTEGER NOT NULL
-    );
     CREATE TABLE IF NOT EXISTS error_counts (
         error TEXT PRIMARY KEY,
         n INTEGER NOT NULL
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS error_counts_common ON error_counts(n DESC, error);
 
-    DELETE FROM state_counts;
-    INSERT INTO state_counts (state, n)
-        SELECT s.value, (SELECT count(*) FROM records
+    INSERT OR REPLACE INTO meta (name, value)
+        SELECT 'state ' || s.value, (SELECT count(*) FROM records
                          WHERE state = s.value AND NOT (state = 2 AND lease_until IS NULL))
         FROM json_each('[0, 1, 2, 3, 4]') AS s;
     DELETE FROM error_counts;
@@ -423,23 +443,23 @@ const COUNTERS_V5: &str = "
 
     DROP TRIGGER IF EXISTS records_count_insert;
     CREATE TRIGGER records_count_insert AFTER INSERT ON records BEGIN
-        UPDATE state_counts SET n = n + 1
-        WHERE state = NEW.state AND NOT (NEW.state = 2 AND NEW.lease_until IS NULL);
+        UPDATE meta SET value = value + 1
+        WHERE name = 'state ' || NEW.state AND NOT (NEW.state = 2 AND NEW.lease_until IS NULL);
     END;
     DROP TRIGGER IF EXISTS records_count_delete;
     CREATE TRIGGER records_count_delete AFTER DELETE ON records BEGIN
-        UPDATE state_counts SET n = n - 1
-        WHERE state = OLD.state AND NOT (OLD.state = 2 AND OLD.lease_until IS NULL);
+        UPDATE meta SET value = value - 1
+        WHERE name = 'state ' || OLD.state AND NOT (OLD.state = 2 AND OLD.lease_until IS NULL);
     END;
     DROP TRIGGER IF EXISTS records_count_update;
     CREATE TRIGGER records_count_update AFTER UPDATE OF state, lease_until ON records
     WHEN OLD.state IS NOT NEW.state
         OR (OLD.state = 2 AND (OLD.lease_until IS NULL) IS NOT (NEW.lease_until IS NULL))
     BEGIN
-        UPDATE state_counts SET n = n - 1
-        WHERE state = OLD.state AND NOT (OLD.state = 2 AND OLD.lease_until IS NULL);
-        UPDATE state_counts SET n = n + 1
-        WHERE state = NEW.state AND NOT (NEW.state = 2 AND NEW.lease_until IS NULL);
+        UPDATE meta SET value = value - 1
+        WHERE name = 'state ' || OLD.state AND NOT (OLD.state = 2 AND OLD.lease_until IS NULL);
+        UPDATE meta SET value = value + 1
+        WHERE name = 'state ' || NEW.state AND NOT (NEW.state = 2 AND NEW.lease_until IS NULL);
     END;
 
     DROP TRIGGER IF EXISTS records_error_insert;

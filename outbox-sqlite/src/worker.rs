@@ -22,11 +22,35 @@ use tokio::sync::oneshot;
 
 use crate::error::{db, echo};
 
+/// What a write does to the file, which decides how it commits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// It may add records: held to the size limit.
+    Grows,
+    /// It records outcomes, takes records out or rewrites them (a round, a discard, a prune):
+    /// it may use the headroom above the size limit, so a full file can still be drained.
+    Drains,
+    /// It only takes or moves leases (a claim with no outcomes, a renewal): losing it to a
+    /// power cut costs a re-delivery, never a record. It drains too.
+    LeaseOnly,
+}
+
+/// The size limit of the file, in pages, and the headroom above it that draining writes may
+/// use. A claim rewrites each claimed row; a row whose payload overflows its page gets a new
+/// overflow chain before the old one is freed, so even a write that frees space needs a few
+/// free pages for a moment, which a full file does not have.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Room {
+    /// `max_page_count` for a transaction that may add records.
+    pub(crate) limit: u64,
+    /// The extra pages a transaction of draining writes may take.
+    pub(crate) headroom: u64,
+}
+
 /// A write waiting for the writer thread.
 trait Job: Send {
-    /// True for a write that only takes or moves leases (a claim with no outcomes, a
-    /// renewal): losing it to a power cut costs a re-delivery, never a record.
-    fn lease_only(&self) -> bool;
+    /// What the write does to the file.
+    fn kind(&self) -> Kind;
     /// Runs the write on the connection, inside the batch's transaction.
     fn run(self: Box<Self>, conn: &Connection) -> Box<dyn Ran>;
     /// Answers without running: the batch could not start.
@@ -44,7 +68,7 @@ trait Ran: Send {
 struct Task<F, T> {
     work: F,
     reply: oneshot::Sender<Result<T>>,
-    lease_only: bool,
+    kind: Kind,
 }
 
 struct Done<T> {
@@ -57,8 +81,8 @@ where
     F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     T: Send + 'static,
 {
-    fn lease_only(&self) -> bool {
-        self.lease_only
+    fn kind(&self) -> Kind {
+        self.kind
     }
 
     fn run(self: Box<Self>, conn: &Connection) -> Box<dyn Ran> {
@@ -108,11 +132,13 @@ pub(crate) struct Writer {
 impl Writer {
     /// Starts the thread; `closed` fires once it has closed its connection. With `relax`
     /// (the connection syncs at every commit), a transaction of lease-only writes commits
-    /// without waiting for its sync.
+    /// without waiting for its sync. With `room`, a transaction that may add records is held
+    /// to its limit and one of draining writes may use its headroom.
     pub(crate) fn start(
         conn: Connection,
         max_group_commit: usize,
         relax: bool,
+        room: Option<Room>,
         closed: oneshot::Sender<()>,
     ) -> Result<Self> {
         let (queue, jobs) = mpsc::channel::<Work>();
@@ -123,6 +149,7 @@ impl Writer {
             .spawn(move || {
                 let mut conn = conn;
                 let mut next = None;
+                let mut pages = room.map(|room| room.limit);
                 while let Some(work) = next.take().or_else(|| jobs.recv().ok()) {
                     let first = match work {
                         Work::Write(job) => job,
@@ -149,6 +176,9 @@ impl Writer {
                             Err(_) => break,
                         }
                     }
+                    if let Some(room) = room {
+                        size(&conn, &batch, room, &mut pages);
+                    }
                     commit_batch(&mut conn, batch, &counter, relax);
                 }
                 close(conn);
@@ -163,13 +193,24 @@ impl Writer {
         self.commits.load(Ordering::Relaxed)
     }
 
-    /// Runs `work` in the next group commit and returns its result once committed.
+    /// Runs `work` in the next group commit and returns its result once committed; it is
+    /// held to the size limit.
     pub(crate) async fn write<T, F>(&self, work: F) -> Result<T>
     where
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.send(work, false).await
+        self.send(work, Kind::Grows).await
+    }
+
+    /// Like [`Writer::write`], for a write that adds no records (outcomes, discards, prunes):
+    /// it may use the headroom above the size limit, so a full file can still be drained.
+    pub(crate) async fn write_draining<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.send(work, Kind::Drains).await
     }
 
     /// Like [`Writer::write`], for a write that only takes or moves leases: when every write
@@ -181,20 +222,16 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.send(work, true).await
+        self.send(work, Kind::LeaseOnly).await
     }
 
-    async fn send<T, F>(&self, work: F, lease_only: bool) -> Result<T>
+    async fn send<T, F>(&self, work: F, kind: Kind) -> Result<T>
     where
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let task = Task {
-            work,
-            reply,
-            lease_only,
-        };
+        let task = Task { work, reply, kind };
         self.queue
             .send(Work::Write(Box::new(task)))
             .map_err(|_| Error::Stopped)?;
@@ -253,12 +290,39 @@ fn control(conn: &Connection, sql: &str) -> Result<()> {
         .map_err(db)
 }
 
+/// Sets the page limit for the batch's transaction: the size limit if a write of it may add
+/// records, the limit plus the headroom otherwise. `pages` is the limit in force, so the
+/// pragma runs only when it changes. SQLite never sets the limit below the file's size, so
+/// once draining writes used the headroom, new records may fill the file to that size.
+fn size(conn: &Connection, batch: &[Box<dyn Job>], room: Room, pages: &mut Option<u64>) {
+    let grows = batch.iter().any(|job| job.kind() == Kind::Grows);
+    let want = if grows {
+        room.limit
+    } else {
+        room.limit.saturating_add(room.headroom)
+    };
+    if *pages == Some(want) {
+        return;
+    }
+    match conn.pragma_update(
+        None,
+        "max_page_count",
+        i64::try_from(want).unwrap_or(i64::MAX),
+    ) {
+        Ok(()) => *pages = Some(want),
+        Err(err) => {
+            *pages = None;
+            tracing::warn!(error = %err, "could not set the page limit for a transaction");
+        }
+    }
+}
+
 /// Runs a batch of writes in one transaction and answers each after the commit, which it
 /// counts in `commits` first. With `relax`, a batch of lease-only writes commits at
 /// `synchronous = NORMAL`: in WAL mode that commit is written but not synced, and it becomes
 /// durable with the next synced commit.
 fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>, commits: &AtomicU64, relax: bool) {
-    let relaxed = relax && batch.iter().all(|job| job.lease_only());
+    let relaxed = relax && batch.iter().all(|job| job.kind() == Kind::LeaseOnly);
     if relaxed {
         if let Err(err) = control(conn, "PRAGMA synchronous = NORMAL") {
             tracing::warn!(error = %err, "could not relax a lease-only commit; it syncs");
@@ -470,7 +534,7 @@ mod tests {
             Box::new(Task {
                 work,
                 reply,
-                lease_only: false,
+                kind: Kind::Grows,
             }),
             answer,
         )
@@ -498,7 +562,7 @@ mod tests {
     #[test]
     fn writes_waiting_together_share_one_commit() {
         let (closed, _) = oneshot::channel();
-        let writer = Writer::start(table(), 1024, false, closed).expect("writer");
+        let writer = Writer::start(table(), 1024, false, None, closed).expect("writer");
         // Hold the writer thread in a first write until fifty others are queued.
         let (release, held) = mpsc::channel::<()>();
         let (entered, inside) = mpsc::channel::<()>();
@@ -512,7 +576,7 @@ mod tests {
         send(Box::new(Task {
             work,
             reply,
-            lease_only: false,
+            kind: Kind::Grows,
         }));
         inside.recv().expect("the writer runs the first write");
         let replies: Vec<Reply> = (1..=50)
@@ -542,12 +606,54 @@ mod tests {
             conn.pragma_query_value(None, "synchronous", |row| row.get(0))
                 .map_err(db)
         };
-        let task = Task {
-            work,
-            reply,
-            lease_only,
+        let kind = if lease_only {
+            Kind::LeaseOnly
+        } else {
+            Kind::Grows
         };
+        let task = Task { work, reply, kind };
         (Box::new(task), answer)
+    }
+
+    /// A job of `kind` that reports the page limit its transaction runs under.
+    fn page_limit(kind: Kind) -> (Box<dyn Job>, Reply) {
+        let (reply, answer) = oneshot::channel();
+        let work = |conn: &Connection| -> Result<i64> {
+            conn.pragma_query_value(None, "max_page_count", |row| row.get(0))
+                .map_err(db)
+        };
+        (Box::new(Task { work, reply, kind }), answer)
+    }
+
+    #[test]
+    fn draining_writes_alone_may_use_the_headroom_and_a_growing_one_may_not() {
+        let mut conn = table();
+        let room = Room {
+            limit: 100,
+            headroom: 20,
+        };
+        let mut pages = None;
+        let mut run = |batch: Vec<Box<dyn Job>>, pages: &mut Option<u64>| {
+            size(&conn, &batch, room, pages);
+            commit_batch(&mut conn, batch, &AtomicU64::new(0), false);
+        };
+        let (a, mut ra) = page_limit(Kind::Drains);
+        let (b, mut rb) = page_limit(Kind::LeaseOnly);
+        run(vec![a, b], &mut pages);
+        assert_eq!(answer(&mut ra).expect("a"), 120);
+        assert_eq!(answer(&mut rb).expect("b"), 120);
+        assert_eq!(pages, Some(120));
+
+        let (a, mut ra) = page_limit(Kind::Drains);
+        let (b, mut rb) = page_limit(Kind::Grows);
+        run(vec![a, b], &mut pages);
+        assert_eq!(
+            answer(&mut ra).expect("a"),
+            100,
+            "held by the growing write"
+        );
+        assert_eq!(answer(&mut rb).expect("b"), 100);
+        assert_eq!(pages, Some(100));
     }
 
     #[test]
@@ -652,7 +758,7 @@ mod tests {
                 Ok(42)
             },
             reply,
-            lease_only: false,
+            kind: Kind::Grows,
         };
         commit_batch(
             &mut conn,
