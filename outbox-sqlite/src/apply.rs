@@ -13,6 +13,7 @@ use outbox_core::{
 };
 use rusqlite::Connection;
 
+use crate::counters::{mark, Tally};
 use crate::error::db;
 use crate::json::{json_ids, json_number, json_text, json_texts};
 use crate::ops::{claim, columns, count, ms, RawRecord, COLUMN_COUNT};
@@ -54,6 +55,8 @@ struct Batch {
     rejoined: BTreeSet<String>,
     tombstones: Vec<Tombstone>,
     delivered: u64,
+    /// What the transitions do to stats' counters.
+    tally: Tally,
 }
 
 impl Batch {
@@ -111,7 +114,9 @@ impl Batch {
         };
         match transition.change {
             Change::Delivered => {
-                self.remove(id);
+                if let Some(gone) = self.remove(id) {
+                    self.tally.leave_mark(&mark(&gone.record));
+                }
                 self.delivered += 1;
             }
             Change::Discard {
@@ -120,6 +125,8 @@ impl Batch {
                 attempts,
             } => {
                 if let Some(entry) = self.remove(id) {
+                    self.tally.leave_mark(&mark(&entry.record));
+                    self.tally.buried(1);
                     let tombstone = Tombstone::of(entry.record, reason, at, attempts);
                     self.tombstones.push(tombstone);
                 }
@@ -140,18 +147,24 @@ impl Batch {
                 if !outbox_core::machine::admits_requeue(&entry.record, busy) {
                     return Ok(None);
                 }
+                let before = mark(&entry.record);
                 entry.record.set_progress(Progress::requeued(at));
+                let after = mark(&entry.record);
                 entry.member = entry.record.group.is_some();
                 let group = entry.record.group.clone();
                 self.groups.extend(group.clone());
                 self.rejoined.extend(group);
                 self.changed.insert(id);
+                self.tally.leave_mark(&before);
+                self.tally.enter_mark(&after);
             }
             Change::Update(progress) => {
                 if !outbox_core::machine::admits_update(&entry.record, &progress) {
                     return Ok(None);
                 }
+                let before = mark(&entry.record);
                 entry.record.set_progress(progress);
+                let after = mark(&entry.record);
                 // A rejected record stops holding its group's order; nothing puts it back.
                 let left = entry.member && !entry.record.state.holds_group();
                 if left {
@@ -160,6 +173,8 @@ impl Batch {
                 let group = left.then(|| entry.record.group.clone()).flatten();
                 self.groups.extend(group);
                 self.changed.insert(id);
+                self.tally.leave_mark(&before);
+                self.tally.enter_mark(&after);
             }
         }
         Ok(Some(id))
@@ -202,6 +217,7 @@ impl Batch {
                 ])
                 .map_err(db)?;
         }
+        self.tally.write(conn)?;
         if !self.rejoined.is_empty() {
             conn.prepare_cached(
                 "UPDATE records SET claimable = (

@@ -10,8 +10,8 @@ use rusqlite::Connection;
 use crate::error::db;
 use crate::ops::read_ms;
 
-/// The most common errors: the first entries of the counters' index, which the schema's
-/// triggers keep for the records in [`ErrorCount::STATES`] (see [`schema`](crate::schema)).
+/// The most common errors: the first entries of the counters' index, which the store's writes
+/// keep for the records in [`ErrorCount::STATES`] (see [`counters`](crate::counters)).
 pub(crate) const COMMON_ERRORS_SQL: &str =
     "SELECT error, n FROM error_counts INDEXED BY error_counts_common \
      WHERE n > 0 ORDER BY n DESC, error LIMIT ?1 + 0";
@@ -42,7 +42,7 @@ mod tests {
 
     #[test]
     fn the_counted_states_are_the_failed_states() {
-        // The schema's triggers spell the failed states' codes out; they must be these.
+        // The migration that fills the counters spells the failed states' codes out.
         let codes: Vec<u8> = ErrorCount::STATES.iter().map(|s| s.code()).collect();
         assert_eq!(codes, [1, 3, 4]);
     }

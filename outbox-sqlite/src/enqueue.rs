@@ -30,6 +30,9 @@ const SUPERSEDE_SQL: &str =
     "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4, created_at = ?5 \
      WHERE id = ?1";
 
+/// Counts the fresh records among the pending (see [`counters`](crate::counters)).
+const PENDING_SQL: &str = "UPDATE meta SET value = value + ?1 WHERE name = 'state 0'";
+
 /// Counts the writes merged by coalescing.
 const SUPERSEDED_SQL: &str = "INSERT INTO meta (name, value) VALUES ('superseded', ?1) \
      ON CONFLICT (name) DO UPDATE SET value = value + excluded.value";
@@ -249,6 +252,10 @@ pub(crate) async fn insert<E: Execute>(
         ];
         done(ex, INSERT_SQL, params).await?;
         enqueued.ids.push(RecordId(id));
+    }
+    let fresh = enqueued.ids.len() - enqueued.superseded.len();
+    if fresh > 0 {
+        done(ex, PENDING_SQL, vec![Param::Int(count(fresh))]).await?;
     }
     if !enqueued.superseded.is_empty() {
         let merged = Param::Int(count(enqueued.superseded.len()));

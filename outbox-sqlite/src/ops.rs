@@ -16,8 +16,10 @@ use outbox_core::{
     Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, State,
     Stats, Tombstone,
 };
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use crate::counters::{self, Tally};
 use crate::enqueue::{self, Rusqlite};
 use crate::error::{corrupt, db};
 use crate::json::json_ids;
@@ -64,11 +66,12 @@ pub(crate) const DUE_SQL: &str = due_sql!();
 
 /// A claim in one statement: the due query's rows go in flight under the lease.
 pub(crate) const CLAIM_SQL: &str = concat!(
-    "UPDATE records SET state = 2, lease_token = ?3, lease_until = ?4, claimable = 0 \
-     WHERE id IN (",
+    "UPDATE records SET state = 2, lease_token = ?3, lease_until = ?4, claimable = 0, \
+     claimed_from = state WHERE id IN (",
     due_sql!(),
     ") RETURNING ",
-    columns!()
+    columns!(),
+    ", claimed_from"
 );
 
 /// The head of a group: the first entry of the group index.
@@ -240,16 +243,38 @@ pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
     if claim.limit == 0 {
         return Ok(Vec::new());
     }
-    let (mut claimed, unreadable) = unreadable::rows(
-        conn,
-        CLAIM_SQL,
-        params![
+    let mut stmt = conn.prepare_cached(CLAIM_SQL).map_err(db)?;
+    let mut rows = stmt
+        .query(params![
             ms(claim.now),
             count(claim.limit),
             token(claim.lease.token),
             ms(claim.lease.until)
-        ],
-    )?;
+        ])
+        .map_err(db)?;
+    // Each row leaves the counters of the state it was claimed from (read raw, so a row that
+    // cannot be decoded leaves them too) and enters the in-flight count unless set aside.
+    let mut tally = Tally::default();
+    let mut claimed = Vec::new();
+    let mut unreadable = Vec::new();
+    while let Some(row) = rows.next().map_err(db)? {
+        let from = row.get::<_, Option<i64>>(COLUMN_COUNT).ok().flatten();
+        let error = match row.get_ref(11).map_err(db)? {
+            ValueRef::Text(bytes) => Some(bytes),
+            _ => None,
+        };
+        tally.leave(from, error);
+        match unreadable::decode(row).map_err(db)? {
+            Ok(record) => {
+                tally.enter(counters::bucket(&record), None);
+                claimed.push(record);
+            }
+            Err(row) => unreadable.push(row),
+        }
+    }
+    drop(rows);
+    drop(stmt);
+    tally.write(conn)?;
     unreadable::set_aside(conn, &unreadable)?;
     // RETURNING gives the rows in no promised order.
     claimed.sort_by_key(|r| (r.next_attempt_at, r.id));
@@ -420,8 +445,8 @@ pub(crate) const OLDEST_SQL: &str = concat!(
     " ORDER BY created_at LIMIT 1"
 );
 
-/// Counts and ages, from the counters the schema's triggers keep (see
-/// [`schema`](crate::schema)) and the first entries of indexes; the caller runs it inside one
+/// Counts and ages, from the counters the store's writes keep (see
+/// [`counters`](crate::counters)) and the first entries of indexes; the caller runs it inside one
 /// read transaction.
 pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
     let mut stats = Stats::default();
@@ -472,15 +497,31 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
 
 /// Removes rejected records and tombstones older than `older_than`.
 pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
-    let rejected = conn
-        .prepare_cached("DELETE FROM records WHERE state = 4 AND last_attempt_at < ?1")
-        .map_err(db)?
-        .execute([ms(older_than)])
-        .map_err(db)?;
+    let mut tally = Tally::default();
+    let mut rejected = 0;
+    {
+        let mut stmt = conn
+            .prepare_cached(
+                "DELETE FROM records WHERE state = 4 AND last_attempt_at < ?1 \
+                 RETURNING last_error",
+            )
+            .map_err(db)?;
+        let mut rows = stmt.query([ms(older_than)]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let error = match row.get_ref(0).map_err(db)? {
+                ValueRef::Text(bytes) => Some(bytes),
+                _ => None,
+            };
+            tally.leave(Some(i64::from(State::Rejected.code())), error);
+            rejected += 1;
+        }
+    }
     let tombstones = conn
         .prepare_cached("DELETE FROM tombstones WHERE discarded_at < ?1")
         .map_err(db)?
         .execute([ms(older_than)])
         .map_err(db)?;
+    tally.buried(-count(tombstones));
+    tally.write(conn)?;
     Ok((rejected + tombstones) as u64)
 }

@@ -34,9 +34,10 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 ///   coalescing key (`replaces`), a partial index on the key finds the latest record with it,
 ///   and `meta` counts the writes merged by coalescing (`superseded`).
 /// - 5: stats read counters instead of scanning: `meta` holds the number of readable records
-///   in each state and `error_counts` the number of failed records per error, both kept by
-///   triggers on `records` (so every writer, the caller's own transaction through any driver
-///   included, keeps them exact); `meta` counts the tombstones the same way. An index
+///   in each state and of tombstones, and `error_counts` the number of failed records per
+///   error, all kept by the store's own writes (the enqueue's statements included, which
+///   every driver of a caller's transaction runs); each record keeps the state it was claimed
+///   from (`claimed_from`). An index
 ///   on `created_at` gives the oldest undelivered record, and a partial index on the records
 ///   that need attention finds the groups they hold.
 pub const SCHEMA_VERSION: u32 = 5;
@@ -410,17 +411,8 @@ fn to_v4(conn: &Connection) -> Result<()> {
     .map_err(db)
 }
 
-/// The counters of version 5 and the triggers that keep them.
-///
-/// A record counts in `meta` under `state N` (`N` its state's code) unless a claim set it aside as
-/// unreadable (in flight without a lease deadline; see [`unreadable`](crate::unreadable)),
-/// and a row of an unknown state code has no counter: exactly the rows stats used to count
-/// with `GROUP BY state`. The counters share `meta`'s page with the id counter and the
-/// delivered count, which an enqueue and a delivery write anyway, so keeping them adds no page
-/// to a commit. A record counts in `error_counts` under its `last_error` while it is
-/// retrying, needs attention or was rejected (the states of
-/// [`ErrorCount::STATES`](outbox_core::ErrorCount::STATES)); an error whose count reaches zero
-/// loses its row, so the table holds only errors that some record carries now.
+/// The counters of version 5, filled from the rows (see [`counters`](crate::counters) for what
+/// they count and how the store's writes keep them), and the indexes stats read.
 ///
 /// The statements are frozen with the version: a later change of these rules is a new version.
 const COUNTERS_V5: &str = "
@@ -441,72 +433,22 @@ const COUNTERS_V5: &str = "
     INSERT OR REPLACE INTO meta (name, value)
         VALUES ('tombstones', (SELECT count(*) FROM tombstones));
 
-    DROP TRIGGER IF EXISTS records_count_insert;
-    CREATE TRIGGER records_count_insert AFTER INSERT ON records BEGIN
-        UPDATE meta SET value = value + 1
-        WHERE name = 'state ' || NEW.state AND NOT (NEW.state = 2 AND NEW.lease_until IS NULL);
-    END;
-    DROP TRIGGER IF EXISTS records_count_delete;
-    CREATE TRIGGER records_count_delete AFTER DELETE ON records BEGIN
-        UPDATE meta SET value = value - 1
-        WHERE name = 'state ' || OLD.state AND NOT (OLD.state = 2 AND OLD.lease_until IS NULL);
-    END;
-    DROP TRIGGER IF EXISTS records_count_update;
-    CREATE TRIGGER records_count_update AFTER UPDATE OF state, lease_until ON records
-    WHEN OLD.state IS NOT NEW.state
-        OR (OLD.state = 2 AND (OLD.lease_until IS NULL) IS NOT (NEW.lease_until IS NULL))
-    BEGIN
-        UPDATE meta SET value = value - 1
-        WHERE name = 'state ' || OLD.state AND NOT (OLD.state = 2 AND OLD.lease_until IS NULL);
-        UPDATE meta SET value = value + 1
-        WHERE name = 'state ' || NEW.state AND NOT (NEW.state = 2 AND NEW.lease_until IS NULL);
-    END;
-
-    DROP TRIGGER IF EXISTS records_error_insert;
-    CREATE TRIGGER records_error_insert AFTER INSERT ON records
-    WHEN NEW.state IN (1, 3, 4) AND NEW.last_error IS NOT NULL BEGIN
-        INSERT INTO error_counts (error, n) VALUES (NEW.last_error, 1)
-            ON CONFLICT (error) DO UPDATE SET n = n + 1;
-    END;
-    DROP TRIGGER IF EXISTS records_error_delete;
-    CREATE TRIGGER records_error_delete AFTER DELETE ON records
-    WHEN OLD.state IN (1, 3, 4) AND OLD.last_error IS NOT NULL BEGIN
-        UPDATE error_counts SET n = n - 1 WHERE error = OLD.last_error;
-        DELETE FROM error_counts WHERE error = OLD.last_error AND n <= 0;
-    END;
-    DROP TRIGGER IF EXISTS records_error_update;
-    CREATE TRIGGER records_error_update AFTER UPDATE OF state, last_error ON records
-    WHEN (OLD.state IN (1, 3, 4) AND OLD.last_error IS NOT NULL)
-        OR (NEW.state IN (1, 3, 4) AND NEW.last_error IS NOT NULL)
-    BEGIN
-        UPDATE error_counts SET n = n - 1
-        WHERE error = OLD.last_error AND OLD.state IN (1, 3, 4);
-        DELETE FROM error_counts WHERE error = OLD.last_error AND n <= 0;
-        INSERT INTO error_counts (error, n)
-            SELECT NEW.last_error, 1 WHERE NEW.state IN (1, 3, 4) AND NEW.last_error IS NOT NULL
-            ON CONFLICT (error) DO UPDATE SET n = n + 1;
-    END;
-
-    DROP TRIGGER IF EXISTS tombstones_count_insert;
-    CREATE TRIGGER tombstones_count_insert AFTER INSERT ON tombstones BEGIN
-        UPDATE meta SET value = value + 1 WHERE name = 'tombstones';
-    END;
-    DROP TRIGGER IF EXISTS tombstones_count_delete;
-    CREATE TRIGGER tombstones_count_delete AFTER DELETE ON tombstones BEGIN
-        UPDATE meta SET value = value - 1 WHERE name = 'tombstones';
-    END;
-
     CREATE INDEX IF NOT EXISTS records_created ON records(created_at);
     CREATE INDEX IF NOT EXISTS records_attention ON records(grp, id)
         WHERE state = 3 AND member = 1;
 ";
 
-/// Version 5: the counters stats read, the triggers that keep them, and the indexes for the
-/// oldest undelivered record and the held groups (see [`COUNTERS_V5`]).
+/// Version 5: the counters stats read, the indexes for the oldest undelivered record and the
+/// held groups (see [`COUNTERS_V5`]), and the state each in-flight record was claimed from
+/// (`claimed_from`), which the claim returns so it can move the counters.
 ///
-/// Every statement either replaces what it creates or fills the counters afresh from the
+/// Every statement either creates what is missing or fills the counters afresh from the
 /// rows, inside the step's transaction, so a step interrupted by a crash, or run again,
 /// converges on the same counters.
 fn to_v5(conn: &Connection) -> Result<()> {
+    if !has_column(conn, "records", "claimed_from")? {
+        conn.execute_batch("ALTER TABLE records ADD COLUMN claimed_from INTEGER")
+            .map_err(db)?;
+    }
     conn.execute_batch(COUNTERS_V5).map_err(db)
 }
