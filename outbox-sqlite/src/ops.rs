@@ -240,6 +240,18 @@ pub(crate) fn insert(conn: &Connection, records: Vec<NewRecord>, now: Millis) ->
 
 /// Claims up to `limit` due records under the lease, in `(next_attempt_at, id)` order.
 pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
+    let mut tally = Tally::default();
+    let claimed = claim_counted(conn, claim, &mut tally)?;
+    tally.write(conn)?;
+    Ok(claimed)
+}
+
+/// [`claim`], leaving its change to the counters in `tally` for the caller to write.
+pub(crate) fn claim_counted(
+    conn: &Connection,
+    claim: Claim,
+    tally: &mut Tally,
+) -> Result<Vec<Record>> {
     if claim.limit == 0 {
         return Ok(Vec::new());
     }
@@ -254,7 +266,6 @@ pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
         .map_err(db)?;
     // Each row leaves the counters of the state it was claimed from (read raw, so a row that
     // cannot be decoded leaves them too) and enters the in-flight count unless set aside.
-    let mut tally = Tally::default();
     let mut claimed = Vec::new();
     let mut unreadable = Vec::new();
     while let Some(row) = rows.next().map_err(db)? {
@@ -274,7 +285,6 @@ pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
     }
     drop(rows);
     drop(stmt);
-    tally.write(conn)?;
     unreadable::set_aside(conn, &unreadable)?;
     // RETURNING gives the rows in no promised order.
     claimed.sort_by_key(|r| (r.next_attempt_at, r.id));
