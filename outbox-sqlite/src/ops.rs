@@ -238,6 +238,15 @@ pub(crate) fn insert(conn: &Connection, records: Vec<NewRecord>, now: Millis) ->
     enqueue::at_once(enqueue::insert(&mut Rusqlite(conn), records, now))
 }
 
+/// Enqueues several callers' batches, each due at its own time, in one go (see
+/// [`enqueue::insert_many`]), run by rusqlite.
+pub(crate) fn insert_many(
+    conn: &Connection,
+    batches: &[(&[NewRecord], Millis)],
+) -> Result<Vec<Enqueued>> {
+    enqueue::at_once(enqueue::insert_many(&mut Rusqlite(conn), batches))
+}
+
 /// Claims up to `limit` due records under the lease, in `(next_attempt_at, id)` order.
 pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
     let mut tally = Tally::default();

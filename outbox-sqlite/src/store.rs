@@ -472,9 +472,7 @@ impl Store for SqliteStore {
             // Nothing to make durable: no transaction, no sync.
             return Ok(Enqueued::default());
         }
-        self.writer
-            .write(move |conn| ops::insert(conn, records, now))
-            .await
+        self.writer.enqueue(records, now).await
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
