@@ -7,7 +7,9 @@
 //! ```
 //!
 //! The queue: `N` records of 200-byte payloads, of which 10% retrying (five distinct
-//! errors), 1% needs-attention and 1% rejected, the rest pending. Each figure is the median
+//! errors), 1% needs-attention and 1% rejected, the rest pending. Each needs-attention record
+//! heads a group of its own with five pending records behind it, so 5% of the queue is held
+//! and stats count them. Each figure is the median
 //! and the slowest of 15 ticks, after one tick to warm the caches, on the store the command
 //! opens (SQLite read-only; PostgreSQL through a pool of two). For comparison, the way
 //! `stats` counted errors before (reading up to 10,000 whole records per failed state) is
@@ -37,7 +39,16 @@ async fn fill(store: &dyn Store, n: usize) {
     let mut next = 0usize;
     while next < n {
         let size = BATCH.min(n - next);
-        let batch = (0..size).map(|_| NewRecord::new(payload.clone())).collect();
+        let batch = (0..size)
+            .map(|i| {
+                let k = next + i;
+                let record = NewRecord::new(payload.clone());
+                match k % 100 {
+                    10 | 50..=54 => record.in_group(format!("g{}", k / 100)),
+                    _ => record,
+                }
+            })
+            .collect();
         let ids = store.enqueue(batch, 1_000).await.expect("enqueue");
         let transitions: Vec<Transition> = ids
             .iter()
@@ -111,7 +122,7 @@ where
     took.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "{what:<44} median {:>8.1} ms   slowest {:>8.1} ms",
+        "{what:<44} median {:>9.3} ms   slowest {:>9.3} ms",
         ms(took[TICKS / 2]),
         ms(took[TICKS - 1])
     );
@@ -119,6 +130,11 @@ where
 
 async fn measure(store: Arc<dyn Store>, label: &str) {
     println!("{label}");
+    let stats = store.stats().await.expect("stats");
+    println!(
+        "  pending {}, retrying {}, needs attention {}, rejected {}, held {}",
+        stats.pending, stats.retrying, stats.needs_attention, stats.rejected, stats.held
+    );
     let s = Arc::clone(&store);
     time("watch tick (view::stats)", || {
         let s = Arc::clone(&s);
