@@ -3,13 +3,14 @@
 //!
 //! ```sh
 //! cargo run --release -p outbox-cli --example stats_cost -- sqlite 1000000
+//! cargo run --release -p outbox-cli --example stats_cost -- sqlite 1000000 flat
 //! cargo run --release -p outbox-cli --example stats_cost -- postgres 1000000   # OUTBOX_PG_URL
 //! ```
 //!
 //! The queue: `N` records of 200-byte payloads, of which 10% retrying (five distinct
 //! errors), 1% needs-attention and 1% rejected, the rest pending. Each needs-attention record
 //! heads a group of its own with five pending records behind it, so 5% of the queue is held
-//! and stats count them. Each figure is the median
+//! and stats count them; with `flat` as a third argument no record is grouped. Each figure is the median
 //! and the slowest of 15 ticks, after one tick to warm the caches, on the store the command
 //! opens (SQLite read-only; PostgreSQL through a pool of two). For comparison, the way
 //! `stats` counted errors before (reading up to 10,000 whole records per failed state) is
@@ -33,8 +34,8 @@ const ERRORS: [&str; 5] = [
     "timed out after 30 s",
 ];
 
-/// Fills `store` with `n` records in the mix above.
-async fn fill(store: &dyn Store, n: usize) {
+/// Fills `store` with `n` records in the mix above (no groups when `flat`).
+async fn fill(store: &dyn Store, n: usize, flat: bool) {
     let payload = vec![b'x'; 200];
     let mut next = 0usize;
     while next < n {
@@ -44,7 +45,7 @@ async fn fill(store: &dyn Store, n: usize) {
                 let k = next + i;
                 let record = NewRecord::new(payload.clone());
                 match k % 100 {
-                    10 | 50..=54 => record.in_group(format!("g{}", k / 100)),
+                    10 | 50..=54 if !flat => record.in_group(format!("g{}", k / 100)),
                     _ => record,
                 }
             })
@@ -168,6 +169,7 @@ async fn main() {
     let n: usize = args
         .next()
         .map_or(1_000_000, |a| a.parse().expect("a record count"));
+    let flat = args.next().as_deref() == Some("flat");
     match backend.as_str() {
         "sqlite" => {
             use outbox_sqlite::{SqliteConfig, SqliteStore};
@@ -177,7 +179,7 @@ async fn main() {
             let store = SqliteStore::create(&path, SqliteConfig::default())
                 .await
                 .expect("create");
-            fill(&store, n).await;
+            fill(&store, n, flat).await;
             store.close().await;
             let reader = SqliteStore::open(&path, SqliteConfig::default().read_only(true))
                 .await
@@ -193,7 +195,7 @@ async fn main() {
             let store = PgStore::connect(PgConfig::new(&url, &schema))
                 .await
                 .expect("connect");
-            fill(&store, n).await;
+            fill(&store, n, flat).await;
             let inspector = PgStore::connect(PgConfig::new(&url, &schema).with_pool_size(2))
                 .await
                 .expect("connect");
