@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --release -p outbox-cli --example stats_cost -- sqlite 1000000
 //! cargo run --release -p outbox-cli --example stats_cost -- sqlite 1000000 flat
+//! cargo run --release -p outbox-cli --example stats_cost -- redb 1000000 flat
 //! cargo run --release -p outbox-cli --example stats_cost -- postgres 1000000   # OUTBOX_PG_URL
 //! ```
 //!
@@ -186,6 +187,22 @@ async fn main() {
                 .expect("open read-only");
             measure(Arc::new(reader), &format!("SQLite, {n} records")).await;
         }
+        "redb" => {
+            use outbox_redb::{RedbConfig, RedbStore};
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("big.redb");
+            eprintln!("filling {} with {n} records", path.display());
+            let store = RedbStore::create(&path, RedbConfig::default())
+                .await
+                .expect("create");
+            fill(&store, n, flat).await;
+            store.close().await;
+            // The command opens a redb file read-only, as here.
+            let reader = RedbStore::open_read_only(&path, RedbConfig::default())
+                .await
+                .expect("open read-only");
+            measure(Arc::new(reader), &format!("redb, {n} records")).await;
+        }
         "postgres" => {
             use outbox_postgres::{PgConfig, PgStore};
             let url = std::env::var("OUTBOX_PG_URL")
@@ -209,6 +226,6 @@ async fn main() {
                 .await
                 .expect("drop the schema");
         }
-        other => panic!("unknown backend {other:?}: sqlite or postgres"),
+        other => panic!("unknown backend {other:?}: sqlite, redb or postgres"),
     }
 }
