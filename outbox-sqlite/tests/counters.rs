@@ -346,3 +346,24 @@ async fn counters_equal_a_recount_after_every_kind_of_write() {
     assert!(!ids.is_empty() && !loose.is_empty() && !round.claimed.is_empty());
     store.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_driven_below_zero_by_hand_reads_as_zero() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("app.db");
+    let store = SqliteStore::create(&path, SqliteConfig::default())
+        .await
+        .expect("create");
+    store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], 1_000)
+        .await
+        .expect("enqueue");
+    // Someone deleted rows and edited the counter by hand.
+    Connection::open(&path)
+        .expect("open")
+        .execute_batch("UPDATE meta SET value = -3 WHERE name = 'state 0'")
+        .expect("edit");
+    let stats = store.stats().await.expect("stats still answer");
+    assert_eq!((stats.pending, stats.undelivered()), (0, 0));
+    store.close().await;
+}
