@@ -3,11 +3,15 @@
 //!
 //! ```sh
 //! cargo run --release -p outbox-cli --example stats_cost -- sqlite 1000000
+//! cargo run --release -p outbox-cli --example stats_cost -- sqlite 1000000 flat
+//! cargo run --release -p outbox-cli --example stats_cost -- redb 1000000 flat
 //! cargo run --release -p outbox-cli --example stats_cost -- postgres 1000000   # OUTBOX_PG_URL
 //! ```
 //!
 //! The queue: `N` records of 200-byte payloads, of which 10% retrying (five distinct
-//! errors), 1% needs-attention and 1% rejected, the rest pending. Each figure is the median
+//! errors), 1% needs-attention and 1% rejected, the rest pending. Each needs-attention record
+//! heads a group of its own with five pending records behind it, so 5% of the queue is held
+//! and stats count them; with `flat` as a third argument no record is grouped. Each figure is the median
 //! and the slowest of 15 ticks, after one tick to warm the caches, on the store the command
 //! opens (SQLite read-only; PostgreSQL through a pool of two). For comparison, the way
 //! `stats` counted errors before (reading up to 10,000 whole records per failed state) is
@@ -31,13 +35,22 @@ const ERRORS: [&str; 5] = [
     "timed out after 30 s",
 ];
 
-/// Fills `store` with `n` records in the mix above.
-async fn fill(store: &dyn Store, n: usize) {
+/// Fills `store` with `n` records in the mix above (no groups when `flat`).
+async fn fill(store: &dyn Store, n: usize, flat: bool) {
     let payload = vec![b'x'; 200];
     let mut next = 0usize;
     while next < n {
         let size = BATCH.min(n - next);
-        let batch = (0..size).map(|_| NewRecord::new(payload.clone())).collect();
+        let batch = (0..size)
+            .map(|i| {
+                let k = next + i;
+                let record = NewRecord::new(payload.clone());
+                match k % 100 {
+                    10 | 50..=54 if !flat => record.in_group(format!("g{}", k / 100)),
+                    _ => record,
+                }
+            })
+            .collect();
         let ids = store.enqueue(batch, 1_000).await.expect("enqueue");
         let transitions: Vec<Transition> = ids
             .iter()
@@ -111,7 +124,7 @@ where
     took.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "{what:<44} median {:>8.1} ms   slowest {:>8.1} ms",
+        "{what:<44} median {:>9.3} ms   slowest {:>9.3} ms",
         ms(took[TICKS / 2]),
         ms(took[TICKS - 1])
     );
@@ -119,6 +132,11 @@ where
 
 async fn measure(store: Arc<dyn Store>, label: &str) {
     println!("{label}");
+    let stats = store.stats().await.expect("stats");
+    println!(
+        "  pending {}, retrying {}, needs attention {}, rejected {}, held {}",
+        stats.pending, stats.retrying, stats.needs_attention, stats.rejected, stats.held
+    );
     let s = Arc::clone(&store);
     time("watch tick (view::stats)", || {
         let s = Arc::clone(&s);
@@ -152,6 +170,7 @@ async fn main() {
     let n: usize = args
         .next()
         .map_or(1_000_000, |a| a.parse().expect("a record count"));
+    let flat = args.next().as_deref() == Some("flat");
     match backend.as_str() {
         "sqlite" => {
             use outbox_sqlite::{SqliteConfig, SqliteStore};
@@ -161,12 +180,28 @@ async fn main() {
             let store = SqliteStore::create(&path, SqliteConfig::default())
                 .await
                 .expect("create");
-            fill(&store, n).await;
+            fill(&store, n, flat).await;
             store.close().await;
             let reader = SqliteStore::open(&path, SqliteConfig::default().read_only(true))
                 .await
                 .expect("open read-only");
             measure(Arc::new(reader), &format!("SQLite, {n} records")).await;
+        }
+        "redb" => {
+            use outbox_redb::{RedbConfig, RedbStore};
+            let dir = tempfile::tempdir().expect("temp dir");
+            let path = dir.path().join("big.redb");
+            eprintln!("filling {} with {n} records", path.display());
+            let store = RedbStore::create(&path, RedbConfig::default())
+                .await
+                .expect("create");
+            fill(&store, n, flat).await;
+            store.close().await;
+            // The command opens a redb file read-only, as here.
+            let reader = RedbStore::open_read_only(&path, RedbConfig::default())
+                .await
+                .expect("open read-only");
+            measure(Arc::new(reader), &format!("redb, {n} records")).await;
         }
         "postgres" => {
             use outbox_postgres::{PgConfig, PgStore};
@@ -177,7 +212,7 @@ async fn main() {
             let store = PgStore::connect(PgConfig::new(&url, &schema))
                 .await
                 .expect("connect");
-            fill(&store, n).await;
+            fill(&store, n, flat).await;
             let inspector = PgStore::connect(PgConfig::new(&url, &schema).with_pool_size(2))
                 .await
                 .expect("connect");
@@ -191,6 +226,6 @@ async fn main() {
                 .await
                 .expect("drop the schema");
         }
-        other => panic!("unknown backend {other:?}: sqlite or postgres"),
+        other => panic!("unknown backend {other:?}: sqlite, redb or postgres"),
     }
 }

@@ -13,9 +13,10 @@ use outbox_core::{
 };
 use rusqlite::Connection;
 
+use crate::counters::{mark, Tally};
 use crate::error::db;
 use crate::json::{json_ids, json_number, json_text, json_texts};
-use crate::ops::{claim, columns, count, ms, RawRecord, COLUMN_COUNT};
+use crate::ops::{claim_counted, ms, RawRecord, COLUMN_COUNT};
 
 /// Sets `claimable` on the rows whose ids are in the JSON array `?1` and on the heads of the
 /// groups in the JSON array `?2`, from each row's state, deadline and place in its group.
@@ -31,6 +32,14 @@ pub(crate) const REFRESH_SQL: &str = "UPDATE records SET claimable = (
         SELECT (SELECT h.id FROM records AS h WHERE h.grp = g.value AND h.member = 1
                 ORDER BY h.id LIMIT 1)
         FROM json_each(?2) AS g)";
+
+/// The rows a batch of transitions names (the JSON array `?1`), with their group membership.
+/// The payload is read as an empty blob: no transition reads or writes it (a tombstone keeps
+/// no payload), and reading it would copy every delivered record's payload once more.
+const LOAD_SQL: &str = "SELECT id, grp, x'', key, created_at, state, attempts, unanswered, \
+     interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
+     expected_version, replaces, member FROM records \
+     WHERE id IN (SELECT value FROM json_each(?1))";
 
 /// A row as a transition sees it: the record, and whether it still holds its group's order.
 struct Entry {
@@ -53,20 +62,15 @@ struct Batch {
     /// Groups a requeued record joined again: their former head must stop being claimable.
     rejoined: BTreeSet<String>,
     tombstones: Vec<Tombstone>,
-    delivered: u64,
+    /// What the transitions do to stats' counters (the delivered count among them).
+    tally: Tally,
 }
 
 impl Batch {
-    /// Reads the rows the transitions name, in one query.
+    /// Reads the rows the transitions name, in one query (without their payloads).
     fn load(conn: &Connection, transitions: &[Transition]) -> Result<Self> {
         let ids = json_ids(transitions.iter().map(|t| ms(t.id.0)));
-        let mut stmt = conn
-            .prepare_cached(concat!(
-                "SELECT ",
-                columns!(),
-                ", member FROM records WHERE id IN (SELECT value FROM json_each(?1))"
-            ))
-            .map_err(db)?;
+        let mut stmt = conn.prepare_cached(LOAD_SQL).map_err(db)?;
         let raws = stmt
             .query_map([ids], |row| {
                 Ok((RawRecord::from_row(row)?, row.get(COLUMN_COUNT)?))
@@ -111,8 +115,10 @@ impl Batch {
         };
         match transition.change {
             Change::Delivered => {
-                self.remove(id);
-                self.delivered += 1;
+                if let Some(gone) = self.remove(id) {
+                    self.tally.leave_mark(&mark(&gone.record));
+                }
+                self.tally.delivered(1);
             }
             Change::Discard {
                 reason,
@@ -120,6 +126,8 @@ impl Batch {
                 attempts,
             } => {
                 if let Some(entry) = self.remove(id) {
+                    self.tally.leave_mark(&mark(&entry.record));
+                    self.tally.buried(1);
                     let tombstone = Tombstone::of(entry.record, reason, at, attempts);
                     self.tombstones.push(tombstone);
                 }
@@ -140,18 +148,24 @@ impl Batch {
                 if !outbox_core::machine::admits_requeue(&entry.record, busy) {
                     return Ok(None);
                 }
+                let before = mark(&entry.record);
                 entry.record.set_progress(Progress::requeued(at));
+                let after = mark(&entry.record);
                 entry.member = entry.record.group.is_some();
                 let group = entry.record.group.clone();
                 self.groups.extend(group.clone());
                 self.rejoined.extend(group);
                 self.changed.insert(id);
+                self.tally.leave_mark(&before);
+                self.tally.enter_mark(&after);
             }
             Change::Update(progress) => {
                 if !outbox_core::machine::admits_update(&entry.record, &progress) {
                     return Ok(None);
                 }
+                let before = mark(&entry.record);
                 entry.record.set_progress(progress);
+                let after = mark(&entry.record);
                 // A rejected record stops holding its group's order; nothing puts it back.
                 let left = entry.member && !entry.record.state.holds_group();
                 if left {
@@ -160,6 +174,8 @@ impl Batch {
                 let group = left.then(|| entry.record.group.clone()).flatten();
                 self.groups.extend(group);
                 self.changed.insert(id);
+                self.tally.leave_mark(&before);
+                self.tally.enter_mark(&after);
             }
         }
         Ok(Some(id))
@@ -170,8 +186,8 @@ impl Batch {
             .filter_map(|id| self.rows.get(id).and_then(Option::as_ref))
     }
 
-    /// Writes the batch's net effect.
-    fn write(self, conn: &Connection) -> Result<()> {
+    /// Writes the batch's net effect on the rows, and hands back its change to the counters.
+    fn write(self, conn: &Connection) -> Result<Tally> {
         if !self.deleted.is_empty() {
             conn.prepare_cached(
                 "DELETE FROM records WHERE id IN (SELECT value FROM json_each(?1))",
@@ -185,12 +201,6 @@ impl Batch {
         }
         if !self.tombstones.is_empty() {
             bury(conn, &self.tombstones)?;
-        }
-        if self.delivered > 0 {
-            conn.prepare_cached("UPDATE meta SET value = value + ?1 WHERE name = 'delivered'")
-                .map_err(db)?
-                .execute([count(self.delivered as usize)])
-                .map_err(db)?;
         }
         let touched: Vec<i64> = self.changed.iter().map(|id| ms(id.0)).collect();
         if !touched.is_empty() || !self.groups.is_empty() {
@@ -215,7 +225,7 @@ impl Batch {
             .execute([json_texts(self.rejoined.iter().map(String::as_str))])
             .map_err(db)?;
         }
-        Ok(())
+        Ok(self.tally)
     }
 }
 
@@ -292,6 +302,18 @@ fn bury(conn: &Connection, tombstones: &[Tombstone]) -> Result<()> {
 
 /// Applies each transition whose guard holds, in order, as one set of writes.
 pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<Applied> {
+    let mut tally = Tally::default();
+    let applied = apply_counted(conn, transitions, &mut tally)?;
+    tally.write(conn)?;
+    Ok(applied)
+}
+
+/// [`apply`], leaving its change to the counters in `tally` for the caller to write.
+fn apply_counted(
+    conn: &Connection,
+    transitions: Vec<Transition>,
+    tally: &mut Tally,
+) -> Result<Applied> {
     let mut applied = Applied::default();
     if transitions.is_empty() {
         return Ok(applied);
@@ -303,21 +325,24 @@ pub(crate) fn apply(conn: &Connection, transitions: Vec<Transition>) -> Result<A
             applied.skipped.push(id);
         }
     }
-    batch.write(conn)?;
+    tally.merge(batch.write(conn)?);
     Ok(applied)
 }
 
-/// A round: the outcomes, then the claim, in the caller's one transaction.
+/// A round: the outcomes, then the claim, in the caller's one transaction; their changes to
+/// the counters are written once.
 pub(crate) fn round(
     conn: &Connection,
     outcomes: Vec<Transition>,
     next: Option<Claim>,
 ) -> Result<Round> {
-    let applied = apply(conn, outcomes)?;
+    let mut tally = Tally::default();
+    let applied = apply_counted(conn, outcomes, &mut tally)?;
     let claimed = match next {
-        Some(next) => claim(conn, next)?,
+        Some(next) => claim_counted(conn, next, &mut tally)?,
         None => Vec::new(),
     };
+    tally.write(conn)?;
     Ok(Round { applied, claimed })
 }
 
@@ -327,6 +352,16 @@ mod tests {
 
     use super::*;
     use crate::ops::{get, insert, tombstones};
+
+    #[test]
+    fn the_load_reads_the_record_columns_in_order_but_the_payload() {
+        let expected = format!(
+            "SELECT {}, member FROM",
+            crate::ops::columns!().replace("payload", "x''")
+        );
+        let load = LOAD_SQL.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(load.starts_with(&expected), "{load}");
+    }
 
     #[test]
     fn text_travels_through_json_byte_for_byte() {

@@ -97,8 +97,11 @@ impl Durability {
 /// - `read_only`: false. When true the file is opened with SQLite's read-only flag: reads work,
 ///   every write fails with [`Error::ReadOnly`](outbox_core::Error) and the file is not touched.
 /// - `size_limit`: none. When set, the file may not grow past this many bytes (SQLite's
-///   `max_page_count`); a write that would fails with
-///   [`Error::StorageFull`](outbox_core::Error) and nothing of it is kept.
+///   `max_page_count`) by an enqueue: one that would fails with
+///   [`Error::StorageFull`](outbox_core::Error) and nothing of it is kept. Writes that add no
+///   record (claims, outcomes, discards, prunes) may go past it by the pages of one largest
+///   payload (`max_payload`) and 16 more, so a full file can still be drained: SQLite gives a
+///   rewritten row its new overflow pages before it frees the old ones.
 /// - `check_on_open`: true, `PRAGMA quick_check` at open, so a damaged file is reported as
 ///   [`Error::Corrupted`](outbox_core::Error) before anything is written to it. It reads the
 ///   whole file once: turn it off for very large files that are opened often.

@@ -30,6 +30,9 @@ const SUPERSEDE_SQL: &str =
     "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4, created_at = ?5 \
      WHERE id = ?1";
 
+/// Counts the fresh records among the pending (see [`counters`](crate::counters)).
+const PENDING_SQL: &str = "UPDATE meta SET value = value + ?1 WHERE name = 'state 0'";
+
 /// Counts the writes merged by coalescing.
 const SUPERSEDED_SQL: &str = "INSERT INTO meta (name, value) VALUES ('superseded', ?1) \
      ON CONFLICT (name) DO UPDATE SET value = value + excluded.value";
@@ -193,91 +196,110 @@ pub(crate) async fn insert<E: Execute>(
     records: Vec<NewRecord>,
     now: Millis,
 ) -> Result<Enqueued> {
-    if records.is_empty() {
-        return Ok(Enqueued::default());
+    let mut enqueued = insert_many(ex, &[(records.as_slice(), now)]).await?;
+    Ok(enqueued.pop().unwrap_or_default())
+}
+
+/// Enqueues several callers' batches in one go, in order, each due at its own time, with one
+/// answer per batch: as [`insert`] of each in turn would, but taking the ids of them all in one
+/// step (when none coalesces) and counting the new pending records once. The group-commit
+/// writer merges the enqueues waiting together through this.
+pub(crate) async fn insert_many<E: Execute>(
+    ex: &mut E,
+    batches: &[(&[NewRecord], Millis)],
+) -> Result<Vec<Enqueued>> {
+    let total: usize = batches.iter().map(|(records, _)| records.len()).sum();
+    let mut answers = Vec::with_capacity(batches.len());
+    if total == 0 {
+        answers.resize_with(batches.len(), Enqueued::default);
+        return Ok(answers);
     }
     // Without coalescing every record gets a fresh id, known up front; with it, a fresh id is
     // taken as each record turns out to need one, so ids still grow in enqueue order.
-    let coalescing = records.iter().any(|r| r.replaces.is_some());
+    let coalescing = batches
+        .iter()
+        .any(|(records, _)| records.iter().any(|r| r.replaces.is_some()));
     let mut next = if coalescing {
         None
     } else {
-        Some(take_ids(ex, records.len()).await?)
+        Some(take_ids(ex, total).await?)
     };
-    // Groups that already have a member, in the file or earlier in this batch.
-    let mut held: HashSet<String> = HashSet::new();
-    let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
-    for (index, record) in records.into_iter().enumerate() {
-        let record = match coalesce(ex, record, now).await? {
-            Coalesced::Replaced(id) => {
+    // Groups that already have a member, in the file or earlier in these batches.
+    let mut held: HashSet<&str> = HashSet::new();
+    let (mut fresh, mut merged) = (0, 0);
+    for &(records, now) in batches {
+        let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
+        for (index, record) in records.iter().enumerate() {
+            if let Some(id) = coalesce(ex, record, now).await? {
                 // The replaced record keeps its place: its group had a member already.
                 enqueued.ids.push(id);
                 enqueued.superseded.push(index);
                 continue;
             }
-            Coalesced::Fresh(record) => record,
-        };
-        let id = match &mut next {
-            Some(next) => {
-                let id = *next;
-                *next += 1;
-                id
-            }
-            None => take_ids(ex, 1).await?,
-        };
-        // A record is its group's head when no earlier record holds the group.
-        let claimable = match record.group.as_deref() {
-            None => true,
-            Some(group) if held.contains(group) => false,
-            Some(group) => {
-                held.insert(group.to_owned());
-                ints(ex, HEAD_SQL, vec![Param::Text(group)])
-                    .await?
-                    .is_empty()
-            }
-        };
-        let params = vec![
-            Param::Int(ms(id)),
-            Param::OptText(record.group.as_deref()),
-            Param::Blob(&record.payload),
-            Param::Text(&record.key),
-            Param::Int(ms(now)),
-            Param::Bool(record.group.is_some()),
-            Param::Bool(claimable),
-            Param::OptText(record.expected_version.as_deref()),
-            Param::OptText(record.replaces.as_deref()),
-        ];
-        done(ex, INSERT_SQL, params).await?;
-        enqueued.ids.push(RecordId(id));
+            let id = match &mut next {
+                Some(next) => {
+                    let id = *next;
+                    *next += 1;
+                    id
+                }
+                None => take_ids(ex, 1).await?,
+            };
+            // A record is its group's head when no earlier record holds the group.
+            let claimable = match record.group.as_deref() {
+                None => true,
+                Some(group) if held.contains(group) => false,
+                Some(group) => {
+                    held.insert(group);
+                    ints(ex, HEAD_SQL, vec![Param::Text(group)])
+                        .await?
+                        .is_empty()
+                }
+            };
+            let params = vec![
+                Param::Int(ms(id)),
+                Param::OptText(record.group.as_deref()),
+                Param::Blob(&record.payload),
+                Param::Text(&record.key),
+                Param::Int(ms(now)),
+                Param::Bool(record.group.is_some()),
+                Param::Bool(claimable),
+                Param::OptText(record.expected_version.as_deref()),
+                Param::OptText(record.replaces.as_deref()),
+            ];
+            done(ex, INSERT_SQL, params).await?;
+            enqueued.ids.push(RecordId(id));
+            fresh += 1;
+        }
+        merged += enqueued.superseded.len();
+        answers.push(enqueued);
     }
-    if !enqueued.superseded.is_empty() {
-        let merged = Param::Int(count(enqueued.superseded.len()));
-        done(ex, SUPERSEDED_SQL, vec![merged]).await?;
+    if fresh > 0 {
+        done(ex, PENDING_SQL, vec![Param::Int(count(fresh))]).await?;
     }
-    Ok(enqueued)
-}
-
-/// What [`coalesce`] did with a write.
-enum Coalesced {
-    /// It replaced the record with this id.
-    Replaced(RecordId),
-    /// Nothing to replace: the write, to be inserted as a fresh record.
-    Fresh(NewRecord),
+    if merged > 0 {
+        done(ex, SUPERSEDED_SQL, vec![Param::Int(count(merged))]).await?;
+    }
+    Ok(answers)
 }
 
 /// Replaces the latest record with `new`'s coalescing key by `new` when
-/// [`Record::replaceable_by`](outbox_core::Record::replaceable_by) allows it; otherwise hands
-/// `new` back to be inserted. A record without a coalescing key costs no query.
+/// [`Record::replaceable_by`](outbox_core::Record::replaceable_by) allows it and returns its
+/// id; otherwise `None`, and `new` is to be inserted. A record without a coalescing key costs
+/// no query.
 ///
 /// The latest record is the last entry of the coalescing index for the key; whether it is the
 /// last of its group is a range of the group index.
-async fn coalesce<E: Execute>(ex: &mut E, new: NewRecord, now: Millis) -> Result<Coalesced> {
+async fn coalesce<E: Execute>(
+    ex: &mut E,
+    new: &NewRecord,
+    now: Millis,
+) -> Result<Option<RecordId>> {
     let Some(key) = new.replaces.as_deref() else {
-        return Ok(Coalesced::Fresh(new));
+        return Ok(None);
     };
     let latest = records(ex, LATEST_SQL, vec![Param::Text(key)]).await?.pop();
     let Some(latest) = latest else {
-        return Ok(Coalesced::Fresh(new));
+        return Ok(None);
     };
     let mut latest = latest.into_record()?;
     let last_of_group = match &latest.group {
@@ -287,10 +309,10 @@ async fn coalesce<E: Execute>(ex: &mut E, new: NewRecord, now: Millis) -> Result
             ints(ex, FOLLOWED_SQL, params).await?.first() != Some(&1)
         }
     };
-    if !latest.replaceable_by(&new, last_of_group) {
-        return Ok(Coalesced::Fresh(new));
+    if !latest.replaceable_by(new, last_of_group) {
+        return Ok(None);
     }
-    latest.supersede(new, now);
+    latest.supersede(new.clone(), now);
     let params = vec![
         Param::Int(ms(latest.id.0)),
         Param::Blob(&latest.payload),
@@ -299,7 +321,7 @@ async fn coalesce<E: Execute>(ex: &mut E, new: NewRecord, now: Millis) -> Result
         Param::Int(ms(latest.created_at)),
     ];
     done(ex, SUPERSEDE_SQL, params).await?;
-    Ok(Coalesced::Replaced(latest.id))
+    Ok(Some(latest.id))
 }
 
 /// Runs a future whose every step is ready at once (a synchronous driver's: rusqlite's, or

@@ -4,6 +4,7 @@
 mod apply;
 mod common_errors;
 pub mod config;
+mod counters;
 #[cfg(feature = "diesel")]
 mod diesel;
 mod enqueue;

@@ -16,8 +16,10 @@ use outbox_core::{
     Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, State,
     Stats, Tombstone,
 };
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use crate::counters::{self, Tally};
 use crate::enqueue::{self, Rusqlite};
 use crate::error::{corrupt, db};
 use crate::json::json_ids;
@@ -64,11 +66,12 @@ pub(crate) const DUE_SQL: &str = due_sql!();
 
 /// A claim in one statement: the due query's rows go in flight under the lease.
 pub(crate) const CLAIM_SQL: &str = concat!(
-    "UPDATE records SET state = 2, lease_token = ?3, lease_until = ?4, claimable = 0 \
-     WHERE id IN (",
+    "UPDATE records SET state = 2, lease_token = ?3, lease_until = ?4, claimable = 0, \
+     claimed_from = state WHERE id IN (",
     due_sql!(),
     ") RETURNING ",
-    columns!()
+    columns!(),
+    ", claimed_from"
 );
 
 /// The head of a group: the first entry of the group index.
@@ -235,21 +238,62 @@ pub(crate) fn insert(conn: &Connection, records: Vec<NewRecord>, now: Millis) ->
     enqueue::at_once(enqueue::insert(&mut Rusqlite(conn), records, now))
 }
 
+/// Enqueues several callers' batches, each due at its own time, in one go (see
+/// [`enqueue::insert_many`]), run by rusqlite.
+pub(crate) fn insert_many(
+    conn: &Connection,
+    batches: &[(&[NewRecord], Millis)],
+) -> Result<Vec<Enqueued>> {
+    enqueue::at_once(enqueue::insert_many(&mut Rusqlite(conn), batches))
+}
+
 /// Claims up to `limit` due records under the lease, in `(next_attempt_at, id)` order.
 pub(crate) fn claim(conn: &Connection, claim: Claim) -> Result<Vec<Record>> {
+    let mut tally = Tally::default();
+    let claimed = claim_counted(conn, claim, &mut tally)?;
+    tally.write(conn)?;
+    Ok(claimed)
+}
+
+/// [`claim`], leaving its change to the counters in `tally` for the caller to write.
+pub(crate) fn claim_counted(
+    conn: &Connection,
+    claim: Claim,
+    tally: &mut Tally,
+) -> Result<Vec<Record>> {
     if claim.limit == 0 {
         return Ok(Vec::new());
     }
-    let (mut claimed, unreadable) = unreadable::rows(
-        conn,
-        CLAIM_SQL,
-        params![
+    let mut stmt = conn.prepare_cached(CLAIM_SQL).map_err(db)?;
+    let mut rows = stmt
+        .query(params![
             ms(claim.now),
             count(claim.limit),
             token(claim.lease.token),
             ms(claim.lease.until)
-        ],
-    )?;
+        ])
+        .map_err(db)?;
+    // Each row leaves the counters of the state it was claimed from (read raw, so a row that
+    // cannot be decoded leaves them too) and enters the in-flight count unless set aside.
+    let mut claimed = Vec::new();
+    let mut unreadable = Vec::new();
+    while let Some(row) = rows.next().map_err(db)? {
+        let from = row.get::<_, Option<i64>>(COLUMN_COUNT).ok().flatten();
+        let error = match row.get_ref(11).map_err(db)? {
+            ValueRef::Text(bytes) => Some(bytes),
+            _ => None,
+        };
+        tally.leave(from, error);
+        match unreadable::decode(row).map_err(db)? {
+            Ok(record) => {
+                tally.enter(counters::bucket(&record), None);
+                claimed.push(record);
+            }
+            Err(row) => unreadable.push(row),
+        }
+    }
+    drop(rows);
+    drop(stmt);
     unreadable::set_aside(conn, &unreadable)?;
     // RETURNING gives the rows in no promised order.
     claimed.sort_by_key(|r| (r.next_attempt_at, r.id));
@@ -397,70 +441,79 @@ pub(crate) fn next_due(conn: &Connection) -> Result<Option<Millis>> {
         .transpose()
 }
 
-/// Counts and ages; the caller runs it inside one read transaction.
+/// Every counter of `meta` (a handful of rows): the records in each state, the delivered, the
+/// merged writes and the tombstones.
+pub(crate) const COUNTERS_SQL: &str = "SELECT name, value FROM meta";
+
+/// The held records: the members of each group whose head needs attention, heads excluded.
+/// It starts from the records that need attention (a partial index) and counts the rest of
+/// each of their groups that they head (a range of the group index), so it reads the held
+/// records' index entries and nothing else.
+pub(crate) const HELD_SQL: &str = "SELECT count(*) FROM records AS a INDEXED BY records_attention \
+     JOIN records AS r ON r.grp = a.grp AND r.member = 1 AND r.id > a.id \
+     WHERE a.state = 3 AND a.member = 1 AND NOT EXISTS ( \
+         SELECT 1 FROM records AS h WHERE h.grp = a.grp AND h.member = 1 AND h.id < a.id)";
+
+/// The earliest creation time of an undelivered readable record: the first entry of the
+/// creation index whose record is neither rejected nor set aside (a rejected record older
+/// than every undelivered one is passed by, one index entry each).
+pub(crate) const OLDEST_SQL: &str = concat!(
+    "SELECT created_at FROM records INDEXED BY records_created \
+     WHERE state IN (0, 1, 2, 3) AND ",
+    readable!(),
+    " ORDER BY created_at LIMIT 1"
+);
+
+/// Counts and ages, from the counters the store's writes keep (see
+/// [`counters`](crate::counters)) and the first entries of indexes; the caller runs it inside one
+/// read transaction.
 pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
     let mut stats = Stats::default();
-    let by_state: Vec<(i64, i64)> = conn
-        .prepare_cached(concat!(
-            "SELECT state, count(*) FROM records WHERE ",
-            readable!(),
-            " GROUP BY state"
-        ))
+    let counters: Vec<(String, i64)> = conn
+        .prepare_cached(COUNTERS_SQL)
         .map_err(db)?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
         .map_err(db)?
         .collect::<rusqlite::Result<_>>()
         .map_err(db)?;
-    for (code, n) in by_state {
-        let n = read_ms(n, "count")?;
-        // A row of an unknown state is unreadable: stats pass it by.
-        let Some(state) = u8::try_from(code).ok().and_then(State::from_code) else {
-            continue;
+    for (name, n) in counters {
+        // A counter below zero means rows were removed behind the store's back (by hand, say):
+        // stats still answer, with zero, rather than fail the inspector.
+        let n = u64::try_from(n).unwrap_or_else(|_| {
+            tracing::warn!(counter = %name, value = n, "an outbox counter is below zero");
+            0
+        });
+        let field = match name.as_str() {
+            "delivered" => &mut stats.delivered,
+            "superseded" => &mut stats.superseded,
+            "tombstones" => &mut stats.discarded,
+            _ => match name
+                .strip_prefix("state ")
+                .and_then(|code| code.parse::<u8>().ok())
+                .and_then(State::from_code)
+            {
+                Some(State::Pending) => &mut stats.pending,
+                Some(State::Retrying) => &mut stats.retrying,
+                Some(State::InFlight) => &mut stats.in_flight,
+                Some(State::NeedsAttention) => &mut stats.needs_attention,
+                Some(State::Rejected) => &mut stats.rejected,
+                None => continue,
+            },
         };
-        match state {
-            State::Pending => stats.pending = n,
-            State::Retrying => stats.retrying = n,
-            State::InFlight => stats.in_flight = n,
-            State::NeedsAttention => stats.needs_attention = n,
-            State::Rejected => stats.rejected = n,
-        }
+        *field = n;
     }
     let single = |sql: &str| -> Result<Option<i64>> {
         conn.prepare_cached(sql)
             .map_err(db)?
             .query_row([], |row| row.get::<_, Option<i64>>(0))
+            .optional()
             .map_err(db)
+            .map(Option::flatten)
     };
-    stats.discarded = read_ms(
-        single("SELECT count(*) FROM tombstones")?.unwrap_or(0),
-        "count",
-    )?;
-    stats.delivered = read_ms(
-        single("SELECT value FROM meta WHERE name = 'delivered'")?.unwrap_or(0),
-        "delivered",
-    )?;
-    stats.superseded = read_ms(
-        single("SELECT value FROM meta WHERE name = 'superseded'")?.unwrap_or(0),
-        "superseded",
-    )?;
-    stats.held = read_ms(
-        single(
-            "WITH heads AS (
-                SELECT grp, min(id) AS head FROM records WHERE member = 1 GROUP BY grp)
-            SELECT count(*) FROM records AS r
-            JOIN heads ON r.grp = heads.grp
-            JOIN records AS h ON h.id = heads.head
-            WHERE r.member = 1 AND h.state = 3 AND r.id <> h.id",
-        )?
-        .unwrap_or(0),
-        "held",
-    )?;
-    stats.oldest_created_at = single(concat!(
-        "SELECT min(created_at) FROM records WHERE state IN (0, 1, 2, 3) AND ",
-        readable!()
-    ))?
-    .map(|t| read_ms(t, "created_at"))
-    .transpose()?;
+    stats.held = read_ms(single(HELD_SQL)?.unwrap_or(0), "held")?;
+    stats.oldest_created_at = single(OLDEST_SQL)?
+        .map(|t| read_ms(t, "created_at"))
+        .transpose()?;
     stats.next_due = next_due(conn)?;
     stats.halt = halt(conn)?;
     Ok(stats)
@@ -468,15 +521,31 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
 
 /// Removes rejected records and tombstones older than `older_than`.
 pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
-    let rejected = conn
-        .prepare_cached("DELETE FROM records WHERE state = 4 AND last_attempt_at < ?1")
-        .map_err(db)?
-        .execute([ms(older_than)])
-        .map_err(db)?;
+    let mut tally = Tally::default();
+    let mut rejected = 0;
+    {
+        let mut stmt = conn
+            .prepare_cached(
+                "DELETE FROM records WHERE state = 4 AND last_attempt_at < ?1 \
+                 RETURNING last_error",
+            )
+            .map_err(db)?;
+        let mut rows = stmt.query([ms(older_than)]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let error = match row.get_ref(0).map_err(db)? {
+                ValueRef::Text(bytes) => Some(bytes),
+                _ => None,
+            };
+            tally.leave(Some(i64::from(State::Rejected.code())), error);
+            rejected += 1;
+        }
+    }
     let tombstones = conn
         .prepare_cached("DELETE FROM tombstones WHERE discarded_at < ?1")
         .map_err(db)?
         .execute([ms(older_than)])
         .map_err(db)?;
+    tally.buried(-count(tombstones));
+    tally.write(conn)?;
     Ok((rejected + tombstones) as u64)
 }

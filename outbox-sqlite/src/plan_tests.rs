@@ -1,6 +1,7 @@
-//! The due query, the claim, the group-head lookup, the lease query, the stepped-back query
-//! and the claimability refresh are index lookups: checked in the query plans, and by counting
-//! the virtual machine steps a query takes as the backlog it must not read grows.
+//! The due query, the claim, the group-head lookup, the lease query, the stepped-back query,
+//! the claimability refresh and the statements of stats are index lookups: checked in the
+//! query plans, and by counting the virtual machine steps a query takes as the backlog it must
+//! not read grows.
 
 use outbox_core::{Claim, Lease, NewRecord};
 use rusqlite::{Connection, StatementStatus};
@@ -289,4 +290,81 @@ fn records_without_a_coalescing_key_run_no_coalescing_query() {
     assert_eq!(enqueued.superseded, vec![0]);
     assert_eq!(runs(ops::LATEST_SQL), 2);
     assert_eq!(runs(ops::FOLLOWED_SQL), 1);
+}
+
+#[test]
+fn the_statements_of_stats_read_indexes_and_counters() {
+    let conn = outbox();
+    let held = plan(&conn, ops::HELD_SQL);
+    assert!(held.contains("records_attention"), "{held}");
+    assert!(held.contains("records_group"), "{held}");
+    assert!(!held.contains("SCAN records AS r"), "{held}");
+    let oldest = plan(&conn, ops::OLDEST_SQL);
+    assert!(
+        oldest.contains("SCAN records USING INDEX records_created"),
+        "{oldest}"
+    );
+    assert!(!oldest.contains("TEMP B-TREE"), "{oldest}");
+    let errors = plan(&conn, crate::common_errors::COMMON_ERRORS_SQL);
+    assert!(errors.contains("error_counts_common"), "{errors}");
+    assert!(!errors.contains("TEMP B-TREE"), "{errors}");
+}
+
+/// Virtual machine steps of every statement of stats and of the common errors.
+fn stats_steps(conn: &Connection) -> i32 {
+    let tx = conn.unchecked_transaction().expect("read");
+    ops::stats(&tx).expect("stats");
+    crate::common_errors::common_errors(&tx, 5).expect("errors");
+    let mut steps = 0;
+    for sql in [
+        ops::COUNTERS_SQL,
+        ops::HELD_SQL,
+        ops::OLDEST_SQL,
+        crate::common_errors::COMMON_ERRORS_SQL,
+    ] {
+        steps += tx
+            .prepare_cached(sql)
+            .expect("cached")
+            .get_status(StatementStatus::VmStep);
+    }
+    steps
+}
+
+/// A backlog of `n` records: a tenth of them retrying with one of five errors, a
+/// hundredth rejected, the rest pending.
+fn backlog(conn: &Connection, n: usize) {
+    use outbox_core::{Change, Guard, Progress, State, Transition};
+    let records: Vec<NewRecord> = (0..n).map(|_| NewRecord::new(b"x".to_vec())).collect();
+    let ids = ops::insert(conn, records, 1_000).expect("insert");
+    let failed = ids.iter().enumerate().filter_map(|(i, &id)| {
+        let state = match i % 100 {
+            0..=9 => State::Retrying,
+            10 => State::Rejected,
+            _ => return None,
+        };
+        Some(Transition {
+            id,
+            guard: Guard::Idle,
+            change: Change::Update(Progress {
+                state,
+                attempts: 1,
+                unanswered: 0,
+                interrupted: 0,
+                last_attempt_at: Some(2_000),
+                next_attempt_at: (state == State::Retrying).then_some(90_000),
+                last_error: Some(format!("HTTP 50{}", i % 5)),
+            }),
+        })
+    });
+    apply::apply(conn, failed.collect()).expect("failures");
+}
+
+#[test]
+fn stats_cost_the_same_whatever_the_backlog() {
+    let small = outbox();
+    backlog(&small, 100);
+    let large = outbox();
+    backlog(&large, 20_000);
+    let (small, large) = (stats_steps(&small), stats_steps(&large));
+    assert!(large <= small + 20, "steps grew from {small} to {large}");
 }

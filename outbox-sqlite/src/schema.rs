@@ -14,6 +14,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::config::SqliteConfig;
 use crate::error::db;
+use crate::worker::Room;
 
 /// Marks a file as an outbox (`PRAGMA application_id`): the bytes "obx1".
 pub const APPLICATION_ID: i32 = 0x6f62_7831;
@@ -32,7 +33,14 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 /// - 4: each record keeps the version its write was made against (`expected_version`) and its
 ///   coalescing key (`replaces`), a partial index on the key finds the latest record with it,
 ///   and `meta` counts the writes merged by coalescing (`superseded`).
-pub const SCHEMA_VERSION: u32 = 4;
+/// - 5: stats read counters instead of scanning: `meta` holds the number of readable records
+///   in each state and of tombstones, and `error_counts` the number of failed records per
+///   error, all kept by the store's own writes (the enqueue's statements included, which
+///   every driver of a caller's transaction runs); each record keeps the state it was claimed
+///   from (`claimed_from`). An index
+///   on `created_at` gives the oldest undelivered record, and a partial index on the records
+///   that need attention finds the groups they hold.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The tables every version has.
 const TABLES: [&str; 3] = ["records", "tombstones", "meta"];
@@ -81,6 +89,28 @@ pub(crate) fn configure(conn: &Connection, config: &SqliteConfig) -> Result<()> 
     Ok(())
 }
 
+/// Pages above the size limit that draining writes may use besides one largest record's
+/// overflow chain: for index and table pages that split while a round is written.
+const SPARE_PAGES: u64 = 16;
+
+/// The size limit in pages and the headroom a draining write may use above it (see
+/// [`Room`]): enough for one record of the largest payload accepted to be rewritten with a
+/// new overflow chain before its old one is freed, plus [`SPARE_PAGES`].
+pub(crate) fn room(conn: &Connection, config: &SqliteConfig) -> Result<Option<Room>> {
+    let Some(bytes) = config.size_limit else {
+        return Ok(None);
+    };
+    let page_size: i64 = conn
+        .pragma_query_value(None, "page_size", |row| row.get(0))
+        .map_err(db)?;
+    let page_size = u64::try_from(page_size).unwrap_or(1).max(1);
+    let payload = u64::try_from(config.max_payload).unwrap_or(u64::MAX);
+    Ok(Some(Room {
+        limit: (bytes / page_size).max(1),
+        headroom: payload.div_ceil(page_size).saturating_add(SPARE_PAGES),
+    }))
+}
+
 /// Reads what the file is without writing to it, and returns its schema version.
 pub(crate) fn inspect(conn: &Connection, check: bool) -> Result<u32> {
     let app: i32 = conn
@@ -127,11 +157,14 @@ pub(crate) fn inspect(conn: &Connection, check: bool) -> Result<u32> {
             });
         }
     }
-    if version >= 3 && !has_table(conn, "halt")? {
-        return Err(Error::Corrupted {
-            detail: "the outbox table \"halt\" is missing".into(),
-            source: None,
-        });
+    let later = [(3, "halt"), (5, "error_counts")];
+    for (since, table) in later {
+        if version >= since && !has_table(conn, table)? {
+            return Err(Error::Corrupted {
+                detail: format!("the outbox table {table:?} is missing"),
+                source: None,
+            });
+        }
     }
     Ok(version)
 }
@@ -190,6 +223,7 @@ pub(crate) fn migrate(conn: &mut Connection, from: u32) -> Result<()> {
             2 => to_v2(&tx)?,
             3 => to_v3(&tx)?,
             4 => to_v4(&tx)?,
+            5 => to_v5(&tx)?,
             _ => unreachable_step(step)?,
         }
         tx.pragma_update(None, "user_version", step).map_err(db)?;
@@ -375,4 +409,46 @@ fn to_v4(conn: &Connection) -> Result<()> {
         INSERT OR IGNORE INTO meta (name, value) VALUES ('superseded', 0);",
     )
     .map_err(db)
+}
+
+/// The counters of version 5, filled from the rows (see [`counters`](crate::counters) for what
+/// they count and how the store's writes keep them), and the indexes stats read.
+///
+/// The statements are frozen with the version: a later change of these rules is a new version.
+const COUNTERS_V5: &str = "
+    CREATE TABLE IF NOT EXISTS error_counts (
+        error TEXT PRIMARY KEY,
+        n INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS error_counts_common ON error_counts(n DESC, error);
+
+    INSERT OR REPLACE INTO meta (name, value)
+        SELECT 'state ' || s.value, (SELECT count(*) FROM records
+                         WHERE state = s.value AND NOT (state = 2 AND lease_until IS NULL))
+        FROM json_each('[0, 1, 2, 3, 4]') AS s;
+    DELETE FROM error_counts;
+    INSERT INTO error_counts (error, n)
+        SELECT last_error, count(*) FROM records
+        WHERE state IN (1, 3, 4) AND last_error IS NOT NULL GROUP BY last_error;
+    INSERT OR REPLACE INTO meta (name, value)
+        VALUES ('tombstones', (SELECT count(*) FROM tombstones));
+
+    CREATE INDEX IF NOT EXISTS records_created ON records(created_at);
+    CREATE INDEX IF NOT EXISTS records_attention ON records(grp, id)
+        WHERE state = 3 AND member = 1;
+";
+
+/// Version 5: the counters stats read, the indexes for the oldest undelivered record and the
+/// held groups (see [`COUNTERS_V5`]), and the state each in-flight record was claimed from
+/// (`claimed_from`), which the claim returns so it can move the counters.
+///
+/// Every statement either creates what is missing or fills the counters afresh from the
+/// rows, inside the step's transaction, so a step interrupted by a crash, or run again,
+/// converges on the same counters.
+fn to_v5(conn: &Connection) -> Result<()> {
+    if !has_column(conn, "records", "claimed_from")? {
+        conn.execute_batch("ALTER TABLE records ADD COLUMN claimed_from INTEGER")
+            .map_err(db)?;
+    }
+    conn.execute_batch(COUNTERS_V5).map_err(db)
 }

@@ -201,7 +201,8 @@ impl SqliteStore {
         reader.pragma_update(None, "query_only", true).map_err(db)?;
         let (writer_closed, writer_done) = oneshot::channel();
         let relax = config.durability == crate::Durability::Full;
-        let writer = Writer::start(conn, config.max_group_commit, relax, writer_closed)?;
+        let room = schema::room(&conn, &config)?;
+        let writer = Writer::start(conn, config.max_group_commit, relax, room, writer_closed)?;
         let reader = Reader::new(reader);
         Ok(SqliteStore {
             path,
@@ -471,9 +472,7 @@ impl Store for SqliteStore {
             // Nothing to make durable: no transaction, no sync.
             return Ok(Enqueued::default());
         }
-        self.writer
-            .write(move |conn| ops::insert(conn, records, now))
-            .await
+        self.writer.enqueue(records, now).await
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
@@ -494,7 +493,7 @@ impl Store for SqliteStore {
 
     async fn apply(&self, transitions: Vec<Transition>) -> Result<Applied> {
         self.writer
-            .write(move |conn| apply::apply(conn, transitions))
+            .write_draining(move |conn| apply::apply(conn, transitions))
             .await
     }
 
@@ -515,7 +514,7 @@ impl Store for SqliteStore {
                 .await;
         }
         self.writer
-            .write(move |conn| apply::round(conn, outcomes, claim))
+            .write_draining(move |conn| apply::round(conn, outcomes, claim))
             .await
     }
 
@@ -574,7 +573,7 @@ impl Store for SqliteStore {
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.writer
-            .write(move |conn| ops::prune(conn, older_than))
+            .write_draining(move |conn| ops::prune(conn, older_than))
             .await
     }
 
@@ -586,7 +585,7 @@ impl Store for SqliteStore {
 
     async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
         self.writer
-            .write(move |conn| unreadable::discard(conn, id, now))
+            .write_draining(move |conn| unreadable::discard(conn, id, now))
             .await
     }
 

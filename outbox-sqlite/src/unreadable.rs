@@ -12,6 +12,7 @@ use outbox_core::{Millis, Record, RecordId, Result, Unreadable};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use crate::counters::{Mark, Tally};
 use crate::error::db;
 use crate::json::json_ids;
 use crate::ops::{columns, ms, RawRecord};
@@ -162,6 +163,24 @@ fn lossy(value: ValueRef<'_>) -> Option<String> {
     }
 }
 
+/// What a row counts under in stats' counters, read raw (see [`counters`](crate::counters)):
+/// a row set aside counts nowhere; any other counts under its stored state code, and in a
+/// failed state under its error's bytes.
+fn counted(row: &Row<'_>) -> rusqlite::Result<Mark> {
+    let state = match row.get_ref(5)? {
+        ValueRef::Integer(code) => code,
+        _ => return Ok((None, None)),
+    };
+    if state == 2 && row.get_ref(13)? == ValueRef::Null {
+        return Ok((None, None));
+    }
+    let error = match row.get_ref(11)? {
+        ValueRef::Text(bytes) if matches!(state, 1 | 3 | 4) => Some(bytes.to_vec()),
+        _ => None,
+    };
+    Ok((Some(state), error))
+}
+
 /// Removes the row `id` if it cannot be decoded, keeping a tombstone with its group and key
 /// as far as they read and its attempts if they do; returns whether it went.
 pub(crate) fn discard(conn: &Connection, id: RecordId, now: Millis) -> Result<bool> {
@@ -179,15 +198,20 @@ pub(crate) fn discard(conn: &Connection, id: RecordId, now: Millis) -> Result<bo
                     row.get::<_, i64>(6)
                         .ok()
                         .and_then(|n| u32::try_from(n).ok()),
+                    counted(row)?,
                 )),
             })
         })
         .optional()
         .map_err(db)?
         .flatten();
-    let Some((unreadable, group, key, attempts)) = found else {
+    let Some((unreadable, group, key, attempts, mark)) = found else {
         return Ok(false);
     };
+    let mut tally = Tally::default();
+    tally.leave_mark(&mark);
+    tally.buried(1);
+    tally.write(conn)?;
     let ids = json_ids([ms(id.0)]);
     conn.prepare_cached(
         "INSERT INTO tombstones (id, grp, key, reason, discarded_at, attempts) \

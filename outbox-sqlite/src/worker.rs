@@ -12,25 +12,112 @@
 //! The *reader* answers queries on a second connection, on tokio's blocking pool; in WAL mode
 //! it reads the last committed state without waiting for the writer.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 
-use outbox_core::{Error, Result};
+use outbox_core::{Enqueued, Error, Millis, NewRecord, Result};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use crate::error::{db, echo};
+use crate::ops;
+
+/// What a write does to the file, which decides how it commits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// It may add records: held to the size limit.
+    Grows,
+    /// It records outcomes, takes records out or rewrites them (a round, a discard, a prune):
+    /// it may use the headroom above the size limit, so a full file can still be drained.
+    Drains,
+    /// It only takes or moves leases (a claim with no outcomes, a renewal): losing it to a
+    /// power cut costs a re-delivery, never a record. It drains too.
+    LeaseOnly,
+}
+
+/// The size limit of the file, in pages, and the headroom above it that draining writes may
+/// use. A claim rewrites each claimed row; a row whose payload overflows its page gets a new
+/// overflow chain before the old one is freed, so even a write that frees space needs a few
+/// free pages for a moment, which a full file does not have.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Room {
+    /// `max_page_count` for a transaction that may add records.
+    pub(crate) limit: u64,
+    /// The extra pages a transaction of draining writes may take.
+    pub(crate) headroom: u64,
+}
 
 /// A write waiting for the writer thread.
 trait Job: Send {
-    /// True for a write that only takes or moves leases (a claim with no outcomes, a
-    /// renewal): losing it to a power cut costs a re-delivery, never a record.
-    fn lease_only(&self) -> bool;
+    /// What the write does to the file.
+    fn kind(&self) -> Kind;
     /// Runs the write on the connection, inside the batch's transaction.
     fn run(self: Box<Self>, conn: &Connection) -> Box<dyn Ran>;
     /// Answers without running: the batch could not start.
     fn abort(self: Box<Self>, err: Error);
+    /// Whether this write is an enqueue, which the writer may merge with the enqueues
+    /// waiting next to it.
+    fn is_enqueue(&self) -> bool {
+        false
+    }
+    /// Takes the enqueue out of this write, to run it merged with others.
+    fn take_enqueue(&mut self) -> Option<Enqueue> {
+        None
+    }
+}
+
+/// An enqueue waiting for the writer, kept as data (not a closure) so that enqueues waiting
+/// together can run as one insert, and again one by one if that failed.
+pub(crate) struct Enqueue {
+    records: Vec<NewRecord>,
+    now: Millis,
+    reply: oneshot::Sender<Result<Enqueued>>,
+}
+
+impl Enqueue {
+    fn abort(self, err: Error) {
+        let _ = self.reply.send(Err(err));
+    }
+}
+
+/// An [`Enqueue`] as a write of its own.
+struct EnqueueJob(Option<Enqueue>);
+
+impl Job for EnqueueJob {
+    fn kind(&self) -> Kind {
+        Kind::Grows
+    }
+
+    fn run(mut self: Box<Self>, conn: &Connection) -> Box<dyn Ran> {
+        let Some(enqueue) = self.0.take() else {
+            // Only a merged run takes the enqueue out, and then this write is never run.
+            let (reply, _) = oneshot::channel();
+            return Box::new(Done::<Enqueued> {
+                result: Err(Error::Stopped),
+                reply,
+            });
+        };
+        Box::new(Done {
+            result: ops::insert(conn, enqueue.records, enqueue.now),
+            reply: enqueue.reply,
+        })
+    }
+
+    fn abort(mut self: Box<Self>, err: Error) {
+        if let Some(enqueue) = self.0.take() {
+            enqueue.abort(err);
+        }
+    }
+
+    fn is_enqueue(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn take_enqueue(&mut self) -> Option<Enqueue> {
+        self.0.take()
+    }
 }
 
 /// A write that ran, waiting for its transaction's fate.
@@ -44,7 +131,7 @@ trait Ran: Send {
 struct Task<F, T> {
     work: F,
     reply: oneshot::Sender<Result<T>>,
-    lease_only: bool,
+    kind: Kind,
 }
 
 struct Done<T> {
@@ -57,8 +144,8 @@ where
     F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     T: Send + 'static,
 {
-    fn lease_only(&self) -> bool {
-        self.lease_only
+    fn kind(&self) -> Kind {
+        self.kind
     }
 
     fn run(self: Box<Self>, conn: &Connection) -> Box<dyn Ran> {
@@ -108,11 +195,13 @@ pub(crate) struct Writer {
 impl Writer {
     /// Starts the thread; `closed` fires once it has closed its connection. With `relax`
     /// (the connection syncs at every commit), a transaction of lease-only writes commits
-    /// without waiting for its sync.
+    /// without waiting for its sync. With `room`, a transaction that may add records is held
+    /// to its limit and one of draining writes may use its headroom.
     pub(crate) fn start(
         conn: Connection,
         max_group_commit: usize,
         relax: bool,
+        room: Option<Room>,
         closed: oneshot::Sender<()>,
     ) -> Result<Self> {
         let (queue, jobs) = mpsc::channel::<Work>();
@@ -123,6 +212,7 @@ impl Writer {
             .spawn(move || {
                 let mut conn = conn;
                 let mut next = None;
+                let mut pages = room.map(|room| room.limit);
                 while let Some(work) = next.take().or_else(|| jobs.recv().ok()) {
                     let first = match work {
                         Work::Write(job) => job,
@@ -149,6 +239,9 @@ impl Writer {
                             Err(_) => break,
                         }
                     }
+                    if let Some(room) = room {
+                        size(&conn, &batch, room, &mut pages);
+                    }
                     commit_batch(&mut conn, batch, &counter, relax);
                 }
                 close(conn);
@@ -163,13 +256,39 @@ impl Writer {
         self.commits.load(Ordering::Relaxed)
     }
 
-    /// Runs `work` in the next group commit and returns its result once committed.
+    /// Runs `work` in the next group commit and returns its result once committed; it is
+    /// held to the size limit.
     pub(crate) async fn write<T, F>(&self, work: F) -> Result<T>
     where
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.send(work, false).await
+        self.send(work, Kind::Grows).await
+    }
+
+    /// Enqueues `records` due at `now` in the next group commit (validated by the caller) and
+    /// returns their ids once committed; enqueues waiting together run as one insert.
+    pub(crate) async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
+        let (reply, answer) = oneshot::channel();
+        let job = EnqueueJob(Some(Enqueue {
+            records,
+            now,
+            reply,
+        }));
+        self.queue
+            .send(Work::Write(Box::new(job)))
+            .map_err(|_| Error::Stopped)?;
+        wait(answer).await
+    }
+
+    /// Like [`Writer::write`], for a write that adds no records (outcomes, discards, prunes):
+    /// it may use the headroom above the size limit, so a full file can still be drained.
+    pub(crate) async fn write_draining<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.send(work, Kind::Drains).await
     }
 
     /// Like [`Writer::write`], for a write that only takes or moves leases: when every write
@@ -181,20 +300,16 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        self.send(work, true).await
+        self.send(work, Kind::LeaseOnly).await
     }
 
-    async fn send<T, F>(&self, work: F, lease_only: bool) -> Result<T>
+    async fn send<T, F>(&self, work: F, kind: Kind) -> Result<T>
     where
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let task = Task {
-            work,
-            reply,
-            lease_only,
-        };
+        let task = Task { work, reply, kind };
         self.queue
             .send(Work::Write(Box::new(task)))
             .map_err(|_| Error::Stopped)?;
@@ -253,12 +368,39 @@ fn control(conn: &Connection, sql: &str) -> Result<()> {
         .map_err(db)
 }
 
+/// Sets the page limit for the batch's transaction: the size limit if a write of it may add
+/// records, the limit plus the headroom otherwise. `pages` is the limit in force, so the
+/// pragma runs only when it changes. SQLite never sets the limit below the file's size, so
+/// once draining writes used the headroom, new records may fill the file to that size.
+fn size(conn: &Connection, batch: &[Box<dyn Job>], room: Room, pages: &mut Option<u64>) {
+    let grows = batch.iter().any(|job| job.kind() == Kind::Grows);
+    let want = if grows {
+        room.limit
+    } else {
+        room.limit.saturating_add(room.headroom)
+    };
+    if *pages == Some(want) {
+        return;
+    }
+    match conn.pragma_update(
+        None,
+        "max_page_count",
+        i64::try_from(want).unwrap_or(i64::MAX),
+    ) {
+        Ok(()) => *pages = Some(want),
+        Err(err) => {
+            *pages = None;
+            tracing::warn!(error = %err, "could not set the page limit for a transaction");
+        }
+    }
+}
+
 /// Runs a batch of writes in one transaction and answers each after the commit, which it
 /// counts in `commits` first. With `relax`, a batch of lease-only writes commits at
 /// `synchronous = NORMAL`: in WAL mode that commit is written but not synced, and it becomes
 /// durable with the next synced commit.
 fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>, commits: &AtomicU64, relax: bool) {
-    let relaxed = relax && batch.iter().all(|job| job.lease_only());
+    let relaxed = relax && batch.iter().all(|job| job.kind() == Kind::LeaseOnly);
     if relaxed {
         if let Err(err) = control(conn, "PRAGMA synchronous = NORMAL") {
             tracing::warn!(error = %err, "could not relax a lease-only commit; it syncs");
@@ -272,6 +414,41 @@ fn commit_batch(conn: &mut Connection, batch: Vec<Box<dyn Job>>, commits: &Atomi
     }
 }
 
+/// One step of a batch's transaction: a write in its own savepoint, or enqueues that arrived
+/// one after another, run as one.
+enum Step {
+    One(Box<dyn Job>),
+    Merged(Vec<Enqueue>),
+}
+
+/// The batch as steps, in arrival order: each run of two or more enqueues becomes one step.
+fn steps(batch: Vec<Box<dyn Job>>) -> VecDeque<Step> {
+    let mut steps = VecDeque::with_capacity(batch.len());
+    let mut run: Vec<Box<dyn Job>> = Vec::new();
+    let flush = |run: &mut Vec<Box<dyn Job>>, steps: &mut VecDeque<Step>| {
+        if run.len() == 1 {
+            steps.extend(run.drain(..).map(Step::One));
+        } else if !run.is_empty() {
+            let merged = run
+                .iter_mut()
+                .filter_map(|job| job.take_enqueue())
+                .collect();
+            run.clear();
+            steps.push_back(Step::Merged(merged));
+        }
+    };
+    for job in batch {
+        if job.is_enqueue() {
+            run.push(job);
+        } else {
+            flush(&mut run, &mut steps);
+            steps.push_back(Step::One(job));
+        }
+    }
+    flush(&mut run, &mut steps);
+    steps
+}
+
 fn commit_jobs(conn: &mut Connection, mut batch: Vec<Box<dyn Job>>, commits: &AtomicU64) {
     if batch.len() == 1 {
         if let Some(job) = batch.pop() {
@@ -280,40 +457,23 @@ fn commit_jobs(conn: &mut Connection, mut batch: Vec<Box<dyn Job>>, commits: &At
         return;
     }
     let mut ran: Vec<Box<dyn Ran>> = Vec::with_capacity(batch.len());
-    let mut jobs = batch.into_iter();
+    let mut steps = steps(batch);
     'transaction: loop {
         if let Err(err) = control(conn, "BEGIN IMMEDIATE") {
-            for job in jobs {
-                job.abort(echo(&err));
+            for step in steps {
+                match step {
+                    Step::One(job) => job.abort(echo(&err)),
+                    Step::Merged(group) => group.into_iter().for_each(|e| e.abort(echo(&err))),
+                }
             }
             return;
         }
-        for job in jobs.by_ref() {
-            if let Err(err) = control(conn, "SAVEPOINT job") {
-                lose_transaction(conn, &mut ran, &err);
-                job.abort(err);
-                continue 'transaction;
-            }
-            let done = job.run(conn);
-            let failure = match done.error() {
-                Some(own) => Some(echo(own)),
-                None => control(conn, "RELEASE job").err(),
+        while let Some(step) = steps.pop_front() {
+            let kept = match step {
+                Step::One(job) => run_one(conn, job, &mut ran),
+                Step::Merged(group) => run_merged(conn, group, &mut ran, &mut steps),
             };
-            let Some(failure) = failure else {
-                ran.push(done);
-                continue;
-            };
-            // Undo this write alone and go on with the others, unless SQLite already rolled
-            // back the whole transaction (a full disk or an I/O error can) or cannot undo it.
-            let undone =
-                !conn.is_autocommit() && conn.execute_batch("ROLLBACK TO job; RELEASE job").is_ok();
-            let answer = match done.error() {
-                Some(_) => Ok(()),
-                None => Err(echo(&failure)),
-            };
-            done.settle(answer);
-            if !undone {
-                lose_transaction(conn, &mut ran, &failure);
+            if !kept {
                 continue 'transaction;
             }
         }
@@ -327,6 +487,85 @@ fn commit_jobs(conn: &mut Connection, mut batch: Vec<Box<dyn Job>>, commits: &At
             }
         }
         Err(err) => lose_transaction(conn, &mut ran, &err),
+    }
+}
+
+/// Runs one write in its own savepoint. False when the transaction was lost (the writes that
+/// ran in it have been failed) and the batch must go on in a new one.
+fn run_one(conn: &Connection, job: Box<dyn Job>, ran: &mut Vec<Box<dyn Ran>>) -> bool {
+    if let Err(err) = control(conn, "SAVEPOINT job") {
+        lose_transaction(conn, ran, &err);
+        job.abort(err);
+        return false;
+    }
+    let done = job.run(conn);
+    let failure = match done.error() {
+        Some(own) => Some(echo(own)),
+        None => control(conn, "RELEASE job").err(),
+    };
+    let Some(failure) = failure else {
+        ran.push(done);
+        return true;
+    };
+    // Undo this write alone and go on with the others, unless SQLite already rolled back the
+    // whole transaction (a full disk or an I/O error can) or cannot undo it.
+    let undone =
+        !conn.is_autocommit() && conn.execute_batch("ROLLBACK TO job; RELEASE job").is_ok();
+    let answer = match done.error() {
+        Some(_) => Ok(()),
+        None => Err(echo(&failure)),
+    };
+    done.settle(answer);
+    if !undone {
+        lose_transaction(conn, ran, &failure);
+        return false;
+    }
+    true
+}
+
+/// Runs enqueues that waited together as one insert in one savepoint: their ids taken in one
+/// step, the pending counter moved once, one savepoint instead of one each. If it fails, it
+/// is undone and each enqueue goes back to the front of the batch to run alone, so the one
+/// that failed fails alone. False when the transaction was lost.
+fn run_merged(
+    conn: &Connection,
+    group: Vec<Enqueue>,
+    ran: &mut Vec<Box<dyn Ran>>,
+    steps: &mut VecDeque<Step>,
+) -> bool {
+    if let Err(err) = control(conn, "SAVEPOINT job") {
+        lose_transaction(conn, ran, &err);
+        group.into_iter().for_each(|e| e.abort(echo(&err)));
+        return false;
+    }
+    let batches: Vec<(&[NewRecord], Millis)> = group
+        .iter()
+        .map(|e| (e.records.as_slice(), e.now))
+        .collect();
+    let merged = ops::insert_many(conn, &batches)
+        .and_then(|answers| control(conn, "RELEASE job").map(|()| answers));
+    drop(batches);
+    match merged {
+        Ok(answers) => {
+            for (enqueue, answer) in group.into_iter().zip(answers) {
+                ran.push(Box::new(Done {
+                    result: Ok(answer),
+                    reply: enqueue.reply,
+                }));
+            }
+            true
+        }
+        Err(err) => {
+            if conn.is_autocommit() || conn.execute_batch("ROLLBACK TO job; RELEASE job").is_err() {
+                lose_transaction(conn, ran, &err);
+                group.into_iter().for_each(|e| e.abort(echo(&err)));
+                return false;
+            }
+            for enqueue in group.into_iter().rev() {
+                steps.push_front(Step::One(Box::new(EnqueueJob(Some(enqueue)))));
+            }
+            true
+        }
     }
 }
 
@@ -470,7 +709,7 @@ mod tests {
             Box::new(Task {
                 work,
                 reply,
-                lease_only: false,
+                kind: Kind::Grows,
             }),
             answer,
         )
@@ -498,7 +737,7 @@ mod tests {
     #[test]
     fn writes_waiting_together_share_one_commit() {
         let (closed, _) = oneshot::channel();
-        let writer = Writer::start(table(), 1024, false, closed).expect("writer");
+        let writer = Writer::start(table(), 1024, false, None, closed).expect("writer");
         // Hold the writer thread in a first write until fifty others are queued.
         let (release, held) = mpsc::channel::<()>();
         let (entered, inside) = mpsc::channel::<()>();
@@ -512,7 +751,7 @@ mod tests {
         send(Box::new(Task {
             work,
             reply,
-            lease_only: false,
+            kind: Kind::Grows,
         }));
         inside.recv().expect("the writer runs the first write");
         let replies: Vec<Reply> = (1..=50)
@@ -542,12 +781,160 @@ mod tests {
             conn.pragma_query_value(None, "synchronous", |row| row.get(0))
                 .map_err(db)
         };
-        let task = Task {
-            work,
-            reply,
-            lease_only,
+        let kind = if lease_only {
+            Kind::LeaseOnly
+        } else {
+            Kind::Grows
         };
+        let task = Task { work, reply, kind };
         (Box::new(task), answer)
+    }
+
+    /// A job of `kind` that reports the page limit its transaction runs under.
+    fn page_limit(kind: Kind) -> (Box<dyn Job>, Reply) {
+        let (reply, answer) = oneshot::channel();
+        let work = |conn: &Connection| -> Result<i64> {
+            conn.pragma_query_value(None, "max_page_count", |row| row.get(0))
+                .map_err(db)
+        };
+        (Box::new(Task { work, reply, kind }), answer)
+    }
+
+    /// An enqueue of `records` at `now`, with the receiver of its answer.
+    fn enqueue(records: Vec<NewRecord>) -> (Box<dyn Job>, oneshot::Receiver<Result<Enqueued>>) {
+        let (reply, answer) = oneshot::channel();
+        let job = EnqueueJob(Some(Enqueue {
+            records,
+            now: 1_000,
+            reply,
+        }));
+        (Box::new(job), answer)
+    }
+
+    fn outbox() -> Connection {
+        let mut conn = Connection::open_in_memory().expect("open");
+        crate::schema::migrate(&mut conn, 0).expect("schema");
+        conn
+    }
+
+    fn pending(conn: &Connection) -> (i64, i64) {
+        let counted = conn
+            .query_row("SELECT value FROM meta WHERE name = 'state 0'", [], |row| {
+                row.get(0)
+            })
+            .expect("counter");
+        let rows = conn
+            .query_row("SELECT count(*) FROM records WHERE state = 0", [], |row| {
+                row.get(0)
+            })
+            .expect("rows");
+        (counted, rows)
+    }
+
+    #[test]
+    fn enqueues_waiting_together_run_as_one_insert_with_one_answer_each() {
+        let mut conn = outbox();
+        let (a, mut ra) = enqueue(vec![NewRecord::new(b"a".to_vec())]);
+        let (b, mut rb) = enqueue(vec![
+            NewRecord::new(b"b1".to_vec()).in_group("g"),
+            NewRecord::new(b"b2".to_vec()).in_group("g"),
+        ]);
+        let (c, mut rc) = enqueue(vec![NewRecord::new(b"c".to_vec()).in_group("g")]);
+        let batch = vec![a, b, c];
+        let commits = AtomicU64::new(0);
+        commit_batch(&mut conn, batch, &commits, false);
+        let ids = |r: &mut oneshot::Receiver<Result<Enqueued>>| -> Vec<u64> {
+            r.try_recv()
+                .expect("answered")
+                .expect("enqueued")
+                .ids
+                .iter()
+                .map(|id| id.0)
+                .collect()
+        };
+        assert_eq!(
+            (ids(&mut ra), ids(&mut rb), ids(&mut rc)),
+            (vec![1], vec![2, 3], vec![4])
+        );
+        assert_eq!(commits.load(Ordering::Relaxed), 1);
+        assert_eq!(pending(&conn), (4, 4));
+        // Only the group's first record is its head.
+        let claimable: Vec<i64> = conn
+            .prepare("SELECT id FROM records WHERE claimable = 1 ORDER BY id")
+            .expect("prepare")
+            .query_map([], |row| row.get(0))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows");
+        assert_eq!(claimable, [1, 2]);
+    }
+
+    #[test]
+    fn only_enqueues_that_arrived_one_after_another_are_merged() {
+        let shapes = |batch: Vec<Box<dyn Job>>| -> Vec<usize> {
+            steps(batch)
+                .iter()
+                .map(|step| match step {
+                    Step::One(_) => 1,
+                    Step::Merged(group) => group.len(),
+                })
+                .collect()
+        };
+        let one = || enqueue(vec![NewRecord::new(b"x".to_vec())]).0;
+        let other = || insert(1, None).0;
+        assert_eq!(shapes(vec![one(), one(), one(), other(), one()]), [3, 1, 1]);
+        assert_eq!(shapes(vec![other(), one(), other()]), [1, 1, 1]);
+        assert_eq!(shapes(vec![one(), one()]), [2]);
+    }
+
+    #[test]
+    fn an_enqueue_that_fails_in_a_merged_run_fails_alone() {
+        let mut conn = outbox();
+        // A row the coalescing lookup of key `k` meets and cannot read: an unknown state.
+        conn.execute_batch(
+            "INSERT INTO records (id, payload, key, created_at, state, replaces) \
+             VALUES (100, x'00', 'bad', 1, 99, 'k')",
+        )
+        .expect("plant");
+        let (a, mut ra) = enqueue(vec![NewRecord::new(b"a".to_vec())]);
+        let (b, mut rb) = enqueue(vec![NewRecord::new(b"b".to_vec()).replacing("k")]);
+        let (c, mut rc) = enqueue(vec![NewRecord::new(b"c".to_vec())]);
+        commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0), false);
+        assert!(ra.try_recv().expect("answered").is_ok());
+        assert!(rb.try_recv().expect("answered").is_err());
+        assert!(rc.try_recv().expect("answered").is_ok());
+        assert_eq!(pending(&conn), (2, 2), "the failed one left nothing");
+    }
+
+    #[test]
+    fn draining_writes_alone_may_use_the_headroom_and_a_growing_one_may_not() {
+        let mut conn = table();
+        let room = Room {
+            limit: 100,
+            headroom: 20,
+        };
+        let mut pages = None;
+        let mut run = |batch: Vec<Box<dyn Job>>, pages: &mut Option<u64>| {
+            size(&conn, &batch, room, pages);
+            commit_batch(&mut conn, batch, &AtomicU64::new(0), false);
+        };
+        let (a, mut ra) = page_limit(Kind::Drains);
+        let (b, mut rb) = page_limit(Kind::LeaseOnly);
+        run(vec![a, b], &mut pages);
+        assert_eq!(answer(&mut ra).expect("a"), 120);
+        assert_eq!(answer(&mut rb).expect("b"), 120);
+        assert_eq!(pages, Some(120));
+
+        let (a, mut ra) = page_limit(Kind::Drains);
+        let (b, mut rb) = page_limit(Kind::Grows);
+        run(vec![a, b], &mut pages);
+        assert_eq!(
+            answer(&mut ra).expect("a"),
+            100,
+            "held by the growing write"
+        );
+        assert_eq!(answer(&mut rb).expect("b"), 100);
+        assert_eq!(pages, Some(100));
     }
 
     #[test]
@@ -652,7 +1039,7 @@ mod tests {
                 Ok(42)
             },
             reply,
-            lease_only: false,
+            kind: Kind::Grows,
         };
         commit_batch(
             &mut conn,

@@ -1,7 +1,8 @@
-//! Files written with every earlier schema, built here by hand (frozen copies of versions 1, 2
-//! and 3, not the crate's own migration code), filled, and upgraded by `open` with nothing
-//! lost: ids still above every id ever handed out, the current indexes, no halt, no
-//! precondition or coalescing key on the records already there, and no merged writes counted.
+//! Files written with every earlier schema, built here by hand (frozen copies of versions 1 to
+//! 4, not the crate's own migration code), filled, and upgraded by `open` with nothing lost:
+//! ids still above every id ever handed out, the current indexes, no halt, no precondition or
+//! coalescing key on the records already there, no merged writes counted, and stats' counters
+//! filled from the rows that were there (and kept by the writes after the upgrade).
 
 use std::path::Path;
 
@@ -104,6 +105,16 @@ const THIRD_SCHEMA: &str = "
         since INTEGER NOT NULL
     );
     PRAGMA user_version = 3;
+";
+
+/// What version 4 of this crate did to a version 3 file: the precondition and coalescing key
+/// columns, their index, and the count of merged writes.
+const FOURTH_SCHEMA: &str = "
+    ALTER TABLE records ADD COLUMN expected_version TEXT;
+    ALTER TABLE records ADD COLUMN replaces TEXT;
+    CREATE INDEX records_replaces ON records(replaces, id) WHERE replaces IS NOT NULL;
+    INSERT OR IGNORE INTO meta (name, value) VALUES ('superseded', 0);
+    PRAGMA user_version = 4;
 ";
 
 /// One row of the first schema, in column order from `grp` on.
@@ -255,6 +266,16 @@ fn build_third_schema(path: &Path) -> Vec<Record> {
     records
 }
 
+/// A version 4 file: the version 3 file, upgraded as version 4 of this crate did.
+fn build_fourth_schema(path: &Path) -> Vec<Record> {
+    let records = build_third_schema(path);
+    let mut conn = Connection::open(path).expect("open");
+    let tx = conn.transaction().expect("begin");
+    tx.execute_batch(FOURTH_SCHEMA).expect("fourth schema");
+    tx.commit().expect("commit");
+    records
+}
+
 /// The layout of the current version, read from the file's schema.
 fn check_layout(path: &Path) {
     let conn = Connection::open(path).expect("open");
@@ -277,12 +298,25 @@ fn check_layout(path: &Path) {
     assert_eq!(
         indexes,
         [
+            "records_attention",
+            "records_created",
             "records_deadline",
             "records_group",
             "records_lease",
             "records_replaces"
         ],
-        "no index that only stats use"
+        "no state index: stats read counters"
+    );
+    let triggers: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("triggers");
+    assert_eq!(
+        triggers, 0,
+        "the store's writes keep the counters, no trigger"
     );
     let columns: Vec<String> = conn
         .prepare("SELECT name FROM pragma_table_info('records')")
@@ -291,7 +325,7 @@ fn check_layout(path: &Path) {
         .expect("columns")
         .collect::<rusqlite::Result<_>>()
         .expect("rows");
-    for column in ["expected_version", "replaces"] {
+    for column in ["expected_version", "replaces", "claimed_from"] {
         assert!(columns.iter().any(|c| c == column), "{column}: {columns:?}");
     }
 }
@@ -316,6 +350,9 @@ async fn check_upgraded(store: &SqliteStore, records: &[Record]) {
     assert_eq!(stats.held, 1);
     assert_eq!(stats.next_due, Some(101));
     assert_eq!(stats.oldest_created_at, Some(101));
+    let errors = store.common_errors(10).await.expect("errors");
+    let errors: Vec<(&str, u64)> = errors.iter().map(|e| (e.error.as_str(), e.count)).collect();
+    assert_eq!(errors, [("400", 1), ("503", 1), ("gave up", 1)]);
 
     let expired = store.expired(1_000, 10).await.expect("expired");
     assert_eq!(expired, vec![records[6].clone()]);
@@ -423,7 +460,21 @@ async fn upgraded_with_nothing_lost(path: &Path, records: &[Record]) {
     let store = SqliteStore::open(&path, SqliteConfig::default())
         .await
         .expect("reopen");
-    assert_eq!(store.stats().await.expect("stats").superseded, 1);
+    let stats = store.stats().await.expect("stats");
+    assert_eq!(stats.superseded, 1);
+    // The counters filled by the upgrade moved with every write since: two claimed, one
+    // discarded, two enqueued (11 and 12, once merged).
+    assert_eq!(
+        (
+            stats.pending,
+            stats.retrying,
+            stats.in_flight,
+            stats.needs_attention,
+            stats.rejected,
+            stats.discarded
+        ),
+        (4, 1, 3, 1, 1, 2)
+    );
     let record = store
         .get(RecordId(12))
         .await
@@ -469,6 +520,19 @@ async fn a_third_schema_file_is_upgraded_with_nothing_lost() {
     let path = dir.path().join("v3.db");
     let records = build_third_schema(&path);
     upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn a_fourth_schema_file_is_upgraded_with_nothing_lost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v4.db");
+    let records = build_fourth_schema(&path);
+    upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn two_stores_upgrading_a_fourth_schema_file_at_once_converge() {
+    converge_at_once(build_fourth_schema, "v4.db").await;
 }
 
 #[tokio::test]
