@@ -211,8 +211,13 @@ impl Backend for PgBackend {
         Ok(schema)
     }
 
+    /// The scenarios drive their runners on tokio's paused clock or a manual one, all on this
+    /// host: the store is opened to let them (the server's clock, which keeps running, is the
+    /// default and has tests of its own).
     async fn open(&self, location: &str) -> Result<Arc<dyn Store>> {
-        Ok(Arc::new(PgStore::connect(config(location)).await?))
+        Ok(Arc::new(
+            PgStore::connect(config(location).with_runner_clock()).await?,
+        ))
     }
 
     /// A negative attempt count, as a hand edit or an older writer could leave it: every
