@@ -185,7 +185,7 @@ impl Core {
         } else {
             sql.lock_rows.as_str().into()
         };
-        let (lock_groups, lock_rows, lock_busy, apply, refresh, claim_st, clock) =
+        let (lock_groups, lock_rows, lock_busy, apply, refresh, claim_st, clock, notify) =
             futures::try_join!(
                 ex.prepare(&sql.lock_groups_of),
                 ex.prepare(&lock_rows_sql),
@@ -194,6 +194,7 @@ impl Core {
                 ex.prepare(&sql.refresh_groups),
                 ex.prepare(&sql.claim),
                 ex.prepare(&sql.server_time),
+                ex.prepare(&sql.notify),
             )
             .map_err(pg)?;
         // The groups' locks first (a record's group never changes, so it can be read before
@@ -275,10 +276,22 @@ impl Core {
                 Ok(None)
             }
         };
+        // A person's change (a retry, requeue or discard, from this process or any other)
+        // may make a record due or free a group: every runner listening on the outbox hears
+        // it when this transaction commits, as it hears an enqueue, instead of at its next
+        // safety poll. A runner's reports on its own claims need no such word.
+        let channel = [&self.config.schema as Param<'_>];
+        let announce = async {
+            if plan.wakes {
+                ex.query(&notify, &channel).await.map(Some)
+            } else {
+                Ok(None)
+            }
+        };
         let sent = self.clock.host_now();
         // Sent together, run in order: the writes, the head flags they moved, the claim.
-        let (_, _, claimed_rows, reading) =
-            futures::try_join!(writes, promote, take, read_clock).map_err(pg)?;
+        let (_, _, claimed_rows, reading, _) =
+            futures::try_join!(writes, promote, take, read_clock, announce).map_err(pg)?;
         if let Some(reading) = reading {
             self.observe(sent, &reading)?;
         }
@@ -421,11 +434,19 @@ impl Core {
             Some(h) => (Some(text(&h.reason)), Some(millis(h.since))),
             None => (None, None),
         };
+        let cleared = halt.is_none();
         let client = self.client().await?;
-        Exec::Pooled(&client)
-            .run(&self.sql.set_halt, &[&reason, &since])
-            .await
-            .map_err(pg)?;
+        let ex = Exec::Pooled(&client);
+        let (set, notify) =
+            futures::try_join!(ex.prepare(&self.sql.set_halt), ex.prepare(&self.sql.notify))
+                .map_err(pg)?;
+        ex.execute(&set, &[&reason, &since]).await.map_err(pg)?;
+        if cleared {
+            // A resume: the runners of other processes are told, as of a person's retry.
+            ex.query(&notify, &[&self.config.schema])
+                .await
+                .map_err(pg)?;
+        }
         Ok(())
     }
 
