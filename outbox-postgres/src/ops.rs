@@ -466,6 +466,14 @@ impl Core {
         let rejected = u64::try_from(rejected).map_err(|_| corrupt("a negative count"))?;
         let buried = ex.run(&sql.prune_tombstones, &[&at]).await.map_err(pg)?;
         tx.commit().await.map_err(pg)?;
+        // Tidying the error counts is a transaction of its own, holding no record while it
+        // waits for the counter rows.
+        let tx = client.transaction().await.map_err(pg)?;
+        let ex = Exec::Transaction(&tx);
+        for statement in crate::common_errors::compaction(&self.config.schema) {
+            ex.run(&statement, &[]).await.map_err(pg)?;
+        }
+        tx.commit().await.map_err(pg)?;
         Ok(rejected + buried)
     }
 }

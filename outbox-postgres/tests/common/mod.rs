@@ -305,3 +305,21 @@ pub fn skip_reason() -> Option<String> {
         Some(format!("no PostgreSQL server answers at {}", url()))
     }
 }
+
+/// What version 4 added, dropped again: the statements that bring a current schema back to
+/// version 3 as that build left it, its counters in `meta` alone.
+pub fn down_to_3(s: &str) -> String {
+    format!(
+        "UPDATE \"{s}\".meta SET \
+           delivered = delivered + (SELECT coalesce(sum(delivered), 0) FROM \"{s}\".tallies), \
+           superseded = superseded + (SELECT coalesce(sum(superseded), 0) FROM \"{s}\".tallies); \
+         DROP TRIGGER tally_inserted ON \"{s}\".records; \
+         DROP TRIGGER tally_updated ON \"{s}\".records; \
+         DROP TRIGGER tally_deleted ON \"{s}\".records; \
+         DROP TRIGGER tally_buried ON \"{s}\".tombstones; \
+         DROP TRIGGER tally_unburied ON \"{s}\".tombstones; \
+         DROP FUNCTION \"{s}\".tally_records(); DROP FUNCTION \"{s}\".tally_tombstones(); \
+         DROP TABLE \"{s}\".tallies; DROP TABLE \"{s}\".error_tallies; \
+         DROP INDEX \"{s}\".records_attention; DROP INDEX \"{s}\".records_age;"
+    )
+}
