@@ -67,7 +67,7 @@ impl Core {
         self.observe(sent, &rows)
     }
 
-    fn observe(&self, sent: Millis, rows: &[Row]) -> Result<()> {
+    pub(crate) fn observe(&self, sent: Millis, rows: &[Row]) -> Result<()> {
         let received = self.clock.host_now();
         let row = rows
             .first()
@@ -153,7 +153,9 @@ impl Core {
     }
 
     /// A round: the outcomes as one set-based statement, the groups' head flags refreshed,
-    /// then the claim, in one transaction and one commit.
+    /// then the claim, in one transaction and one commit. A runner's reports on its own
+    /// claims take the shorter path of `leased`; the rest (a person's verbs, requeues, a
+    /// record changed twice in one batch) lock the rows and decide with the core's rules.
     pub(crate) async fn round(
         self: Arc<Self>,
         outcomes: Vec<Transition>,
@@ -169,6 +171,10 @@ impl Core {
                 applied: Applied::default(),
                 claimed,
             });
+        }
+        if crate::leased::eligible(&outcomes) {
+            // A runner's reports on its own claims: guarded writes, two round trips.
+            return crate::leased::round(self, outcomes, claim).await;
         }
         let sql = &self.sql;
         let ids: Vec<i64> = outcomes.iter().map(|t| codec::id(t.id)).collect();
@@ -480,7 +486,7 @@ impl Core {
 
 /// Claimed records in the contract's order, `(deadline, id)` (`RETURNING` follows none).
 /// The rows that cannot be decoded come apart, to be set aside.
-fn claimed(rows: &[Row]) -> Result<(Vec<Record>, Vec<Unreadable>)> {
+pub(crate) fn claimed(rows: &[Row]) -> Result<(Vec<Record>, Vec<Unreadable>)> {
     let (mut records, bad) = unreadable::split(rows)?;
     records.sort_by_key(|r| (r.next_attempt_at, r.id));
     Ok((records, bad))

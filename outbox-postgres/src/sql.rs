@@ -48,6 +48,8 @@ pub(crate) struct Sql {
     pub(crate) set_halt: String,
     pub(crate) prune_rejected: String,
     pub(crate) prune_tombstones: String,
+    /// The statements of a runner's round on its own leases (see `leased`).
+    pub(crate) leased: crate::leased::LeasedSql,
 }
 
 /// The server's wall clock in Unix milliseconds. `clock_timestamp()`, not `now()`: the time
@@ -276,6 +278,7 @@ impl Sql {
                  SELECT count(*) FROM gone"
             ),
             prune_tombstones: format!("DELETE FROM {s}.tombstones WHERE discarded_at < $1"),
+            leased: crate::leased::LeasedSql::new(&s, &r, &shard, TOMBSTONE_COLUMNS),
         }
     }
 }
