@@ -36,6 +36,9 @@ use crate::schema::check_schema_name;
 ///   server's clock ([`PgStore::clock`](crate::PgStore::clock)), with no wiring, so hosts
 ///   whose clocks disagree still agree on whose lease has expired.
 ///
+/// The store's sessions also run with `jit = off` (their statements are short index lookups,
+/// which JIT compilation only slows down); a URL's `options` can turn it back on.
+///
 /// A URL's own `options` (e.g. `-c search_path=...`) are kept; these are added after them.
 ///
 /// ```
@@ -254,7 +257,12 @@ impl PgConfig {
                 pg.keepalives(false);
             }
         }
-        let mut options = pg.get_options().unwrap_or_default().to_owned();
+        // JIT compilation off, ahead of the URL's own options (which may turn it back on): the
+        // store's statements are short index lookups, and on a table whose statistics are
+        // stale the planner's estimates can make one of them cost 100 ms of compiling.
+        let mut options = format!("-c jit=off {}", pg.get_options().unwrap_or_default())
+            .trim_end()
+            .to_owned();
         for (name, limit) in [
             ("statement_timeout", self.statement_timeout),
             ("lock_timeout", self.lock_timeout),
@@ -274,6 +282,24 @@ impl PgConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_run_without_jit_unless_the_url_asks_for_it() {
+        let plain = PgConfig::new("postgres://u@h/db", "outbox")
+            .pg_config()
+            .unwrap();
+        let options = plain.get_options().unwrap();
+        assert!(options.starts_with("-c jit=off"), "{options}");
+        let asked = PgConfig::new("postgres://u@h/db?options=-c%20jit%3Don", "outbox")
+            .pg_config()
+            .unwrap();
+        let options = asked.get_options().unwrap();
+        let (off, on) = (options.find("jit=off"), options.find("jit=on"));
+        assert!(
+            off < on,
+            "the URL's own setting comes later and wins: {options}"
+        );
+    }
 
     #[test]
     fn bad_values_are_refused_with_a_reason() {
