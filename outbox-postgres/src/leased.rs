@@ -146,14 +146,18 @@ impl LeasedSql {
                  WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL ORDER BY k) AS keys"
             ),
             // As the general `apply`, with each part guarded by the lease it reports under.
+            // The state is compared as an integer so that the guard does not match the
+            // predicate of the lease index (`records_leases`, on `(lease_until, id) WHERE
+            // state = 2`): given it, the planner looked each id up by walking that whole
+            // index, dead entries of the drain included, instead of through the primary key.
             apply: format!(
                 "WITH delivered AS (DELETE FROM {r} AS r \
                    USING unnest($1::bigint[], $2::bigint[]) AS d(id, token) \
-                   WHERE r.id = d.id AND r.state = 2 AND r.lease_token = d.token \
+                   WHERE r.id = d.id AND r.state::integer = 2 AND r.lease_token = d.token \
                    RETURNING r.id, r.absorbed), \
                  discarded AS (DELETE FROM {r} AS r USING unnest($3::bigint[], $4::bigint[], \
                    $5::text[], $6::bigint[], $7::bigint[]) AS d(id, token, reason, at, attempts) \
-                   WHERE r.id = d.id AND r.state = 2 AND r.lease_token = d.token \
+                   WHERE r.id = d.id AND r.state::integer = 2 AND r.lease_token = d.token \
                    RETURNING r.id, r.grp, r.key, d.reason, d.at, d.attempts, r.absorbed), \
                  counted AS (INSERT INTO {s}.tallies AS t (shard, delivered, superseded) \
                    SELECT {shard}, c.n, c.m \
@@ -174,7 +178,7 @@ impl LeasedSql {
                      $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[]) \
                    AS u(id, token, state, attempts, unanswered, interrupted, last_at, next_at, \
                      error) \
-                   WHERE r.id = u.id AND r.state = 2 AND r.lease_token = u.token \
+                   WHERE r.id = u.id AND r.state::integer = 2 AND r.lease_token = u.token \
                    RETURNING r.id) \
                  SELECT id FROM delivered UNION ALL SELECT id FROM discarded \
                  UNION ALL SELECT id FROM updated"

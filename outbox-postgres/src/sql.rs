@@ -143,9 +143,11 @@ impl Sql {
                 prefixed("r", RECORD_COLUMNS)
             ),
             server_time: SERVER_TIME.into(),
+            // The state as an integer, for the reason given at the leased round's `apply`:
+            // the ids are found through the primary key, not by walking the lease index.
             renew: format!(
-                "UPDATE {r} SET lease_until = $3 WHERE id = ANY($1::bigint[]) AND state = 2 \
-                 AND lease_token = $2"
+                "UPDATE {r} SET lease_until = $3 WHERE id = ANY($1::bigint[]) \
+                 AND state::integer = 2 AND lease_token = $2"
             ),
             lock_rows: format!(
                 "SELECT id, grp, state, lease_token, lease_until FROM {r} \
