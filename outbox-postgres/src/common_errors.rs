@@ -26,10 +26,12 @@ pub(crate) fn statement(schema: &str) -> String {
 /// session's shard and recovered in another's), so the table keeps to the texts of failed
 /// records. Every `tallies` row is locked first, in shard order: a session changing a text's
 /// count holds its own shard's `tallies` row, so none does while the texts are read and
-/// deleted, and a session that waits here holds nothing this waits for.
+/// deleted. The locks are taken without waiting (`NOWAIT`): a busy row means the tidying is
+/// left for the next prune, rather than holding some shards while waiting for a session that
+/// may itself wait for a lock of a session held here.
 pub(crate) fn compaction(schema: &str) -> [String; 2] {
     [
-        format!("SELECT shard FROM \"{schema}\".tallies ORDER BY shard FOR UPDATE"),
+        format!("SELECT shard FROM \"{schema}\".tallies ORDER BY shard FOR UPDATE NOWAIT"),
         format!(
             "DELETE FROM \"{schema}\".error_tallies WHERE digest IN \
              (SELECT digest FROM \"{schema}\".error_tallies GROUP BY digest HAVING sum(n) = 0)"

@@ -16,6 +16,7 @@ use outbox_core::{
     Applied, Change, Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
     Result, Round, State, Stats, Tombstone, Transition, Unreadable,
 };
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
@@ -472,14 +473,24 @@ impl Core {
         let rejected = u64::try_from(rejected).map_err(|_| corrupt("a negative count"))?;
         let buried = ex.run(&sql.prune_tombstones, &[&at]).await.map_err(pg)?;
         tx.commit().await.map_err(pg)?;
-        // Tidying the error counts is a transaction of its own, holding no record while it
-        // waits for the counter rows.
+        // Tidying the error counts is a transaction of its own, holding no record; when a
+        // counter row is busy it is left for the next prune (see `compaction`).
         let tx = client.transaction().await.map_err(pg)?;
         let ex = Exec::Transaction(&tx);
+        let mut tidied = Ok(());
         for statement in crate::common_errors::compaction(&self.config.schema) {
-            ex.run(&statement, &[]).await.map_err(pg)?;
+            tidied = ex.run(&statement, &[]).await.map(|_| ());
+            if tidied.is_err() {
+                break;
+            }
         }
-        tx.commit().await.map_err(pg)?;
+        match tidied {
+            Ok(()) => tx.commit().await.map_err(pg)?,
+            Err(err) if err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                tx.rollback().await.map_err(pg)?;
+            }
+            Err(err) => return Err(pg(err)),
+        }
         Ok(rejected + buried)
     }
 }

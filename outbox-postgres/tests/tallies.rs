@@ -404,3 +404,34 @@ async fn a_version_3_schema_is_migrated_with_its_counts_and_the_step_is_idempote
     assert_eq!(again.stats().await.unwrap(), stats_now);
     assert_counts_exact(&again, &s, delivered + more, "after the step ran again").await;
 }
+
+/// A prune while another session holds its counter row (an application's transaction that
+/// enqueued and has not committed) still prunes, leaving the tidying of the error counts for
+/// a later prune instead of failing or waiting on that transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prune_beside_an_open_transaction_prunes_and_leaves_the_tidying() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let store = scratch.store().await;
+    finale(&store).await;
+    let mut client = admin().await;
+    // A first, committed enqueue on the connection gives its shard a counter row; the second
+    // transaction then holds that row until it ends.
+    let tx = client.transaction().await.unwrap();
+    store
+        .enqueue_in(&tx, vec![NewRecord::new(b"first".to_vec())], T0)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    store
+        .enqueue_in(&tx, vec![NewRecord::new(b"open".to_vec())], T0)
+        .await
+        .unwrap();
+    let pruned = store.prune(u64::MAX / 2).await.unwrap();
+    assert_eq!(pruned, 2, "the two rejected records");
+    tx.commit().await.unwrap();
+    assert_counts_exact(&store, &scratch.schema, 0, "after the prune").await;
+}
