@@ -170,6 +170,30 @@ impl PgSchema {
     }
 }
 
+/// The server's write-ahead log position at `url`, in bytes: read before and after a
+/// workload, the difference is what it wrote (and whatever else the server did meanwhile).
+/// The position itself, not `pg_stat_wal`'s counters, which sessions report only every so
+/// often.
+///
+/// ```no_run
+/// # async fn demo() -> outbox_core::Result<()> {
+/// let before = outbox_benches::pg::wal_bytes("postgres://postgres@127.0.0.1/test").await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn wal_bytes(url: &str) -> Result<i64> {
+    let client = connect(url).await?;
+    let row = client
+        .query_one(
+            "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint",
+            &[],
+        )
+        .await
+        .map_err(engine("postgres: reading the WAL position"))?;
+    row.try_get(0)
+        .map_err(engine("postgres: reading the WAL position"))
+}
+
 /// `runners` stores on one schema, each with its own pool, as runners on separate hosts would
 /// have.
 pub async fn stores(schema: &PgSchema, runners: usize) -> Result<Vec<Arc<dyn Store>>> {

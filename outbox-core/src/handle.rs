@@ -28,7 +28,8 @@ pub struct OutboxBuilder {
     sink: Arc<dyn Sink>,
     policy: RetryPolicy,
     config: RunnerConfig,
-    clock: Arc<dyn Clock>,
+    /// The clock given with [`OutboxBuilder::clock`], if any.
+    clock: Option<Arc<dyn Clock>>,
     online: Option<watch::Receiver<bool>>,
     resolver: Arc<dyn ConflictResolver>,
 }
@@ -58,8 +59,15 @@ impl OutboxBuilder {
     }
 
     /// Replaces the system clock (tests pass a [`TokioClock`](crate::TokioClock)).
+    ///
+    /// A store that names the clock its records are judged by ([`Store::shared_clock`], the
+    /// server's for PostgreSQL) needs none: the runner uses the store's. Giving such a store a
+    /// different clock makes [`OutboxBuilder::start`] fail with [`Error::InvalidConfig`]
+    /// rather than run beside the fleet in a time of its own (where its leases would be
+    /// stolen early, or others' kept late, and records delivered twice); giving it the
+    /// store's own clock is accepted.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.clock = Some(clock);
         self
     }
 
@@ -79,15 +87,21 @@ impl OutboxBuilder {
     /// Recovers what a previous process left (expired leases count one interruption each;
     /// deadlines set before the wall clock stepped back are re-based, keeping their waits),
     /// reads a persisted halt, and starts the runner on the current tokio runtime.
+    ///
+    /// # Errors
+    /// The first store error of the recovery; [`Error::InvalidConfig`] for an invalid policy
+    /// or configuration, or a clock that differs from the one the store names (see
+    /// [`OutboxBuilder::clock`]).
     pub async fn start(self) -> Result<Outbox> {
         self.policy.validate()?;
         self.config.validate()?;
+        let clock = runner_clock(self.store.shared_clock(), self.clock)?;
         let shared = Arc::new(Shared::new(
             self.store,
             self.sink,
             self.policy,
             self.config,
-            self.clock,
+            clock,
             self.resolver,
         ));
         let halt = shared.store.halt().await?;
@@ -108,6 +122,32 @@ impl OutboxBuilder {
             stop,
             task: Mutex::new(Some(task)),
         })
+    }
+}
+
+/// The clock a runner schedules with: the one its store names, else the one it was given, else
+/// the system clock. A given clock that is not the store's own (the same allocation) is
+/// refused: the other runners of the store judge this one's leases and deadlines by the
+/// store's clock, so a runner in another time would take over live leases or leave expired
+/// ones, and deliver records twice.
+fn runner_clock(
+    shared: Option<Arc<dyn Clock>>,
+    given: Option<Arc<dyn Clock>>,
+) -> Result<Arc<dyn Clock>> {
+    match (shared, given) {
+        (Some(shared), Some(given))
+            if !std::ptr::addr_eq(Arc::as_ptr(&shared), Arc::as_ptr(&given)) =>
+        {
+            Err(Error::InvalidConfig(format!(
+                "the store judges leases and deadlines by its own clock ({shared:?}); a runner \
+                 on another clock ({given:?}) would deliver records twice. Leave out \
+                 `.clock(..)`, or open the store so that it names none (PostgreSQL: \
+                 `PgConfig::with_runner_clock`, for one host only)"
+            )))
+        }
+        (Some(shared), _) => Ok(shared),
+        (None, Some(given)) => Ok(given),
+        (None, None) => Ok(Arc::new(SystemClock)),
     }
 }
 
@@ -155,7 +195,7 @@ impl Outbox {
             sink: Arc::new(sink),
             policy: RetryPolicy::default(),
             config: RunnerConfig::default(),
-            clock: Arc::new(SystemClock),
+            clock: None,
             online: None,
             resolver: Arc::new(ParkOnConflict),
         }

@@ -53,9 +53,11 @@
 
 use std::any::Any;
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::clock::Clock;
 use crate::error::Result;
 use crate::machine::Transition;
 use crate::record::{Lease, Millis, NewRecord, Record, RecordId, Tombstone};
@@ -280,6 +282,12 @@ pub trait StoreLayer: Debug + Send + Sync {
         self.inner().next_due().await
     }
 
+    /// [`Store::shared_clock`]; forwards by default, so a wrapped store's runner keeps the
+    /// clock the store names.
+    fn shared_clock(&self) -> Option<Arc<dyn Clock>> {
+        self.inner().shared_clock()
+    }
+
     /// [`Store::halt`]; forwards by default.
     async fn halt(&self) -> Result<Option<Halt>> {
         self.inner().halt().await
@@ -372,6 +380,10 @@ impl<L: StoreLayer> Store for L {
     async fn next_due(&self) -> Result<Option<Millis>> {
         let _entered = self.enter(Operation::NextDue);
         StoreLayer::next_due(self).await
+    }
+
+    fn shared_clock(&self) -> Option<Arc<dyn Clock>> {
+        StoreLayer::shared_clock(self)
     }
 
     async fn halt(&self) -> Result<Option<Halt>> {

@@ -1,10 +1,12 @@
 //! The `Store` trait: what a storage backend must do. The backend persists; the core decides.
 
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::clock::Clock;
 use crate::error::Result;
 use crate::link::LinkState;
 use crate::machine::Transition;
@@ -393,6 +395,8 @@ pub struct Round {
 ///   every failed record.
 /// - **Halt**: [`Store::set_halt`] persists the runner's halt (or clears it) so a restart stays
 ///   halted; [`Stats::halt`] reports it.
+/// - **Time**: a store shared by hosts whose clocks may disagree names the one clock its
+///   leases and deadlines are judged by ([`Store::shared_clock`]); the runner then uses it.
 ///
 /// [`Error::PayloadTooLarge`]: crate::Error::PayloadTooLarge
 /// [`Error::InvalidGroup`]: crate::Error::InvalidGroup
@@ -440,6 +444,25 @@ pub trait Store: Debug + Send + Sync {
 
     /// Counts and ages (see [`Stats`]).
     async fn stats(&self) -> Result<Stats>;
+
+    /// The clock this store's records are judged by, when it is not each runner's own.
+    ///
+    /// Runners on several hosts compare each other's times: a lease one wrote is judged
+    /// expired by another. A store shared by hosts whose clocks may disagree (PostgreSQL: the
+    /// database server's clock) names here the one time they all share, and
+    /// [`Outbox::builder`](crate::Outbox::builder) runs on it with no wiring; a different clock
+    /// given to the builder is then refused. `None`, the default, leaves the choice to the
+    /// runner ([`OutboxBuilder::clock`](crate::OutboxBuilder::clock), or the system clock):
+    /// right for a store only one host opens.
+    ///
+    /// ```
+    /// use outbox_core::Store;
+    /// let store = outbox_memory::MemoryStore::new();
+    /// assert!(store.shared_clock().is_none());
+    /// ```
+    fn shared_clock(&self) -> Option<Arc<dyn Clock>> {
+        None
+    }
 
     /// The earliest deadline of a claimable-kind record (a group head in pending or retrying),
     /// due or not.

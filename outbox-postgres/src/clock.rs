@@ -7,7 +7,9 @@
 //! store follows the server's clock: it keeps the offset between its host's clock and the
 //! server's, measured when it connects and again on every claim and round, and
 //! [`PgStore::clock`](crate::PgStore::clock) hands out a clock that reads the host's time plus
-//! that offset.
+//! that offset. The store names that clock as the one its records are judged by
+//! ([`Store::shared_clock`](outbox_core::Store::shared_clock)), so every runner on it uses it
+//! without wiring.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -29,13 +31,15 @@ const UNSET: i64 = i64::MIN;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> outbox_core::Result<()> {
 /// # use std::sync::Arc;
-/// # use outbox_core::{sink_fn, Outbox, Outcome, Record};
+/// # use outbox_core::{sink_fn, Clock, Outbox, Outcome, Record};
 /// use outbox_postgres::{PgConfig, PgStore};
 /// let store = PgStore::connect(PgConfig::new("postgres://postgres@127.0.0.1/test", "docs_outbox")).await?;
 /// let clock = store.clock();
 /// # let sink = sink_fn(|_: Record| async { Outcome::Delivered });
-/// // Leases, expiry and deadlines in the server's time, whatever this host's clock says.
-/// let outbox = Outbox::builder(Arc::new(store), sink).clock(clock).start().await?;
+/// // Leases, expiry and deadlines in the server's time, whatever this host's clock says:
+/// // the store names this clock, and the runner uses it with no `.clock(..)`.
+/// let outbox = Outbox::builder(Arc::new(store), sink).start().await?;
+/// let server_now = clock.now();
 /// # Ok(())
 /// # }
 /// ```

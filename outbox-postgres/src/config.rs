@@ -32,6 +32,12 @@ use crate::schema::check_schema_name;
 /// - `keepalive_idle`: **30 s** without traffic before TCP keepalives probe the server (then
 ///   every 10 s, 3 times): a half-open connection (a server or a NAT gone silently) is found
 ///   in about a minute instead of the operating system's two hours. `None` turns them off.
+/// - `runner_clock`: **false**: every runner judges leases and deadlines by the database
+///   server's clock ([`PgStore::clock`](crate::PgStore::clock)), with no wiring, so hosts
+///   whose clocks disagree still agree on whose lease has expired.
+///
+/// The store's sessions also run with `jit = off` (their statements are short index lookups,
+/// which JIT compilation only slows down); a URL's `options` can turn it back on.
 ///
 /// A URL's own `options` (e.g. `-c search_path=...`) are kept; these are added after them.
 ///
@@ -68,6 +74,8 @@ pub struct PgConfig {
     pub lock_timeout: Option<Duration>,
     /// Idle time before TCP keepalives probe the server; `None` for no keepalives.
     pub keepalive_idle: Option<Duration>,
+    /// When true, the store names no clock of its own (see [`PgConfig::with_runner_clock`]).
+    pub runner_clock: bool,
 }
 
 /// How the store's connections (its pool and its listener) protect their traffic.
@@ -126,7 +134,24 @@ impl PgConfig {
             statement_timeout: Some(Duration::from_secs(20)),
             lock_timeout: Some(Duration::from_secs(5)),
             keepalive_idle: Some(Duration::from_secs(30)),
+            runner_clock: false,
         }
+    }
+
+    /// Lets each runner on this store judge leases and deadlines by the clock it is built with
+    /// ([`OutboxBuilder::clock`](outbox_core::OutboxBuilder::clock), or its host's) instead of
+    /// the server's. Only for an outbox that every process opens on one host's clock: a test
+    /// on tokio's paused clock or a manual one. Hosts whose clocks disagree then take over
+    /// each other's live leases and deliver records twice.
+    ///
+    /// ```
+    /// use outbox_postgres::PgConfig;
+    /// let config = PgConfig::new("host=localhost", "test_outbox").with_runner_clock();
+    /// assert!(config.runner_clock);
+    /// ```
+    pub fn with_runner_clock(mut self) -> Self {
+        self.runner_clock = true;
+        self
     }
 
     /// Sets how connections use TLS.
@@ -232,7 +257,12 @@ impl PgConfig {
                 pg.keepalives(false);
             }
         }
-        let mut options = pg.get_options().unwrap_or_default().to_owned();
+        // JIT compilation off, ahead of the URL's own options (which may turn it back on): the
+        // store's statements are short index lookups, and on a table whose statistics are
+        // stale the planner's estimates can make one of them cost 100 ms of compiling.
+        let mut options = format!("-c jit=off {}", pg.get_options().unwrap_or_default())
+            .trim_end()
+            .to_owned();
         for (name, limit) in [
             ("statement_timeout", self.statement_timeout),
             ("lock_timeout", self.lock_timeout),
@@ -252,6 +282,24 @@ impl PgConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_run_without_jit_unless_the_url_asks_for_it() {
+        let plain = PgConfig::new("postgres://u@h/db", "outbox")
+            .pg_config()
+            .unwrap();
+        let options = plain.get_options().unwrap();
+        assert!(options.starts_with("-c jit=off"), "{options}");
+        let asked = PgConfig::new("postgres://u@h/db?options=-c%20jit%3Don", "outbox")
+            .pg_config()
+            .unwrap();
+        let options = asked.get_options().unwrap();
+        let (off, on) = (options.find("jit=off"), options.find("jit=on"));
+        assert!(
+            off < on,
+            "the URL's own setting comes later and wins: {options}"
+        );
+    }
 
     #[test]
     fn bad_values_are_refused_with_a_reason() {

@@ -12,6 +12,7 @@ mod engine;
 mod enqueue;
 mod error;
 mod exists;
+mod leased;
 pub mod listen;
 mod ops;
 mod pending;

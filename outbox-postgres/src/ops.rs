@@ -16,6 +16,7 @@ use outbox_core::{
     Applied, Change, Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
     Result, Round, State, Stats, Tombstone, Transition, Unreadable,
 };
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
@@ -67,7 +68,7 @@ impl Core {
         self.observe(sent, &rows)
     }
 
-    fn observe(&self, sent: Millis, rows: &[Row]) -> Result<()> {
+    pub(crate) fn observe(&self, sent: Millis, rows: &[Row]) -> Result<()> {
         let received = self.clock.host_now();
         let row = rows
             .first()
@@ -153,7 +154,9 @@ impl Core {
     }
 
     /// A round: the outcomes as one set-based statement, the groups' head flags refreshed,
-    /// then the claim, in one transaction and one commit.
+    /// then the claim, in one transaction and one commit. A runner's reports on its own
+    /// claims take the shorter path of `leased`; the rest (a person's verbs, requeues, a
+    /// record changed twice in one batch) lock the rows and decide with the core's rules.
     pub(crate) async fn round(
         self: Arc<Self>,
         outcomes: Vec<Transition>,
@@ -170,6 +173,10 @@ impl Core {
                 claimed,
             });
         }
+        if crate::leased::eligible(&outcomes) {
+            // A runner's reports on its own claims: guarded writes, two round trips.
+            return crate::leased::round(self, outcomes, claim).await;
+        }
         let sql = &self.sql;
         let ids: Vec<i64> = outcomes.iter().map(|t| codec::id(t.id)).collect();
         let mut client = self.client().await?;
@@ -185,7 +192,7 @@ impl Core {
         } else {
             sql.lock_rows.as_str().into()
         };
-        let (lock_groups, lock_rows, lock_busy, apply, refresh, claim_st, clock) =
+        let (lock_groups, lock_rows, lock_busy, apply, refresh, claim_st, clock, notify) =
             futures::try_join!(
                 ex.prepare(&sql.lock_groups_of),
                 ex.prepare(&lock_rows_sql),
@@ -194,6 +201,7 @@ impl Core {
                 ex.prepare(&sql.refresh_groups),
                 ex.prepare(&sql.claim),
                 ex.prepare(&sql.server_time),
+                ex.prepare(&sql.notify),
             )
             .map_err(pg)?;
         // The groups' locks first (a record's group never changes, so it can be read before
@@ -275,10 +283,22 @@ impl Core {
                 Ok(None)
             }
         };
+        // A person's change (a retry, requeue or discard, from this process or any other)
+        // may make a record due or free a group: every runner listening on the outbox hears
+        // it when this transaction commits, as it hears an enqueue, instead of at its next
+        // safety poll. A runner's reports on its own claims need no such word.
+        let channel = [&self.config.schema as Param<'_>];
+        let announce = async {
+            if plan.wakes {
+                ex.query(&notify, &channel).await.map(Some)
+            } else {
+                Ok(None)
+            }
+        };
         let sent = self.clock.host_now();
         // Sent together, run in order: the writes, the head flags they moved, the claim.
-        let (_, _, claimed_rows, reading) =
-            futures::try_join!(writes, promote, take, read_clock).map_err(pg)?;
+        let (_, _, claimed_rows, reading, _) =
+            futures::try_join!(writes, promote, take, read_clock, announce).map_err(pg)?;
         if let Some(reading) = reading {
             self.observe(sent, &reading)?;
         }
@@ -421,11 +441,19 @@ impl Core {
             Some(h) => (Some(text(&h.reason)), Some(millis(h.since))),
             None => (None, None),
         };
+        let cleared = halt.is_none();
         let client = self.client().await?;
-        Exec::Pooled(&client)
-            .run(&self.sql.set_halt, &[&reason, &since])
-            .await
-            .map_err(pg)?;
+        let ex = Exec::Pooled(&client);
+        let (set, notify) =
+            futures::try_join!(ex.prepare(&self.sql.set_halt), ex.prepare(&self.sql.notify))
+                .map_err(pg)?;
+        ex.execute(&set, &[&reason, &since]).await.map_err(pg)?;
+        if cleared {
+            // A resume: the runners of other processes are told, as of a person's retry.
+            ex.query(&notify, &[&self.config.schema])
+                .await
+                .map_err(pg)?;
+        }
         Ok(())
     }
 
@@ -445,13 +473,31 @@ impl Core {
         let rejected = u64::try_from(rejected).map_err(|_| corrupt("a negative count"))?;
         let buried = ex.run(&sql.prune_tombstones, &[&at]).await.map_err(pg)?;
         tx.commit().await.map_err(pg)?;
+        // Tidying the error counts is a transaction of its own, holding no record; when a
+        // counter row is busy it is left for the next prune (see `compaction`).
+        let tx = client.transaction().await.map_err(pg)?;
+        let ex = Exec::Transaction(&tx);
+        let mut tidied = Ok(());
+        for statement in crate::common_errors::compaction(&self.config.schema) {
+            tidied = ex.run(&statement, &[]).await.map(|_| ());
+            if tidied.is_err() {
+                break;
+            }
+        }
+        match tidied {
+            Ok(()) => tx.commit().await.map_err(pg)?,
+            Err(err) if err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                tx.rollback().await.map_err(pg)?;
+            }
+            Err(err) => return Err(pg(err)),
+        }
         Ok(rejected + buried)
     }
 }
 
 /// Claimed records in the contract's order, `(deadline, id)` (`RETURNING` follows none).
 /// The rows that cannot be decoded come apart, to be set aside.
-fn claimed(rows: &[Row]) -> Result<(Vec<Record>, Vec<Unreadable>)> {
+pub(crate) fn claimed(rows: &[Row]) -> Result<(Vec<Record>, Vec<Unreadable>)> {
     let (mut records, bad) = unreadable::split(rows)?;
     records.sort_by_key(|r| (r.next_attempt_at, r.id));
     Ok((records, bad))

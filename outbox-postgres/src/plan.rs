@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use outbox_core::{Change, Lease, Millis, Progress, Record, RecordId, Result, State, Transition};
+use outbox_core::{
+    Change, Guard, Lease, Millis, Progress, Record, RecordId, Result, State, Transition,
+};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
@@ -53,6 +55,9 @@ pub(crate) struct Plan {
     pub(crate) touched: BTreeMap<String, Vec<i64>>,
     /// Transitions whose guard did not hold, in order.
     pub(crate) skipped: Vec<RecordId>,
+    /// Whether a change not made by a runner on its own claim (a person's retry, requeue or
+    /// discard, a recovery) was kept: the runners of every process are then told.
+    pub(crate) wakes: bool,
 }
 
 impl Plan {
@@ -118,6 +123,7 @@ impl Plan {
                     members.remove(&key);
                 }
             }
+            plan.wakes |= !matches!(guard, Guard::Lease(_));
             if let Some(previous) = plan.at.insert(key, plan.ops.len()) {
                 plan.ops[previous] = None;
             }
@@ -216,7 +222,6 @@ impl Arrays {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::Guard;
 
     fn rows(records: &[Record]) -> HashMap<i64, Record> {
         records
@@ -331,5 +336,41 @@ mod tests {
         assert_eq!((a.attempts[0], a.errors[0].clone()), (0, None));
         assert_eq!(a.delivered, vec![2, 4]);
         assert_eq!(plan.groups(), (vec!["g", "h"], vec![1, 1, 4, 5]));
+        assert!(plan.wakes, "a person's requeue was kept");
+    }
+
+    #[test]
+    fn only_a_kept_change_outside_a_runners_own_lease_wakes_the_fleet() {
+        let lease = |id, guard| Transition {
+            id: RecordId(id),
+            guard,
+            change: Change::Delivered,
+        };
+        let runner = Plan::new(
+            rows(&[in_flight(1, 7, None)]),
+            HashMap::new(),
+            vec![lease(1, Guard::Lease(7))],
+        );
+        assert!(!runner.wakes, "a runner's own report");
+        // A person's discard of a record that is in flight is refused: nothing changed.
+        let refused = Plan::new(
+            rows(&[in_flight(1, 7, None)]),
+            HashMap::new(),
+            vec![lease(1, Guard::Idle)],
+        );
+        assert!(!refused.wakes && refused.skipped == vec![RecordId(1)]);
+        let mut idle = in_flight(2, 7, None);
+        idle.state = State::NeedsAttention;
+        idle.lease = None;
+        let person = Plan::new(
+            rows(&[idle]),
+            HashMap::new(),
+            vec![Transition {
+                id: RecordId(2),
+                guard: Guard::Idle,
+                change: Change::Update(progress(State::Retrying)),
+            }],
+        );
+        assert!(person.wakes, "a person's retry");
     }
 }

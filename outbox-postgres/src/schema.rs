@@ -12,7 +12,7 @@ use outbox_core::{Error, Result};
 use crate::error::pg;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The steps from version `n` to `n + 1`, in order; `{s}` stands for the quoted schema name.
 ///
@@ -33,6 +33,24 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// locks anyway) and `meta.superseded` (what deleted records had absorbed, moved there by the
 /// statement that deletes them). `Stats::superseded` is their sum; both start at 0. Written
 /// to run again harmlessly, like version 2.
+///
+/// Version 4: counts that `stats` reads instead of scanning the records, and no counter row
+/// that every runner's rounds wait for. `tallies` holds one row per *shard* (the session's
+/// backend process id modulo [`SHARDS`]), so concurrent sessions add to different rows and the
+/// stats add the rows up: the records per state (an in-flight record counts while it holds a
+/// lease; one set aside as unreadable does not), the writes the live records absorbed, the
+/// tombstones, and the delivered records and superseded writes counted on top of `meta`'s
+/// (which stay the base, so a process of the previous build that still runs after the
+/// upgrade keeps counting right). `error_tallies` counts the failed records (retrying,
+/// needs-attention, rejected) per `last_error`, keyed by the text's MD5, per shard. Statement
+/// triggers with transition tables keep both exact in the transaction of every change,
+/// whichever driver or hand made it. A session touches only its own shard's rows, and always
+/// its `tallies` row before its `error_tallies` rows, so two sessions either share nothing or
+/// wait for each other on that one row: never a deadlock. Two partial indexes serve what the
+/// counts do not: `records_attention` (needs-attention records, few) for the held count and
+/// `records_age` (records not rejected, by enqueue time) for the oldest one. The step locks
+/// the tables, folds what a half-done earlier run counted into `meta`, and counts everything
+/// once: it runs again harmlessly.
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE {s}.meta (
@@ -84,7 +102,179 @@ ALTER TABLE {s}.meta ADD COLUMN IF NOT EXISTS superseded bigint NOT NULL DEFAULT
 CREATE INDEX IF NOT EXISTS records_replaces ON {s}.records (replaces, id)
     WHERE replaces IS NOT NULL;
 "#,
+    r#"
+LOCK TABLE {s}.records, {s}.tombstones, {s}.meta IN SHARE ROW EXCLUSIVE MODE;
+CREATE TABLE IF NOT EXISTS {s}.tallies (
+    shard integer PRIMARY KEY,
+    pending bigint NOT NULL DEFAULT 0,
+    retrying bigint NOT NULL DEFAULT 0,
+    in_flight bigint NOT NULL DEFAULT 0,
+    attention bigint NOT NULL DEFAULT 0,
+    rejected bigint NOT NULL DEFAULT 0,
+    absorbed bigint NOT NULL DEFAULT 0,
+    discarded bigint NOT NULL DEFAULT 0,
+    delivered bigint NOT NULL DEFAULT 0,
+    superseded bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS {s}.error_tallies (
+    shard integer NOT NULL,
+    digest text NOT NULL,
+    error text NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (shard, digest)
+);
+CREATE OR REPLACE FUNCTION {s}.tally_records() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    me integer := pg_backend_pid() % {shards};
+    d record;
+    zeroed text[];
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        SELECT count(*) FILTER (WHERE state = 0) AS pending,
+            count(*) FILTER (WHERE state = 1) AS retrying,
+            count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL) AS in_flight,
+            count(*) FILTER (WHERE state = 3) AS attention,
+            count(*) FILTER (WHERE state = 4) AS rejected,
+            coalesce(sum(absorbed), 0) AS absorbed,
+            count(*) FILTER (WHERE state IN (1, 3, 4) AND last_error IS NOT NULL) AS failed
+        INTO d FROM new_rows;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT -count(*) FILTER (WHERE state = 0) AS pending,
+            -count(*) FILTER (WHERE state = 1) AS retrying,
+            -count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL) AS in_flight,
+            -count(*) FILTER (WHERE state = 3) AS attention,
+            -count(*) FILTER (WHERE state = 4) AS rejected,
+            -coalesce(sum(absorbed), 0) AS absorbed,
+            count(*) FILTER (WHERE state IN (1, 3, 4) AND last_error IS NOT NULL) AS failed
+        INTO d FROM old_rows;
+    ELSE
+        SELECT coalesce(sum(sign) FILTER (WHERE state = 0), 0) AS pending,
+            coalesce(sum(sign) FILTER (WHERE state = 1), 0) AS retrying,
+            coalesce(sum(sign) FILTER (WHERE state = 2 AND lease_until IS NOT NULL), 0)
+                AS in_flight,
+            coalesce(sum(sign) FILTER (WHERE state = 3), 0) AS attention,
+            coalesce(sum(sign) FILTER (WHERE state = 4), 0) AS rejected,
+            coalesce(sum(sign * absorbed), 0) AS absorbed,
+            count(*) FILTER (WHERE state IN (1, 3, 4) AND last_error IS NOT NULL) AS failed
+        INTO d FROM (SELECT 1 AS sign, state, lease_until, absorbed, last_error FROM new_rows
+            UNION ALL SELECT -1, state, lease_until, absorbed, last_error FROM old_rows) AS x;
+    END IF;
+    IF d.pending = 0 AND d.retrying = 0 AND d.in_flight = 0 AND d.attention = 0
+        AND d.rejected = 0 AND d.absorbed = 0 AND d.failed = 0 THEN
+        RETURN NULL;
+    END IF;
+    -- This shard's row first, always: see the schema's version 4 notes.
+    INSERT INTO {s}.tallies AS t (shard, pending, retrying, in_flight, attention, rejected,
+        absorbed)
+    VALUES (me, d.pending, d.retrying, d.in_flight, d.attention, d.rejected, d.absorbed)
+    ON CONFLICT (shard) DO UPDATE SET pending = t.pending + excluded.pending,
+        retrying = t.retrying + excluded.retrying, in_flight = t.in_flight + excluded.in_flight,
+        attention = t.attention + excluded.attention, rejected = t.rejected + excluded.rejected,
+        absorbed = t.absorbed + excluded.absorbed;
+    IF d.failed = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
+            SELECT me, md5(last_error), last_error, count(*) FROM new_rows
+            WHERE state IN (1, 3, 4) AND last_error IS NOT NULL
+            GROUP BY last_error ORDER BY 2
+            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
+            RETURNING e.digest, e.n)
+        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
+    ELSIF TG_OP = 'DELETE' THEN
+        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
+            SELECT me, md5(last_error), last_error, -count(*) FROM old_rows
+            WHERE state IN (1, 3, 4) AND last_error IS NOT NULL
+            GROUP BY last_error ORDER BY 2
+            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
+            RETURNING e.digest, e.n)
+        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
+    ELSE
+        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
+            SELECT me, md5(last_error), last_error, sum(sign) FROM
+                (SELECT 1 AS sign, state, last_error FROM new_rows
+                 UNION ALL SELECT -1, state, last_error FROM old_rows) AS x
+            WHERE state IN (1, 3, 4) AND last_error IS NOT NULL
+            GROUP BY last_error HAVING sum(sign) <> 0 ORDER BY 2
+            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
+            RETURNING e.digest, e.n)
+        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
+    END IF;
+    IF zeroed IS NOT NULL THEN
+        DELETE FROM {s}.error_tallies WHERE shard = me AND digest = ANY(zeroed) AND n = 0;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE OR REPLACE FUNCTION {s}.tally_tombstones() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    me integer := pg_backend_pid() % {shards};
+    n bigint;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        SELECT count(*) INTO n FROM new_rows;
+    ELSE
+        SELECT -count(*) INTO n FROM old_rows;
+    END IF;
+    IF n <> 0 THEN
+        INSERT INTO {s}.tallies AS t (shard, discarded) VALUES (me, n)
+        ON CONFLICT (shard) DO UPDATE SET discarded = t.discarded + excluded.discarded;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+DROP TRIGGER IF EXISTS tally_inserted ON {s}.records;
+DROP TRIGGER IF EXISTS tally_updated ON {s}.records;
+DROP TRIGGER IF EXISTS tally_deleted ON {s}.records;
+DROP TRIGGER IF EXISTS tally_buried ON {s}.tombstones;
+DROP TRIGGER IF EXISTS tally_unburied ON {s}.tombstones;
+CREATE TRIGGER tally_inserted AFTER INSERT ON {s}.records
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.tally_records();
+CREATE TRIGGER tally_updated AFTER UPDATE ON {s}.records
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.tally_records();
+CREATE TRIGGER tally_deleted AFTER DELETE ON {s}.records
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.tally_records();
+CREATE TRIGGER tally_buried AFTER INSERT ON {s}.tombstones
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.tally_tombstones();
+CREATE TRIGGER tally_unburied AFTER DELETE ON {s}.tombstones
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.tally_tombstones();
+UPDATE {s}.meta SET
+    delivered = delivered + (SELECT coalesce(sum(delivered), 0) FROM {s}.tallies),
+    superseded = superseded + (SELECT coalesce(sum(superseded), 0) FROM {s}.tallies);
+DELETE FROM {s}.tallies;
+DELETE FROM {s}.error_tallies;
+INSERT INTO {s}.tallies (shard, pending, retrying, in_flight, attention, rejected, absorbed,
+    discarded)
+SELECT 0, count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1),
+    count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL),
+    count(*) FILTER (WHERE state = 3), count(*) FILTER (WHERE state = 4),
+    coalesce(sum(absorbed), 0), (SELECT count(*) FROM {s}.tombstones)
+FROM {s}.records;
+INSERT INTO {s}.error_tallies (shard, digest, error, n)
+SELECT 0, md5(last_error), last_error, count(*) FROM {s}.records
+WHERE state IN (1, 3, 4) AND last_error IS NOT NULL GROUP BY last_error;
+CREATE INDEX IF NOT EXISTS records_attention ON {s}.records (grp, id) WHERE state = 3;
+CREATE INDEX IF NOT EXISTS records_age ON {s}.records (created_at) WHERE state <> 4;
+"#,
 ];
+
+/// How many rows the counters of version 4 are spread over: enough that the sessions of a
+/// fleet (a few pooled connections per host) seldom share one, few enough that summing them
+/// costs nothing. Fixed: the triggers and statements use it.
+pub(crate) const SHARDS: i32 = 64;
+
+/// A migration step's SQL for the schema `quoted` (already quoted).
+fn step_sql(step: &str, quoted: &str) -> String {
+    step.replace("{s}", quoted)
+        .replace("{shards}", &SHARDS.to_string())
+}
+
+/// The shard a session's counter changes go to, as SQL: the same expression as the triggers'.
+pub(crate) fn shard_sql() -> String {
+    format!("pg_backend_pid() % {SHARDS}")
+}
 
 /// Checks that `name` is a plain lowercase identifier, so it can be spliced into SQL quoted
 /// and means the same schema to every tool (`psql`, dumps) without quoting surprises.
@@ -236,7 +426,7 @@ pub(crate) async fn migrate(client: &mut Object, schema: &str) -> Result<u32> {
         if to <= found {
             continue;
         }
-        tx.batch_execute(&step.replace("{s}", &quoted))
+        tx.batch_execute(&step_sql(step, &quoted))
             .await
             .map_err(pg)?;
         tx.execute(
@@ -274,6 +464,15 @@ mod tests {
     #[test]
     fn migrations_match_the_version() {
         assert_eq!(MIGRATIONS.len(), SCHEMA_VERSION as usize);
+    }
+
+    #[test]
+    fn every_placeholder_of_a_step_is_filled() {
+        for step in MIGRATIONS {
+            let sql = step_sql(step, "\"x\"");
+            assert!(!sql.contains("{s}") && !sql.contains("{shards}"), "{sql}");
+        }
+        assert!(step_sql(MIGRATIONS[3], "\"x\"").contains(&shard_sql()));
     }
 
     #[test]

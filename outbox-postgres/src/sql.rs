@@ -48,6 +48,8 @@ pub(crate) struct Sql {
     pub(crate) set_halt: String,
     pub(crate) prune_rejected: String,
     pub(crate) prune_tombstones: String,
+    /// The statements of a runner's round on its own leases (see `leased`).
+    pub(crate) leased: crate::leased::LeasedSql,
 }
 
 /// The server's wall clock in Unix milliseconds. `clock_timestamp()`, not `now()`: the time
@@ -59,6 +61,7 @@ impl Sql {
     pub(crate) fn new(schema: &str) -> Self {
         let s = format!("\"{schema}\"");
         let r = format!("{s}.records");
+        let shard = crate::schema::shard_sql();
         Sql {
             // Group locks are keyed by the server's own stable text hash seeded per schema
             // ($2), so every client computes the same key, and taken in key order, so two
@@ -140,9 +143,11 @@ impl Sql {
                 prefixed("r", RECORD_COLUMNS)
             ),
             server_time: SERVER_TIME.into(),
+            // The state as an integer, for the reason given at the leased round's `apply`:
+            // the ids are found through the primary key, not by walking the lease index.
             renew: format!(
-                "UPDATE {r} SET lease_until = $3 WHERE id = ANY($1::bigint[]) AND state = 2 \
-                 AND lease_token = $2"
+                "UPDATE {r} SET lease_until = $3 WHERE id = ANY($1::bigint[]) \
+                 AND state::integer = 2 AND lease_token = $2"
             ),
             lock_rows: format!(
                 "SELECT id, grp, state, lease_token, lease_until FROM {r} \
@@ -153,6 +158,8 @@ impl Sql {
             // A requeue is an update here: the record keeps its id.
             // The writes the deleted records had absorbed by coalescing move into the
             // persisted counter in the same statement, so `stats` always adds up the same.
+            // The delivered records are counted in this session's shard of `tallies` (see
+            // `schema`), not in one row every runner's rounds would wait for.
             apply: format!(
                 "WITH delivered AS (DELETE FROM {r} WHERE id = ANY($1::bigint[]) \
                    RETURNING absorbed), \
@@ -160,12 +167,14 @@ impl Sql {
                    $4::bigint[], $5::bigint[]) AS d(id, reason, at, attempts) \
                    WHERE r.id = d.id RETURNING r.id, r.grp, r.key, d.reason, d.at, d.attempts, \
                    r.absorbed), \
-                 counted AS (UPDATE {s}.meta SET delivered = delivered + c.n, \
-                   superseded = superseded + c.m \
+                 counted AS (INSERT INTO {s}.tallies AS t (shard, delivered, superseded) \
+                   SELECT {shard}, c.n, c.m \
                    FROM (SELECT (SELECT count(*) FROM delivered) AS n, \
                      ((SELECT coalesce(sum(absorbed), 0) FROM delivered) \
                      + (SELECT coalesce(sum(absorbed), 0) FROM discarded))::bigint AS m) AS c \
-                   WHERE c.n > 0 OR c.m > 0), \
+                   WHERE c.n > 0 OR c.m > 0 \
+                   ON CONFLICT (shard) DO UPDATE SET delivered = t.delivered + excluded.delivered, \
+                   superseded = t.superseded + excluded.superseded), \
                  buried AS (INSERT INTO {s}.tombstones ({TOMBSTONE_COLUMNS}) \
                    SELECT id, grp, key, reason, at, attempts FROM discarded) \
                  UPDATE {r} AS r SET state = u.state, attempts = u.attempts, \
@@ -225,24 +234,34 @@ impl Sql {
             tombstones: format!(
                 "SELECT {TOMBSTONE_COLUMNS} FROM {s}.tombstones WHERE id > $1 ORDER BY id LIMIT $2"
             ),
-            // One statement, so every figure comes from the same snapshot.
+            // One statement, so every figure comes from the same snapshot, and none scans the
+            // records: the counts are the shards of `tallies` (kept by the triggers) added
+            // up on top of `meta`'s base; the held records are counted behind each
+            // needs-attention head (an index of few rows) through the group index; the oldest
+            // record is the first entry of the enqueue-time index.
             stats: format!(
-                "SELECT count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1), \
-                 count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL), \
-                 count(*) FILTER (WHERE state = 3), count(*) FILTER (WHERE state = 4), \
-                 min(created_at) FILTER (WHERE state IN (0, 1, 3) \
-                   OR (state = 2 AND lease_until IS NOT NULL)), \
-                 (SELECT count(*) FROM {s}.tombstones), \
-                 (SELECT delivered FROM {s}.meta), \
-                 (SELECT coalesce(sum(g.n - 1), 0)::bigint FROM \
-                   (SELECT count(*) AS n, min(id) AS head FROM {r} \
-                    WHERE grp IS NOT NULL AND state <> 4 GROUP BY grp) AS g \
-                   JOIN {r} AS h ON h.id = g.head WHERE h.state = 3), \
+                "SELECT t.pending, t.retrying, t.in_flight, t.attention, t.rejected, \
+                 (SELECT created_at FROM {r} WHERE state <> 4 \
+                   AND (state <> 2 OR lease_until IS NOT NULL) ORDER BY created_at LIMIT 1), \
+                 t.discarded, m.delivered + t.delivered, \
+                 (SELECT coalesce(sum((SELECT count(*) FROM {r} AS g \
+                     WHERE g.grp = h.grp AND g.state <> 4) - 1), 0)::bigint \
+                   FROM {r} AS h WHERE h.state = 3 AND h.grp IS NOT NULL \
+                   AND NOT EXISTS (SELECT 1 FROM {r} AS e WHERE e.grp = h.grp \
+                     AND e.state <> 4 AND e.id < h.id)), \
                  (SELECT next_attempt_at FROM {r} WHERE claimable \
                   ORDER BY next_attempt_at LIMIT 1), \
-                 (SELECT halt_reason FROM {s}.meta), (SELECT halt_since FROM {s}.meta), \
-                 (SELECT superseded FROM {s}.meta) + coalesce(sum(absorbed), 0)::bigint \
-                 FROM {r}"
+                 m.halt_reason, m.halt_since, m.superseded + t.superseded + t.absorbed \
+                 FROM {s}.meta AS m, \
+                 (SELECT coalesce(sum(pending), 0)::bigint AS pending, \
+                   coalesce(sum(retrying), 0)::bigint AS retrying, \
+                   coalesce(sum(in_flight), 0)::bigint AS in_flight, \
+                   coalesce(sum(attention), 0)::bigint AS attention, \
+                   coalesce(sum(rejected), 0)::bigint AS rejected, \
+                   coalesce(sum(absorbed), 0)::bigint AS absorbed, \
+                   coalesce(sum(discarded), 0)::bigint AS discarded, \
+                   coalesce(sum(delivered), 0)::bigint AS delivered, \
+                   coalesce(sum(superseded), 0)::bigint AS superseded FROM {s}.tallies) AS t"
             ),
             next_due: format!(
                 "SELECT next_attempt_at FROM {r} WHERE claimable ORDER BY next_attempt_at LIMIT 1"
@@ -253,12 +272,15 @@ impl Sql {
             prune_rejected: format!(
                 "WITH gone AS (DELETE FROM {r} WHERE state = 4 AND last_attempt_at < $1 \
                    RETURNING absorbed), \
-                 counted AS (UPDATE {s}.meta SET superseded = superseded + g.m \
+                 counted AS (INSERT INTO {s}.tallies AS t (shard, superseded) \
+                   SELECT {shard}, g.m \
                    FROM (SELECT coalesce(sum(absorbed), 0)::bigint AS m FROM gone) AS g \
-                   WHERE g.m > 0) \
+                   WHERE g.m > 0 \
+                   ON CONFLICT (shard) DO UPDATE SET superseded = t.superseded + excluded.superseded) \
                  SELECT count(*) FROM gone"
             ),
             prune_tombstones: format!("DELETE FROM {s}.tombstones WHERE discarded_at < $1"),
+            leased: crate::leased::LeasedSql::new(&s, &r, &shard, TOMBSTONE_COLUMNS),
         }
     }
 }

@@ -81,10 +81,11 @@ impl PgStore {
         })
     }
 
-    /// The database server's clock as this host sees it: pass it to the runner
-    /// (`Outbox::builder(..).clock(store.clock())`) so that its leases, its expiry checks and
-    /// its deadlines are in the one time every host of the fleet shares. See
-    /// [`ServerClock`].
+    /// The database server's clock as this host sees it: the one time every host of the
+    /// fleet shares, and the clock a runner on this store uses for its leases, its expiry
+    /// checks and its deadlines with no wiring (the store names it as its
+    /// [`Store::shared_clock`]). Use it for the `now` of anything you compute against the
+    /// records' times. See [`ServerClock`].
     ///
     /// ```no_run
     /// # async fn demo(store: outbox_postgres::PgStore) {
@@ -317,6 +318,12 @@ impl Store for PgStore {
 
     async fn stats(&self) -> Result<Stats> {
         self.run(|core| core.stats()).await
+    }
+
+    /// The server's clock ([`PgStore::clock`]), unless the store was opened with
+    /// [`PgConfig::with_runner_clock`].
+    fn shared_clock(&self) -> Option<Arc<dyn Clock>> {
+        (!self.core.config.runner_clock).then(|| self.clock())
     }
 
     async fn next_due(&self) -> Result<Option<Millis>> {

@@ -113,6 +113,10 @@ pub(crate) async fn discard(core: &Core, id: RecordId, now: Millis) -> Result<bo
         ex.run(&core.sql.refresh_groups, &[&groups, &members])
             .await
             .map_err(pg)?;
+        // The group's later records may now be due: tell every listening runner.
+        ex.run(&core.sql.notify, &[&core.config.schema])
+            .await
+            .map_err(pg)?;
     }
     tx.commit().await.map_err(pg)?;
     Ok(true)

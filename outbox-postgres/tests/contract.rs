@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{admin, server_ready, Scratch};
+use common::{admin, down_to_3, server_ready, Scratch};
 use outbox_core::{
     Change, Claim, Guard, Halt, Lease, ListQuery, NewRecord, Progress, Record, RecordId, State,
     Store, Transition,
@@ -376,14 +376,15 @@ async fn a_version_1_schema_is_migrated_and_the_step_is_idempotent() {
     assert!(again.stepped_back(T0 - 1, 10).await.unwrap().len() == 1);
 }
 
-/// What version 3 added, dropped again: the statements that bring a current schema back to
-/// version 2 as that build left it (the dropped columns are gone for every query).
+/// What versions 3 and 4 added, dropped again: the statements that bring a current schema
+/// back to version 2 as that build left it (the dropped columns are gone for every query).
 fn down_to_2(s: &str) -> String {
     format!(
-        "DROP INDEX \"{s}\".records_replaces; \
+        "{} DROP INDEX \"{s}\".records_replaces; \
          ALTER TABLE \"{s}\".records DROP COLUMN expected_version, DROP COLUMN replaces, \
            DROP COLUMN absorbed; \
-         ALTER TABLE \"{s}\".meta DROP COLUMN superseded;"
+         ALTER TABLE \"{s}\".meta DROP COLUMN superseded;",
+        down_to_3(s)
     )
 }
 

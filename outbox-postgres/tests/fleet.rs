@@ -1,7 +1,8 @@
 //! One time for the fleet: runners on hosts whose clocks disagree by hours share one schema,
-//! each with the store's server-following clock (`PgStore::clock`). Each runner's host clock
-//! is the system clock plus an offset, handed to the store as its host clock, so the store
-//! measures that host against the server exactly as it would on a badly set machine.
+//! each built with nothing but `Outbox::builder(store, sink)`: the store names the server's
+//! clock (`Store::shared_clock`) and the runner uses it. Each runner's host clock is the system
+//! clock plus an offset, handed to the store as its host clock, so the store measures that
+//! host against the server exactly as it would on a badly set machine.
 
 mod common;
 
@@ -69,24 +70,36 @@ impl Sightings {
     }
 }
 
-/// Starts runner number `me` on `store`, with the store's server-following clock.
-async fn start_runner(store: PgStore, seen: &Seen, lease: Duration, me: usize) -> Outbox {
-    let clock = store.clock();
-    let (seen, at) = (Arc::clone(seen), Arc::clone(&clock));
+/// Starts runner number `me` on `store` with the plain builder (no clock given), its sink
+/// taking `delivery` per record.
+async fn start_runner_taking(
+    store: PgStore,
+    seen: &Seen,
+    lease: Duration,
+    me: usize,
+    delivery: Duration,
+) -> Outbox {
+    let (seen, at) = (Arc::clone(seen), store.clock());
     let sink = sink_fn(move |record: Record| {
         let (seen, at) = (Arc::clone(&seen), Arc::clone(&at));
         async move {
             seen.list.lock().unwrap().push((record, at.now(), me));
             seen.more.notify_waiters();
+            // A slow server: the delivery outlasts a short lease unless the lease is renewed.
+            tokio::time::sleep(delivery).await;
             Outcome::Delivered
         }
     });
     Outbox::builder(Arc::new(store), sink)
-        .clock(clock)
         .config(runner_config(lease))
         .start()
         .await
         .expect("the runner starts")
+}
+
+/// Starts runner number `me` on `store` with the plain builder, delivering at once.
+async fn start_runner(store: PgStore, seen: &Seen, lease: Duration, me: usize) -> Outbox {
+    start_runner_taking(store, seen, lease, me, Duration::ZERO).await
 }
 
 fn records(n: usize) -> Vec<NewRecord> {
@@ -188,6 +201,142 @@ async fn three_runners_at_minus_one_zero_and_plus_one_hour_deliver_each_record_o
     drain_with_skews(&[-HOUR, 0, HOUR]).await;
 }
 
+/// Hosts `skews` apart, each with the plain builder, share 40 records whose deliveries take
+/// 1.5 s under a 2 s lease (renewed while a delivery runs): a runner judging leases by its
+/// own clock an hour ahead would take over every live lease of the others at once. Returns
+/// how many times each record reached a sink, and how many it reached in all.
+async fn slow_drain(skews: &[i64], runner_clock: bool) -> (HashMap<RecordId, usize>, usize) {
+    let scratch = Scratch::new();
+    let seen: Seen = Arc::default();
+    let lease = Duration::from_secs(2);
+    let delivery = Duration::from_millis(1_500);
+    let mut outboxes = Vec::new();
+    for (me, &by) in skews.iter().enumerate() {
+        let outbox = if runner_clock {
+            // The control: each host's runner on its host's own clock, as the builder gave
+            // before a store could name its clock.
+            let host = Arc::new(Skewed { by });
+            let store = PgStore::connect_with_clock(
+                config(&scratch.schema).with_runner_clock(),
+                host.clone(),
+            )
+            .await
+            .unwrap();
+            let seen = Arc::clone(&seen);
+            let sink = sink_fn(move |record: Record| {
+                let seen = Arc::clone(&seen);
+                async move {
+                    seen.list.lock().unwrap().push((record, 0, me));
+                    seen.more.notify_waiters();
+                    tokio::time::sleep(delivery).await;
+                    Outcome::Delivered
+                }
+            });
+            Outbox::builder(Arc::new(store), sink)
+                .clock(host)
+                .config(runner_config(lease))
+                .start()
+                .await
+                .unwrap()
+        } else {
+            let store = skewed_store(&scratch.schema, by).await;
+            start_runner_taking(store, &seen, lease, me, delivery).await
+        };
+        outboxes.push(outbox);
+    }
+    let writer = skewed_store(&scratch.schema, 0).await;
+    let ids = writer
+        .enqueue(records(40), writer.clock().now())
+        .await
+        .unwrap();
+    for outbox in &outboxes {
+        outbox.notify();
+    }
+    until_seen(&seen, ids.len()).await;
+    for outbox in &outboxes {
+        outbox.flush(PATIENCE).await.unwrap();
+    }
+    let stats = writer.stats().await.unwrap();
+    assert_eq!((stats.delivered, stats.undelivered()), (40, 0));
+    for outbox in outboxes {
+        outbox.shutdown(PATIENCE).await.unwrap();
+    }
+    let seen = seen.all();
+    let mut times: HashMap<RecordId, usize> = HashMap::new();
+    for (record, _, _) in &seen {
+        *times.entry(record.id).or_default() += 1;
+    }
+    assert_eq!(times.len(), 40, "every record reached a sink");
+    (times, seen.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_plain_builders_an_hour_apart_with_a_slow_sink_send_each_record_once() {
+    if !server_ready() {
+        return;
+    }
+    let (times, requests) = slow_drain(&[0, HOUR], false).await;
+    let twice = times.values().filter(|&&n| n > 1).count();
+    assert_eq!((requests, twice), (40, 0), "requests, records sent twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_plain_builders_hours_apart_with_a_slow_sink_send_each_record_once() {
+    if !server_ready() {
+        return;
+    }
+    let (times, requests) = slow_drain(&[-HOUR, 0, HOUR], false).await;
+    let twice = times.values().filter(|&&n| n > 1).count();
+    assert_eq!((requests, twice), (40, 0), "requests, records sent twice");
+}
+
+/// The control that shows the two tests above can fail: the same fleet with each runner on
+/// its host's clock (what the plain builder did before) sends records twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_fleet_on_its_hosts_own_clocks_sends_records_twice() {
+    if !server_ready() {
+        return;
+    }
+    let (times, requests) = slow_drain(&[0, HOUR], true).await;
+    let twice = times.values().filter(|&&n| n > 1).count();
+    eprintln!("on the hosts' clocks: {requests} requests, {twice} records sent twice");
+    assert!(twice > 0, "{requests} requests, none twice");
+}
+
+/// A runner given its host's clock on a store that judges by the server's is refused, typed:
+/// it would run in a time of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_clock_given_to_the_builder_is_refused() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let store = skewed_store(&scratch.schema, HOUR).await;
+    let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    let started = Outbox::builder(Arc::new(store.clone()), sink)
+        .clock(Arc::new(Skewed { by: HOUR }))
+        .start()
+        .await;
+    assert!(
+        matches!(started, Err(outbox_core::Error::InvalidConfig(_))),
+        "{:?}",
+        started.map(|_| ())
+    );
+    // The store's own clock, given by hand as the README once said, is still accepted.
+    let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    let outbox = Outbox::builder(Arc::new(store.clone()), sink)
+        .clock(store.clock())
+        .start()
+        .await
+        .unwrap();
+    let off = outbox.now() as i64 - outbox_core::clock::system_now() as i64;
+    assert!(
+        off.abs() < 60_000,
+        "the runner is in the server's time ({off} ms off)"
+    );
+    outbox.shutdown(PATIENCE).await.unwrap();
+}
+
 /// One line per held record, flushed at once: the parent reads it before killing the child.
 fn report_holding(id: RecordId) {
     let mut out = std::io::stdout().lock();
@@ -207,13 +356,11 @@ fn hold_until_killed(role: &str) {
         .expect("runtime");
     runtime.block_on(async {
         let store = skewed_store(schema, HOUR).await;
-        let clock = store.clock();
         let sink = sink_fn(|record: Record| async move {
             report_holding(record.id);
             std::future::pending::<Outcome>().await
         });
         let _outbox = Outbox::builder(Arc::new(store), sink)
-            .clock(clock)
             .config(runner_config(lease))
             .start()
             .await

@@ -211,8 +211,13 @@ impl Backend for PgBackend {
         Ok(schema)
     }
 
+    /// The scenarios drive their runners on tokio's paused clock or a manual one, all on this
+    /// host: the store is opened to let them (the server's clock, which keeps running, is the
+    /// default and has tests of its own).
     async fn open(&self, location: &str) -> Result<Arc<dyn Store>> {
-        Ok(Arc::new(PgStore::connect(config(location)).await?))
+        Ok(Arc::new(
+            PgStore::connect(config(location).with_runner_clock()).await?,
+        ))
     }
 
     /// A negative attempt count, as a hand edit or an older writer could leave it: every
@@ -299,4 +304,22 @@ pub fn skip_reason() -> Option<String> {
     } else {
         Some(format!("no PostgreSQL server answers at {}", url()))
     }
+}
+
+/// What version 4 added, dropped again: the statements that bring a current schema back to
+/// version 3 as that build left it, its counters in `meta` alone.
+pub fn down_to_3(s: &str) -> String {
+    format!(
+        "UPDATE \"{s}\".meta SET \
+           delivered = delivered + (SELECT coalesce(sum(delivered), 0) FROM \"{s}\".tallies), \
+           superseded = superseded + (SELECT coalesce(sum(superseded), 0) FROM \"{s}\".tallies); \
+         DROP TRIGGER tally_inserted ON \"{s}\".records; \
+         DROP TRIGGER tally_updated ON \"{s}\".records; \
+         DROP TRIGGER tally_deleted ON \"{s}\".records; \
+         DROP TRIGGER tally_buried ON \"{s}\".tombstones; \
+         DROP TRIGGER tally_unburied ON \"{s}\".tombstones; \
+         DROP FUNCTION \"{s}\".tally_records(); DROP FUNCTION \"{s}\".tally_tombstones(); \
+         DROP TABLE \"{s}\".tallies; DROP TABLE \"{s}\".error_tallies; \
+         DROP INDEX \"{s}\".records_attention; DROP INDEX \"{s}\".records_age;"
+    )
 }

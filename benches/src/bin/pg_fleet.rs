@@ -1,0 +1,150 @@
+//! What a PostgreSQL drain costs the server, beside its rate: write-ahead log bytes per drained
+//! record (the server's WAL position before and after) for the outbox with 1, 2 and 4 runners and
+//! for the bare `SKIP LOCKED` loop with as many connections, and whether a round's cost stays
+//! flat over a long drain (the first rounds against the last).
+//!
+//! ```sh
+//! cargo run --release -p outbox-benches --bin pg-fleet -- [N]   # N records per drain, default 20,000
+//! ```
+//!
+//! The WAL position moves for the whole server: run it on a server nothing else writes to, or read
+//! the figures as upper bounds.
+#![allow(clippy::print_stdout)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_benches::bare::BarePg;
+use outbox_benches::pg::{self, PgServer};
+use outbox_benches::workload::fill;
+use outbox_core::clock::system_now;
+use outbox_core::{
+    sink_fn, Change, Claim, Guard, Lease, Outbox, Outcome, Record, Result, Transition,
+};
+
+const PATIENCE: Duration = Duration::from_secs(3_600);
+
+/// `runners` runners with the default configuration drain `n` due records from one schema.
+async fn outbox_drain(server: &PgServer, runners: usize, n: usize) -> Result<()> {
+    let schema = server.schema();
+    let stores = pg::stores(&schema, runners).await?;
+    fill(&stores[0], n, system_now()).await?;
+    let wal = pg::wal_bytes(server.url()).await?;
+    let started = Instant::now();
+    let mut outboxes = Vec::new();
+    for store in &stores {
+        let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+        outboxes.push(Outbox::builder(Arc::clone(store), sink).start().await?);
+    }
+    while stores[0].stats().await?.undelivered() > 0 {
+        for outbox in &outboxes {
+            outbox.flush(PATIENCE).await?;
+        }
+    }
+    let elapsed = started.elapsed();
+    let wal = pg::wal_bytes(server.url()).await? - wal;
+    for outbox in outboxes {
+        outbox.shutdown(PATIENCE).await?;
+    }
+    println!(
+        "outbox, {runners} runner(s): {:>8.0} records/s, {:>5} WAL bytes per record",
+        n as f64 / elapsed.as_secs_f64(),
+        wal / n as i64
+    );
+    drop(stores);
+    schema.drop().await
+}
+
+/// The bare loop with `workers` connections drains `n` due records, 100 per claim.
+async fn bare_drain(server: &PgServer, workers: usize, n: usize) -> Result<()> {
+    let bare = BarePg::create(server.schema(), workers).await?;
+    let now = system_now();
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(10_000);
+        bare.insert_batch(batch, now).await?;
+        left -= batch;
+    }
+    let wal = pg::wal_bytes(server.url()).await?;
+    let started = Instant::now();
+    let removed = bare.drain(100, now).await?;
+    let elapsed = started.elapsed();
+    let wal = pg::wal_bytes(server.url()).await? - wal;
+    println!(
+        "bare, {workers} connection(s):   {:>8.0} records/s, {:>5} WAL bytes per record",
+        removed as f64 / elapsed.as_secs_f64(),
+        wal / removed.max(1) as i64
+    );
+    bare.schema().drop().await
+}
+
+/// One store drained round by round (each round reports the last claim delivered and claims
+/// 32 more), timing every round: the median of the first 50 rounds against the last 50.
+async fn round_cost(server: &PgServer, n: usize) -> Result<()> {
+    let schema = server.schema();
+    let stores = pg::stores(&schema, 1).await?;
+    let store = &stores[0];
+    fill(store, n, system_now()).await?;
+    let mut took = Vec::new();
+    let mut held: Vec<Transition> = Vec::new();
+    for token in 1u64.. {
+        let now = system_now();
+        let claim = Claim {
+            now,
+            limit: 32,
+            lease: Lease {
+                token,
+                until: now + 60_000,
+            },
+        };
+        let started = Instant::now();
+        let round = store.round(std::mem::take(&mut held), Some(claim)).await?;
+        took.push(started.elapsed());
+        if round.claimed.is_empty() {
+            break;
+        }
+        held = round
+            .claimed
+            .iter()
+            .map(|r| Transition {
+                id: r.id,
+                guard: Guard::Lease(token),
+                change: Change::Delivered,
+            })
+            .collect();
+    }
+    let median = |rounds: &[Duration]| {
+        let mut rounds = rounds.to_vec();
+        rounds.sort();
+        rounds[rounds.len() / 2].as_secs_f64() * 1e3
+    };
+    let k = 50.min(took.len() / 2);
+    let (first, last) = (
+        median(&took[..k]),
+        median(&took[took.len() - 1 - k..took.len() - 1]),
+    );
+    println!(
+        "a round of 32 over a {n}-record drain: first {first:.2} ms, last {last:.2} ms \
+         ({:.2}x)",
+        last / first
+    );
+    drop(stores);
+    schema.drop().await
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20_000);
+    let Some(server) = PgServer::find().await? else {
+        return Ok(());
+    };
+    println!("PostgreSQL drain, {n} records, {}", server.durability());
+    for runners in pg::RUNNERS {
+        outbox_drain(&server, runners, n).await?;
+        bare_drain(&server, runners, n).await?;
+    }
+    round_cost(&server, n.max(100_000)).await
+}

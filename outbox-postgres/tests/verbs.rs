@@ -1,0 +1,150 @@
+//! A person's change acts at once: a retry, a requeue or a discard made through another store
+//! (another process or host, as the `outbox` command is) wakes an idle runner that has no
+//! safety poll, through the outbox's `NOTIFY`, and the record is delivered within a second.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{server_ready, Scratch};
+use outbox_core::{
+    machine, sink_fn, Change, Guard, NewRecord, Outbox, Outcome, Progress, Record, RecordId,
+    RunnerConfig, Seen, State, Store, Transition,
+};
+use outbox_postgres::PgStore;
+
+/// What the issue asks of a person's verb: the runner acts on it within a second.
+const AT_ONCE: Duration = Duration::from_secs(1);
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Puts record `id` in `state` as a failed delivery would have left it.
+async fn fail(store: &PgStore, id: RecordId, state: State) {
+    let applied = store
+        .apply(vec![Transition {
+            id,
+            guard: Guard::Idle,
+            change: Change::Update(Progress {
+                state,
+                attempts: 1,
+                unanswered: 0,
+                interrupted: 0,
+                last_attempt_at: Some(store_now(store)),
+                next_attempt_at: None,
+                last_error: Some("HTTP 500".into()),
+            }),
+        }])
+        .await
+        .unwrap();
+    assert!(applied.skipped.is_empty());
+}
+
+fn store_now(store: &PgStore) -> u64 {
+    store.clock().now()
+}
+
+/// The transition as the `outbox` command makes it: a compare-and-set against the record as
+/// it was read.
+fn as_seen(mut transition: Transition, seen: &Record) -> Transition {
+    transition.guard = Guard::Seen(Seen::of(seen));
+    transition
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_processs_retry_requeue_and_discard_reach_an_idle_runner_within_a_second() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    // The person's side: its own store, as the `outbox` command opens one.
+    let person = scratch.store().await;
+    let ids = person
+        .enqueue(
+            vec![
+                NewRecord::new(b"to retry".to_vec()),
+                NewRecord::new(b"to requeue".to_vec()),
+                NewRecord::new(b"stuck head".to_vec()).in_group("g"),
+                NewRecord::new(b"held behind it".to_vec()).in_group("g"),
+            ],
+            store_now(&person),
+        )
+        .await
+        .unwrap();
+    let (retry, requeue, head, held) = (ids[0], ids[1], ids[2], ids[3]);
+    fail(&person, retry, State::NeedsAttention).await;
+    fail(&person, requeue, State::Rejected).await;
+    fail(&person, head, State::NeedsAttention).await;
+
+    // The runner's side: a plain builder, no safety poll, woken only by notifications.
+    let host = scratch.store().await;
+    let (sent, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let sink = sink_fn(move |record: Record| {
+        let sent = sent.clone();
+        async move {
+            let _ = sent.send(record.id);
+            Outcome::Delivered
+        }
+    });
+    let outbox = Outbox::builder(Arc::new(host.clone()), sink)
+        .config(RunnerConfig {
+            safety_poll: None,
+            ..RunnerConfig::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let _wakeups = host.wake_on_enqueue(outbox.notifier()).await.unwrap();
+    outbox.flush(PATIENCE).await.unwrap();
+    assert!(received.try_recv().is_err(), "nothing was due");
+
+    let retried = person.get(retry).await.unwrap().unwrap();
+    let requeued = person.get(requeue).await.unwrap().unwrap();
+    let discarded = person.get(head).await.unwrap().unwrap();
+    let verbs = [
+        (
+            "retry",
+            as_seen(
+                machine::retry_now(&retried, store_now(&person))
+                    .unwrap()
+                    .transition,
+                &retried,
+            ),
+            retry,
+        ),
+        (
+            "requeue",
+            as_seen(
+                machine::requeue(&requeued, store_now(&person)).unwrap(),
+                &requeued,
+            ),
+            requeue,
+        ),
+        (
+            "discard of a group's stuck head",
+            as_seen(
+                machine::discard(&discarded, "by hand", store_now(&person))
+                    .unwrap()
+                    .transition,
+                &discarded,
+            ),
+            held,
+        ),
+    ];
+    for (verb, transition, delivered) in verbs {
+        let started = Instant::now();
+        let applied = person.apply(vec![transition]).await.unwrap();
+        assert!(applied.skipped.is_empty(), "{verb} applied");
+        let got = tokio::time::timeout(AT_ONCE, received.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{verb}: nothing delivered within {AT_ONCE:?}"));
+        assert_eq!(got, Some(delivered), "{verb}");
+        eprintln!("{verb}: delivered {:?} after the change", started.elapsed());
+        outbox.flush(PATIENCE).await.unwrap();
+    }
+    let stats = person.stats().await.unwrap();
+    assert_eq!(
+        (stats.delivered, stats.undelivered(), stats.discarded),
+        (3, 0, 1)
+    );
+    outbox.shutdown(PATIENCE).await.unwrap();
+}
