@@ -37,7 +37,7 @@ pub use options::{
     default_options, BackoffOptions, CeilingKind, ClassifierOptions, ForbiddenMeaning, JitterKind,
     OpenOptions, PolicyOptions, RunnerOptions,
 };
-pub use outbox::{open_http_outbox, open_outbox, EventListener, ListFilter, Outbox};
+pub use outbox::{open_http_outbox, open_outbox, EventListener, ListFilter, ListenerError, Outbox};
 pub use sink::{classify_delivery, Delivery, DeliverySink, HttpOptions, SinkError};
 pub use types::{
     Link, OutboxEvent, OutboxRecord, OutboxStats, OutboxTombstone, RecordState, Write,

@@ -55,12 +55,13 @@ where
 /// Called with each event, in order, on a thread of the outbox's own.
 ///
 /// ```
-/// use outbox_ffi::{EventListener, OutboxEvent};
+/// use outbox_ffi::{EventListener, ListenerError, OutboxEvent};
 ///
 /// struct Print;
 /// impl EventListener for Print {
-///     fn on_event(&self, event: OutboxEvent) {
+///     fn on_event(&self, event: OutboxEvent) -> Result<(), ListenerError> {
 ///         let _ = event; // update the UI's badge, log, ...
+///         Ok(())
 ///     }
 /// }
 /// # let _ = Print;
@@ -69,7 +70,30 @@ where
 pub trait EventListener: Send + Sync {
     /// One event. A listener that raises or panics misses nothing else: the next event is
     /// delivered as usual.
-    fn on_event(&self, event: OutboxEvent);
+    fn on_event(&self, event: OutboxEvent) -> Result<(), ListenerError>;
+}
+
+/// An error an [`EventListener`] raises; any exception thrown by the app's `on_event` arrives
+/// as one. It is logged, and the listener keeps receiving events.
+///
+/// ```
+/// let err = outbox_ffi::ListenerError::Failed { reason: "boom".into() };
+/// assert!(err.to_string().contains("boom"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, uniffi::Error)]
+pub enum ListenerError {
+    /// The listener failed.
+    #[error("the event listener failed: {reason}")]
+    Failed {
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl From<uniffi::UnexpectedUniFFICallbackError> for ListenerError {
+    fn from(err: uniffi::UnexpectedUniFFICallbackError) -> Self {
+        ListenerError::Failed { reason: err.reason }
+    }
 }
 
 /// A filter for [`Outbox::list`].
@@ -442,8 +466,14 @@ impl Outbox {
                     std::panic::catch_unwind(AssertUnwindSafe(|| listener.on_event(event)))
                 })
                 .await;
-                if !matches!(called, Ok(Ok(()))) {
-                    tracing::warn!("an event listener failed; it keeps receiving events");
+                match called {
+                    Ok(Ok(Ok(()))) => {}
+                    Ok(Ok(Err(err))) => {
+                        tracing::warn!(error = %err, "the event listener raised; it keeps receiving events");
+                    }
+                    Ok(Err(_)) | Err(_) => {
+                        tracing::error!("the event listener panicked; it keeps receiving events");
+                    }
                 }
             }
         }));
