@@ -279,8 +279,18 @@ impl RunnerOptions {
 }
 
 impl ClassifierOptions {
-    /// The core's classifier: the default table with these changes.
-    pub(crate) fn to_core(&self) -> Classifier {
+    /// The core's classifier: the default table ([`Classifier::new`]) with these changes. Both
+    /// sinks classify with it.
+    ///
+    /// ```
+    /// use outbox_core::http::Response;
+    /// use outbox_core::Outcome;
+    ///
+    /// let mut table = outbox_ffi::default_options().classifier;
+    /// table.reject.push(451);
+    /// assert!(matches!(table.table().classify(&Response::new(451)), Outcome::Rejected { .. }));
+    /// ```
+    pub fn table(&self) -> Classifier {
         let table = self
             .reject
             .iter()

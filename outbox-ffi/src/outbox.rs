@@ -221,7 +221,7 @@ pub async fn open_outbox(
     options: OpenOptions,
     sink: Arc<dyn DeliverySink>,
 ) -> Result<Arc<Outbox>, OutboxError> {
-    let classifier = options.classifier.to_core();
+    let classifier = options.classifier.table();
     open(path, options, ForeignSink { sink, classifier }, None).await
 }
 
@@ -248,7 +248,7 @@ pub async fn open_http_outbox(
     options: OpenOptions,
     http: HttpOptions,
 ) -> Result<Arc<Outbox>, OutboxError> {
-    let (sink, token) = http.build(options.classifier.to_core())?;
+    let (sink, token) = http.build(options.classifier.table())?;
     open(path, options, sink, Some(token)).await
 }
 
