@@ -58,8 +58,6 @@ pub fn generate(library: &Path, languages: &[Language], out_dir: &Path) -> Resul
         out_dir: utf8(out_dir)?,
         format: false,
         crate_filter: Some("outbox_ffi".into()),
-        // Every exported type is in this crate: no need to resolve the dependency graph.
-        metadata_no_deps: true,
         ..Default::default()
     };
     uniffi::generate(options).map_err(|err| format!("{err:#}"))

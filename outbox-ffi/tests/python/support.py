@@ -17,8 +17,8 @@ def now_ms():
 
 class Server:
     """A local HTTP server whose answer for each request comes from `script(key, payload,
-    headers, hit_number)`, returning (status, headers, body). Every request is recorded as a
-    hit: (time_ms, key, payload, status)."""
+    headers, n)` (`n`: earlier requests with this key), returning (status, headers, body).
+    Every request is recorded as a hit when it arrives: (time_ms, key, payload, status)."""
 
     def __init__(self, script=None, delay=0.0):
         self.script = script or (lambda key, payload, headers, n: (200, {}, b""))
@@ -36,24 +36,25 @@ class Server:
                 key = self.headers.get("Idempotency-Key")
                 with server.changed:
                     n = sum(1 for hit in server.hits if hit[1] == key)
-                status, headers, body = server.script(key, payload, self.headers, n)
+                    status, headers, body = server.script(key, payload, self.headers, n)
+                    # Recorded as it arrives, before it is answered: a runner's clock reading
+                    # taken on the answer is never earlier than the hit's time.
+                    server.hits.append((now_ms(), key, payload, status))
+                    server.changed.notify_all()
                 if server.delay:
                     # The server's own pace, so that a drain takes a while (not an assertion).
                     time.sleep(server.delay)
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
                 try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
                     self.wfile.write(body)
                     self.wfile.flush()
                 except OSError:
-                    # The client is gone (the kill test kills it): it never saw this answer.
-                    return
-                with server.changed:
-                    server.hits.append((now_ms(), key, payload, status))
-                    server.changed.notify_all()
+                    # The client is gone (the kill test kills it); the server had the write.
+                    pass
 
             def log_message(self, *args):
                 pass
