@@ -106,9 +106,12 @@ class UrllibSink(o.DeliverySink):
     def deliver(self, record):
         if self.before is not None:
             self.before(record)
-        request = urllib.request.Request(
-            self.url, data=record.payload, method="POST", headers={"Idempotency-Key": record.key}
-        )
+        headers = {"Idempotency-Key": record.key}
+        if record.expected_version is not None:
+            # The write's precondition, as the built-in sink sends it.
+            version = record.expected_version
+            headers["If-Match"] = version if version.startswith('"') else '"%s"' % version
+        request = urllib.request.Request(self.url, data=record.payload, method="POST", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=5) as answer:
                 return response(answer.status)
@@ -153,7 +156,7 @@ async def wait_for(outbox, condition, timeout=15.0, seen=None):
         if await condition():
             return
         if time.monotonic() > deadline:
-            raise AssertionError("timed out; stats: %r" % (await outbox.stats(),))
+            raise AssertionError("timed out; stats: %s" % (await outbox.stats(),))
         event = await outbox.next_event(100)
         if event is not None and seen is not None:
             seen.append(event)
@@ -170,7 +173,7 @@ async def wait_event(outbox, match, timeout=15.0, seen=None):
             seen.append(event)
         if match(event):
             return event
-    raise AssertionError("no matching event; stats: %r" % (await outbox.stats(),))
+    raise AssertionError("no matching event; stats: %s" % (await outbox.stats(),))
 
 
 async def quiet_events(outbox, quiet_ms=150):

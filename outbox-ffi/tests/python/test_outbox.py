@@ -226,6 +226,60 @@ class OutboxTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(calls["n"], 2)
         self.assertEqual(self.server.delivered_keys(), {"boom"})
 
+    async def test_replacing_coalesces_and_a_stale_precondition_waits_for_a_person(self):
+        def script(key, payload, headers, n):
+            match = headers.get("If-Match")
+            if match is not None and match != '"4"':
+                return 412, {}, b"note-8 is at version 4"
+            return 200, {}, b""
+
+        outbox = await self.open(script, fast_options(online=False))
+        first = await outbox.enqueue(
+            o.Write(payload=b"v1", key="edit-1", group="note-7", replacing="note-7/body")
+        )
+        second = await outbox.enqueue(
+            o.Write(payload=b"v2", key="edit-2", group="note-7", replacing="note-7/body")
+        )
+        self.assertEqual(first, second)
+        events = await quiet_events(outbox)
+        self.assertIn(o.OutboxEvent.SUPERSEDED(id=first, group="note-7"), events)
+        stale = await outbox.enqueue(
+            o.Write(payload=b"title", key="stale-1", group="note-8", expecting="3")
+        )
+        self.assertEqual((await outbox.get(stale)).expected_version, "3")
+        stats = await outbox.stats()
+        self.assertEqual((stats.pending, stats.superseded), (2, 1))
+
+        outbox.set_online(True)
+        parked = await wait_event(outbox, lambda e: e.is_parked() and e.id == stale)
+        self.assertIn("HTTP 412", parked.reason)
+
+        async def settled():
+            stats = await outbox.stats()
+            return stats.delivered == 1 and stats.needs_attention == 1
+
+        await wait_for(outbox, settled)
+        # One request for the two edits, with the newer payload and key.
+        self.assertEqual([(h[1], h[2]) for h in self.server.hits if h[1] != "stale-1"],
+                         [("edit-2", b"v2")])
+        self.assertEqual((await outbox.get(stale)).state, o.RecordState.NEEDS_ATTENTION)
+
+    async def test_a_full_file_refuses_the_write_and_keeps_the_others(self):
+        # The queue's own size cap (records, bytes) has not landed in the core; the SQLite
+        # file's size limit is what refuses a write here.
+        options = fast_options(online=False)
+        options.size_limit_bytes = 256 * 1024
+        outbox = await self.open(options=options)
+        acked = []
+        with self.assertRaises(o.OutboxError.StorageFull):
+            for i in range(1000):
+                acked.append(await outbox.enqueue(o.Write(payload=bytes(4096), key="fill-%d" % i)))
+        self.assertGreater(len(acked), 10)
+        self.assertEqual((await outbox.stats()).pending, len(acked))
+        for record in (acked[0], acked[-1]):
+            kept = await outbox.get(record)
+            self.assertEqual((kept.state, len(kept.payload)), (o.RecordState.PENDING, 4096))
+
     async def test_typed_exceptions(self):
         options = fast_options()
         options.max_payload_bytes = 16
