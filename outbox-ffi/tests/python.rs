@@ -1,6 +1,6 @@
 //! The Python suite (`tests/python/`): an app written in Python, through the Python bindings
 //! generated from the library this build made, against a local HTTP server. Needs `python3`
-//! (3.8 or later, standard library only); under `CI=true` a missing one fails the test.
+//! (the standard library only); under `CI=true` a missing one fails the test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

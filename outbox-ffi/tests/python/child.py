@@ -1,6 +1,6 @@
 """The app the kill test starts and kills: opens the outbox at argv[1], delivers to argv[2],
 enqueues argv[3] writes and reports on stdout, one line each, every write acknowledged
-(`ack ID KEY`, printed once `enqueue` returned: the write is durable) and every retry
+(`ack ID KEY`, printed once the enqueue returned: the write is durable) and every retry
 scheduled (`retrying ID AT`). It never ends by itself."""
 
 import asyncio
@@ -39,9 +39,11 @@ def options():
 async def main(path, url, count):
     outbox = await o.open_outbox(path, options(), UrllibSink(url))
     outbox.set_event_listener(Report())
-    for i in range(count):
-        key = "kill-%d" % i
-        record = await outbox.enqueue(o.Write(payload=key.encode(), key=key))
+    # One transaction for all, so the drain (30 ms a request) is long under way when the kill
+    # comes however slow the disk is.
+    keys = ["kill-%d" % i for i in range(count)]
+    records = await outbox.enqueue_batch([o.Write(payload=key.encode(), key=key) for key in keys])
+    for record, key in zip(records, keys):
         say("ack %d %s" % (record, key))
     say("all acked")
     await asyncio.Event().wait()

@@ -62,10 +62,14 @@ class KillTest(unittest.IsolatedAsyncioTestCase):
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
-            # Mid-drain: the first write's retry is scheduled and some writes went out.
+            # Mid-drain: all acknowledged, the first write's retry scheduled, some writes out.
             deadline = time.monotonic() + 20
             with lines:
-                while not (1 in retrying and len(self.server.delivered_keys()) >= 10):
+                while not (
+                    len(acked) == COUNT
+                    and 1 in retrying
+                    and len(self.server.delivered_keys()) >= 10
+                ):
                     self.assertLess(time.monotonic(), deadline, "the child never got going")
                     lines.wait(0.05)
             os.kill(child.pid, signal.SIGKILL)
@@ -76,7 +80,7 @@ class KillTest(unittest.IsolatedAsyncioTestCase):
             child.stdout.close()
         self.assertEqual(child.returncode, -signal.SIGKILL)
         delivered_before = self.server.delivered_keys()
-        self.assertGreaterEqual(len(acked), 10)
+        self.assertEqual(len(acked), COUNT)
         self.assertLess(
             len(delivered_before), len(acked), "the kill should land before the drain ended"
         )
