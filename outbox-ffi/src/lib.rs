@@ -34,8 +34,8 @@ pub mod bindgen;
 
 pub use error::OutboxError;
 pub use options::{
-    default_options, BackoffOptions, CeilingKind, ClassifierOptions, ForbiddenMeaning, JitterKind,
-    OpenOptions, PolicyOptions, RunnerOptions,
+    default_options, BackoffOptions, CeilingKind, ClassifierOptions, ConflictChoice,
+    ForbiddenMeaning, JitterKind, OpenOptions, PolicyOptions, RunnerOptions,
 };
 pub use outbox::{open_http_outbox, open_outbox, EventListener, ListFilter, ListenerError, Outbox};
 pub use sink::{classify_delivery, Delivery, DeliverySink, HttpOptions, SinkError};

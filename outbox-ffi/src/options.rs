@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use outbox_core::http::{Classifier, Forbidden};
-use outbox_core::{Backoff, Ceiling, Jitter, RetryPolicy, RunnerConfig};
+use outbox_core::{Backoff, Ceiling, ConflictResolution, Jitter, RetryPolicy, RunnerConfig};
 use outbox_sqlite::SqliteConfig;
 
 use crate::error::{millis, OutboxError};
@@ -135,6 +135,45 @@ pub struct ClassifierOptions {
     pub forbidden: ForbiddenMeaning,
 }
 
+/// What a 409 Conflict means for a record (see [`outbox_core::ConflictResolution`]). A 412 (a
+/// failed `If-Match` precondition: the server did not take the write) always waits for a
+/// person, whatever this says, so a stale edit is never counted as delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, uniffi::Enum)]
+pub enum ConflictChoice {
+    /// The record waits for a person (the default).
+    NeedsAttention,
+    /// The server already has this write (a duplicate create): count it delivered.
+    AlreadyDelivered,
+    /// Final: the record is rejected.
+    Reject,
+    /// Try again later, spending one attempt.
+    Retry,
+}
+
+impl ConflictChoice {
+    /// What a conflict with the server's `detail` means under this choice.
+    ///
+    /// ```
+    /// use outbox_core::ConflictResolution;
+    /// use outbox_ffi::ConflictChoice;
+    ///
+    /// let choice = ConflictChoice::AlreadyDelivered;
+    /// assert_eq!(choice.resolve("HTTP 409"), ConflictResolution::AlreadyDelivered);
+    /// assert_eq!(choice.resolve("HTTP 412 precondition failed"), ConflictResolution::NeedsAttention);
+    /// ```
+    pub fn resolve(self, detail: &str) -> ConflictResolution {
+        if detail.starts_with("HTTP 412") {
+            return ConflictResolution::NeedsAttention;
+        }
+        match self {
+            ConflictChoice::NeedsAttention => ConflictResolution::NeedsAttention,
+            ConflictChoice::AlreadyDelivered => ConflictResolution::AlreadyDelivered,
+            ConflictChoice::Reject => ConflictResolution::Reject,
+            ConflictChoice::Retry => ConflictResolution::Retry,
+        }
+    }
+}
+
 /// Everything [`open_outbox`](crate::open_outbox) takes besides the path and the sink.
 ///
 /// ```
@@ -150,6 +189,8 @@ pub struct OpenOptions {
     pub runner: RunnerOptions,
     /// The classification table.
     pub classifier: ClassifierOptions,
+    /// What a 409 Conflict means.
+    pub on_conflict: ConflictChoice,
     /// Whether the device is online when the outbox opens; the platform's connectivity
     /// callback then calls `set_online`.
     pub online: bool,
@@ -220,6 +261,7 @@ pub fn default_options() -> OpenOptions {
             retry: Vec::new(),
             forbidden: ForbiddenMeaning::Retry,
         },
+        on_conflict: ConflictChoice::NeedsAttention,
         online: true,
         max_payload_bytes: sqlite.max_payload as u64,
         size_limit_bytes: sqlite.size_limit,

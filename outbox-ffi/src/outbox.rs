@@ -261,6 +261,7 @@ async fn open(
     let policy = options.policy.to_core()?;
     let config = options.runner.to_core()?;
     let sqlite = options.sqlite()?;
+    let on_conflict = options.on_conflict;
     let (online, signal) = watch::channel(options.online);
     let inner = on_runtime(async move {
         let store = SqliteStore::open_or_create(&path, sqlite).await?;
@@ -268,6 +269,9 @@ async fn open(
             .policy(policy)
             .config(config)
             .connectivity(signal)
+            .conflict_resolver(move |_: &outbox_core::Record, detail: &str| {
+                on_conflict.resolve(detail)
+            })
             .start()
             .await?;
         Ok(Arc::new(outbox))

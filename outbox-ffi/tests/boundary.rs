@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use outbox_core::http::{Classifier, Forbidden, Response};
 use outbox_core::{Error, Outcome, RecordId};
 use outbox_ffi::{
-    classify_delivery, default_options, open_outbox, BackoffOptions, Delivery, DeliverySink,
-    ForbiddenMeaning, OpenOptions, OutboxError, OutboxEvent, OutboxRecord, RecordState, SinkError,
-    Write,
+    classify_delivery, default_options, open_outbox, BackoffOptions, ConflictChoice, Delivery,
+    DeliverySink, ForbiddenMeaning, OpenOptions, OutboxError, OutboxEvent, OutboxRecord,
+    RecordState, SinkError, Write,
 };
 
 fn answer(status: u16) -> Delivery {
@@ -108,6 +108,47 @@ async fn a_sink_raising_an_error_leaves_its_reason_on_the_record() {
         record.last_error.as_deref(),
         Some("the sink raised: the sink failed: socket factory missing")
     );
+    outbox.shutdown(2_000).await.unwrap();
+}
+
+/// Answers 409 to `dup` and 412 to `stale`, by payload.
+struct Conflicts;
+
+impl DeliverySink for Conflicts {
+    fn deliver(&self, record: OutboxRecord) -> Result<Delivery, SinkError> {
+        Ok(answer(if record.payload == b"dup" { 409 } else { 412 }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_409_follows_the_apps_choice_and_a_412_always_waits_for_a_person() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox.db").to_string_lossy().into_owned();
+    let mut options = fast();
+    options.on_conflict = ConflictChoice::AlreadyDelivered;
+    let outbox = open_outbox(path, options, Arc::new(Conflicts))
+        .await
+        .unwrap();
+    let dup = outbox.enqueue(Write::new(b"dup".to_vec())).await.unwrap();
+    let stale = outbox.enqueue(Write::new(b"stale".to_vec())).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the conflicts were never resolved"
+        );
+        let stats = outbox.stats().await.unwrap();
+        if stats.delivered == 1 && stats.needs_attention == 1 {
+            break;
+        }
+        outbox.next_event(100).await.unwrap();
+    }
+    assert!(
+        outbox.get(dup).await.unwrap().is_none(),
+        "delivered, so gone"
+    );
+    let parked = outbox.get(stale).await.unwrap().unwrap();
+    assert_eq!(parked.state, RecordState::NeedsAttention);
     outbox.shutdown(2_000).await.unwrap();
 }
 
