@@ -13,8 +13,11 @@
 //!   soak of one store, N workers killed with SIGKILL (see [`soak`]).
 //! - `fleet-sim [options]`: simulates a fleet after an outage and writes `FLEET.md` and
 //!   `fleet.svg` (see [`fleet`]).
+//! - `bindings [--out DIR]`: builds `outbox-ffi` and generates its Kotlin and Swift sources
+//!   (see [`bindings`]).
 
 mod bench_report;
+mod bindings;
 mod fleet;
 mod json;
 mod outside;
@@ -31,8 +34,9 @@ fn main() -> ExitCode {
         Some("bench-report") => bench_report::bench_report(&args[1..]),
         Some("soak") => soak::soak(&args[1..]),
         Some("fleet-sim") => fleet::fleet_sim(&args[1..]),
+        Some("bindings") => bindings::bindings(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask ci | package | bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE] | soak --store sqlite|redb|postgres|journal --kills N [--seed S] [--release] | fleet-sim [options]");
+            eprintln!("usage: cargo xtask ci | package | bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE] | soak --store sqlite|redb|postgres|journal --kills N [--seed S] [--release] | fleet-sim [options] | bindings [--out DIR]");
             return ExitCode::from(2);
         }
     };
