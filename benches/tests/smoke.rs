@@ -124,7 +124,10 @@ fn drain_rss_reports_a_bounded_peak_for_each_store() {
         // (1,024): fewer than one commit per 32 records, never fewer than one per 1,024.
         let commits: f64 = field("commits_per_1000").parse().expect("a number");
         assert!(commits >= 1000.0 / 1024.0, "{kind}: {line}");
-        assert!(commits < 1000.0 / 32.0, "{kind}: rounds did not grow: {line}");
+        assert!(
+            commits < 1000.0 / 32.0,
+            "{kind}: rounds did not grow: {line}"
+        );
     }
 }
 
