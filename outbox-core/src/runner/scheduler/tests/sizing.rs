@@ -56,6 +56,21 @@ fn round(
     }
 }
 
+/// Starts the scheduler and answers `rounds` full claims whose deliveries all succeed at once;
+/// returns the actions that end the last round, the claim limits in order and the next id.
+fn grow(s: &mut Scheduler, rounds: usize) -> (Vec<Action>, Vec<usize>, u64) {
+    let mut actions = drain(s);
+    let mut limits = Vec::new();
+    let mut next = 1;
+    for _ in 0..rounds {
+        let limit = claim_limit(&actions).expect("a claim");
+        limits.push(limit);
+        actions = round(s, at(1), &actions, next, limit as u64, &Outcome::Delivered);
+        next += limit as u64;
+    }
+    (actions, limits, next)
+}
+
 #[test]
 fn full_rounds_of_quick_deliveries_grow_to_the_maximum_and_an_idle_queue_starts_small() {
     let config = RunnerConfig::default()
@@ -63,22 +78,7 @@ fn full_rounds_of_quick_deliveries_grow_to_the_maximum_and_an_idle_queue_starts_
         .with_max_batch(16)
         .with_concurrency(4);
     let mut s = scheduler(config);
-    let mut actions = drain(&mut s);
-    let mut limits = Vec::new();
-    let mut next = 1;
-    for _ in 0..5 {
-        let limit = claim_limit(&actions).expect("a claim");
-        limits.push(limit);
-        actions = round(
-            &mut s,
-            at(1),
-            &actions,
-            next,
-            limit as u64,
-            &Outcome::Delivered,
-        );
-        next += limit as u64;
-    }
+    let (actions, limits, next) = grow(&mut s, 5);
     assert_eq!(limits, [4, 8, 16, 16, 16]);
     assert!(s.holding() <= 16 + 16, "a round and its outcomes at most");
     // The queue runs dry: a claim that comes back short ends the drain.
@@ -105,20 +105,7 @@ fn a_round_with_a_failure_halves_the_next_one() {
         .with_max_batch(64)
         .with_concurrency(8);
     let mut s = scheduler(config);
-    let mut actions = drain(&mut s);
-    let mut next = 1;
-    for _ in 0..4 {
-        let limit = claim_limit(&actions).expect("a claim");
-        actions = round(
-            &mut s,
-            at(1),
-            &actions,
-            next,
-            limit as u64,
-            &Outcome::Delivered,
-        );
-        next += limit as u64;
-    }
+    let (actions, _, next) = grow(&mut s, 4);
     assert_eq!(claim_limit(&actions), Some(32));
     let failing = Outcome::transient("HTTP 503", None);
     let actions = round(&mut s, at(2), &actions, next, 32, &failing);
@@ -132,20 +119,7 @@ fn a_slow_round_halves_the_next_one() {
         .with_max_batch(64)
         .with_concurrency(8);
     let mut s = scheduler(config);
-    let mut actions = drain(&mut s);
-    let mut next = 1;
-    for _ in 0..3 {
-        let limit = claim_limit(&actions).expect("a claim");
-        actions = round(
-            &mut s,
-            at(1),
-            &actions,
-            next,
-            limit as u64,
-            &Outcome::Delivered,
-        );
-        next += limit as u64;
-    }
+    let (actions, _, next) = grow(&mut s, 3);
     assert_eq!(claim_limit(&actions), Some(16));
     // Claimed at 1 ms, every delivery reported after the bound: the sink does not keep up.
     answer(
@@ -182,20 +156,7 @@ fn a_retry_after_starts_the_rounds_small_again() {
         .with_max_batch(64)
         .with_concurrency(1);
     let mut s = scheduler(config);
-    let mut actions = drain(&mut s);
-    let mut next = 1;
-    for _ in 0..3 {
-        let limit = claim_limit(&actions).expect("a claim");
-        actions = round(
-            &mut s,
-            at(1),
-            &actions,
-            next,
-            limit as u64,
-            &Outcome::Delivered,
-        );
-        next += limit as u64;
-    }
+    let (actions, _, next) = grow(&mut s, 3);
     assert_eq!(claim_limit(&actions), Some(16));
     let retry_after = Some(crate::RetryAfter::Delay(Duration::from_secs(1)));
     let actions = round(
@@ -227,20 +188,7 @@ fn a_link_down_starts_the_rounds_small_again() {
         .with_max_batch(64)
         .with_concurrency(1);
     let mut s = scheduler(config);
-    let mut actions = drain(&mut s);
-    let mut next = 1;
-    for _ in 0..3 {
-        let limit = claim_limit(&actions).expect("a claim");
-        actions = round(
-            &mut s,
-            at(1),
-            &actions,
-            next,
-            limit as u64,
-            &Outcome::Delivered,
-        );
-        next += limit as u64;
-    }
+    let (actions, _, next) = grow(&mut s, 3);
     assert_eq!(claim_limit(&actions), Some(16));
     let actions = round(
         &mut s,
