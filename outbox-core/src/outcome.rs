@@ -195,6 +195,39 @@ impl Outcome {
         }
     }
 
+    /// The outcome with the server's own words after its reason (`HTTP 422: title is
+    /// empty`), so a person sees both the verdict and the detail while
+    /// [`verdict`](Self::verdict) still reads the head. A delivery and a no-answer keep none
+    /// (what answered in our server's place is not read), and an empty or blank detail
+    /// changes nothing. Sinks call it after classifying a response.
+    ///
+    /// ```
+    /// use outbox_core::Outcome;
+    ///
+    /// let rejected = Outcome::rejected("HTTP 422").with_detail(" title is empty\n");
+    /// assert_eq!(rejected, Outcome::rejected("HTTP 422: title is empty"));
+    /// assert_eq!(rejected.verdict(), Some("HTTP 422"));
+    /// assert_eq!(Outcome::rejected("HTTP 422").with_detail("  "), Outcome::rejected("HTTP 422"));
+    /// assert_eq!(Outcome::Delivered.with_detail("ok"), Outcome::Delivered);
+    /// ```
+    #[must_use]
+    pub fn with_detail(self, detail: &str) -> Outcome {
+        let detail = detail.trim();
+        if detail.is_empty() {
+            return self;
+        }
+        match self {
+            Outcome::Transient { error, retry_after } => Outcome::Transient {
+                error: format!("{error}: {detail}"),
+                retry_after,
+            },
+            Outcome::Rejected { reason } => Outcome::rejected(format!("{reason}: {detail}")),
+            Outcome::Halt { reason } => Outcome::halt(format!("{reason}: {detail}")),
+            Outcome::Conflict { detail: head } => Outcome::conflict(format!("{head}: {detail}")),
+            other => other,
+        }
+    }
+
     /// What kind of refusal a rejection is, without the server's words: the reason up to its
     /// first `": "` (`HTTP 404` for `HttpSink`'s `HTTP 404: Cannot PUT /v1/notes/7`). A sink
     /// that writes its own reasons puts its kind of error first the same way. The runner's

@@ -191,26 +191,8 @@ fn classify(classifier: &Classifier, delivery: Delivery) -> Outcome {
                 date: date.as_deref(),
                 location_elsewhere: location_elsewhere.as_deref(),
             });
-            match detail.as_deref().map(str::trim) {
-                Some(detail) if !detail.is_empty() => with_detail(outcome, detail),
-                _ => outcome,
-            }
+            outcome.with_detail(detail.as_deref().unwrap_or_default())
         }
-    }
-}
-
-/// `outcome` with `detail` after its reason; a delivery and a no-answer keep none (what
-/// answered in our server's place is not read).
-fn with_detail(outcome: Outcome, detail: &str) -> Outcome {
-    match outcome {
-        Outcome::Transient { error, retry_after } => Outcome::Transient {
-            error: format!("{error}: {detail}"),
-            retry_after,
-        },
-        Outcome::Rejected { reason } => Outcome::rejected(format!("{reason}: {detail}")),
-        Outcome::Halt { reason } => Outcome::halt(format!("{reason}: {detail}")),
-        Outcome::Conflict { detail: head } => Outcome::conflict(format!("{head}: {detail}")),
-        other => other,
     }
 }
 

@@ -383,12 +383,7 @@ impl HttpSink {
         if matches!(outcome, Outcome::Delivered | Outcome::NoAnswer { .. }) {
             return outcome;
         }
-        let detail = scrub(&reason(response).await, &target.url);
-        if detail.is_empty() {
-            outcome
-        } else {
-            with_detail(outcome, &detail)
-        }
+        outcome.with_detail(&scrub(&reason(response).await, &target.url))
     }
 }
 
@@ -423,19 +418,6 @@ async fn reason(mut response: reqwest::Response) -> String {
         }
     }
     String::from_utf8_lossy(&kept).trim().to_owned()
-}
-
-fn with_detail(outcome: Outcome, detail: &str) -> Outcome {
-    match outcome {
-        Outcome::Transient { error, retry_after } => Outcome::Transient {
-            error: format!("{error}: {detail}"),
-            retry_after,
-        },
-        Outcome::Rejected { reason } => Outcome::rejected(format!("{reason}: {detail}")),
-        Outcome::Halt { reason } => Outcome::halt(format!("{reason}: {detail}")),
-        Outcome::Conflict { detail: d } => Outcome::conflict(format!("{d}: {detail}")),
-        other => other,
-    }
 }
 
 #[async_trait]
