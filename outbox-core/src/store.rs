@@ -368,6 +368,12 @@ pub struct Round {
 ///   in flight under the lease and returns them (with `state` and `lease` updated). No record is
 ///   claimed twice while its lease holds, across every handle and process the store allows.
 ///   The cost must not grow with the number of records that are not yet due.
+/// - **Not before**: a record enqueued with [`NewRecord::not_before`] keeps that time
+///   ([`Record::not_before`]) and its `next_attempt_at` is `max(now, not_before)`: the same
+///   deadline index the claim reads, so records held for later are part of the not-yet-due
+///   backlog whose size a claim never pays for. Replacing a waiting record sets both as
+///   [`Record::supersede`] does. [`Stats::scheduled`] counts the pending records whose
+///   deadline is still their not-before time ([`Record::is_scheduled`]).
 /// - **Apply** writes a batch of transitions atomically, each only where its
 ///   [`Guard`](crate::Guard) holds; the rest are reported in [`Applied::skipped`].
 ///   [`Change::Delivered`](crate::Change::Delivered) removes the record and adds one to the
@@ -412,8 +418,9 @@ pub struct Round {
 /// The trait is object safe: `Arc<dyn Store>` works.
 #[async_trait]
 pub trait Store: Debug + Send + Sync {
-    /// Durably enqueues a batch, all or nothing, as pending records due at `now` (or as
-    /// replacements of earlier waiting writes, see the contract); returns their ids in order.
+    /// Durably enqueues a batch, all or nothing, as pending records due at `now` or at their
+    /// not-before time when that is later (or as replacements of earlier waiting writes), see
+    /// the contract; returns their ids in order.
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued>;
 
     /// Claims due records under a lease (see the contract).
