@@ -177,6 +177,7 @@ impl Device {
                 key: format!("{}-{}", self.name, self.written),
                 expected_version: None,
                 replaces: None,
+                not_before: None,
             };
             // A write the store refuses is not a record of the backlog.
             if ready(self.store.enqueue(vec![record], now.wall)).is_ok() {

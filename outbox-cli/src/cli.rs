@@ -46,13 +46,14 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Counts per state, held-back records, the oldest undelivered age, the next due time, the
-    /// runner's halt and the most common errors.
+    /// Counts per state, held-back and scheduled records, the oldest undelivered age, the next
+    /// due time, the runner's halt and the most common errors.
     #[command(
         after_help = "Example:\n  outbox stats app.db\n  outbox stats postgres://postgres@127.0.0.1/app --schema billing_outbox --json"
     )]
     Stats(StatsArgs),
-    /// A page of records: id, group, state, attempts, next attempt, age and last error.
+    /// A page of records: id, group, state (`scheduled` for a pending record held until its
+    /// not-before time), attempts, next attempt, age and last error.
     #[command(
         after_help = "Example:\n  outbox list app.db --state retrying --group doc-42 --limit 20\n  outbox list app.db --after 120          the page after record 120\n  outbox list app.db --state discarded    tombstones"
     )]

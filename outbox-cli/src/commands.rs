@@ -69,7 +69,7 @@ pub async fn execute(
                     Listing::Records(records, next) => json(
                         io,
                         &Page {
-                            records: records.iter().map(RecordView::from).collect(),
+                            records: records.iter().map(|r| RecordView::at(r, now)).collect(),
                             next_after: next.map(|id| id.0),
                         },
                     ),
@@ -89,7 +89,7 @@ pub async fn execute(
         Command::Show(args) => {
             let found = view::find(store, args.id).await?;
             match (&found, args.json) {
-                (Found::Record(r), true) => json(io, &RecordDetail::from(r)),
+                (Found::Record(r), true) => json(io, &RecordDetail::at(r, now)),
                 (Found::Tombstone(t), true) => json(io, &TombstoneView::from(t)),
                 (Found::Record(r), false) => Ok(write!(io.out, "{}", human::record(r, now))?),
                 (Found::Tombstone(t), false) => Ok(write!(io.out, "{}", human::tombstone(t, now))?),

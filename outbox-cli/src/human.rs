@@ -159,7 +159,14 @@ pub fn stats(view: &StatsView) -> String {
             "writes merged into a waiting one of their key".to_owned(),
         )
     });
-    for (name, count, note) in rows.into_iter().chain(merged) {
+    let scheduled = (c.scheduled > 0).then(|| {
+        (
+            "scheduled",
+            c.scheduled,
+            "pending, held until their not-before time".to_owned(),
+        )
+    });
+    for (name, count, note) in rows.into_iter().chain(merged).chain(scheduled) {
         let line = format!("{name:<18}{count:>8}   {note}");
         let _ = writeln!(out, "{}", line.trim_end());
     }
@@ -230,10 +237,16 @@ fn record_row(r: &Record, now: Millis) -> Vec<String> {
         (Some(at), None) => when(at, now),
         (None, None) => "-".to_owned(),
     };
+    // A record held until its not-before time is pending, but nothing is wrong with it.
+    let state = if crate::view::scheduled(r, now) {
+        "scheduled".to_owned()
+    } else {
+        r.state.to_string()
+    };
     vec![
         r.id.0.to_string(),
         group(r.group.as_deref()),
-        r.state.to_string(),
+        state,
         format!("{}/{}/{}", r.attempts, r.unanswered, r.interrupted),
         next,
         span(now.saturating_sub(r.created_at)),
@@ -298,7 +311,11 @@ pub fn record(r: &Record, now: Millis) -> String {
         let _ = writeln!(out, "{name:<15}{value}");
     };
     field("record", format!("#{}", r.id.0));
-    field("state", r.state.to_string());
+    if crate::view::scheduled(r, now) {
+        field("state", format!("{} (scheduled)", r.state));
+    } else {
+        field("state", r.state.to_string());
+    }
     field("group", group(r.group.as_deref()));
     field("key", shown(&r.key));
     if let Some(version) = &r.expected_version {
@@ -312,6 +329,9 @@ pub fn record(r: &Record, now: Millis) -> String {
             "replaces",
             format!("{} (a later write of this key replaces it)", shown(key)),
         );
+    }
+    if let Some(at) = r.not_before {
+        field("not before", when(at, now));
     }
     field("created", when(r.created_at, now));
     field(

@@ -184,9 +184,10 @@ async fn records(State(app): State<Shared>, Query(params): Query<ListParams>) ->
         let limit = params.limit.unwrap_or(50).clamp(1, MAX_LIMIT);
         view::list(&*app.store, state, group, after, limit).await
     };
+    let now = app.now.get();
     match listed.await {
         Ok(Listing::Records(records, next)) => Json(Page {
-            records: records.iter().map(RecordView::from).collect(),
+            records: records.iter().map(|r| RecordView::at(r, now)).collect(),
             next_after: next.map(|id| id.0),
         })
         .into_response(),
@@ -205,7 +206,7 @@ async fn record(State(app): State<Shared>, Path(id): Path<String>) -> Response {
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
     match view::find(&*app.store, id).await {
-        Ok(Found::Record(r)) => Json(RecordDetail::from(&r)).into_response(),
+        Ok(Found::Record(r)) => Json(RecordDetail::at(&r, app.now.get())).into_response(),
         Ok(Found::Tombstone(t)) => Json(TombstoneView::from(&t)).into_response(),
         Err(err) => failure(err),
     }

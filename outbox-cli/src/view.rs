@@ -58,6 +58,10 @@ pub struct Counts {
     /// was created; left out while 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub superseded: u64,
+    /// Pending records held until a not-before time and not claimed since (a part of
+    /// `pending`, see [`Record::is_scheduled`]); left out while 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub scheduled: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -117,11 +121,42 @@ pub struct RecordView {
     /// The coalescing key; left out when none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replaces: Option<String>,
+    /// The time the record is not to be delivered before; left out when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<Millis>,
+    /// `true` while the record waits for its not-before time (see [`scheduled`]); left out
+    /// otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub scheduled: bool,
     /// What a repair must still find: pass it as `--seen` (see [`crate::revision`]).
     pub revision: String,
 }
 
+/// Whether `r` is still held by its not-before time at `now`: never claimed since it was
+/// enqueued ([`Record::is_scheduled`]), and its first attempt still ahead of it.
+///
+/// ```
+/// use outbox_core::{NewRecord, Record, RecordId};
+/// let r = Record::enqueued(RecordId(1), NewRecord::new(vec![]).not_before(9_000), 1_000);
+/// assert!(outbox_cli::view::scheduled(&r, 8_999));
+/// assert!(!outbox_cli::view::scheduled(&r, 9_000)); // due now
+/// ```
+pub fn scheduled(r: &Record, now: Millis) -> bool {
+    r.is_scheduled() && r.next_attempt_at.is_some_and(|at| at > now)
+}
+
+impl RecordView {
+    /// The view of `r` as seen at `now` (whether it is [`scheduled`] depends on the time).
+    pub fn at(r: &Record, now: Millis) -> Self {
+        RecordView {
+            scheduled: scheduled(r, now),
+            ..r.into()
+        }
+    }
+}
+
 impl From<&Record> for RecordView {
+    /// The view of `r` without a time: never marked as scheduled (see [`RecordView::at`]).
     fn from(r: &Record) -> Self {
         RecordView {
             id: r.id.0,
@@ -139,6 +174,8 @@ impl From<&Record> for RecordView {
             payload_bytes: r.payload.len(),
             expected_version: r.expected_version.clone(),
             replaces: r.replaces.clone(),
+            not_before: r.not_before,
+            scheduled: false,
             revision: crate::revision::of(r),
         }
     }
@@ -154,6 +191,15 @@ pub struct RecordDetail {
     pub payload_encoding: &'static str,
     /// The payload as text, or as lowercase hex digits.
     pub payload: String,
+}
+
+impl RecordDetail {
+    /// The detail of `r` as seen at `now` (see [`RecordView::at`]).
+    pub fn at(r: &Record, now: Millis) -> Self {
+        let mut detail = RecordDetail::from(r);
+        detail.record.scheduled = scheduled(r, now);
+        detail
+    }
 }
 
 impl From<&Record> for RecordDetail {
@@ -241,6 +287,7 @@ pub async fn stats(store: &dyn Store, now: Millis) -> Result<StatsView, CliError
             discarded: stats.discarded,
             delivered: stats.delivered,
             superseded: stats.superseded,
+            scheduled: stats.scheduled,
         },
         held: stats.held,
         undelivered: stats.undelivered(),

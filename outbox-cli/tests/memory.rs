@@ -492,3 +492,60 @@ async fn human_output_escapes_a_servers_control_characters_and_json_stays_exact(
         assert_eq!(error, hostile, "{args:?}: the JSON holds the exact text");
     }
 }
+
+#[tokio::test]
+async fn stats_list_and_show_tell_of_records_held_for_later() {
+    std::env::set_var("TZ", "UTC");
+    let store = MemoryStore::new();
+    let hour = 3_600_000;
+    store
+        .enqueue(
+            vec![
+                NewRecord::new(b"reminder".to_vec()).not_before(NOW + hour),
+                NewRecord::new(b"now".to_vec()),
+            ],
+            NOW,
+        )
+        .await
+        .unwrap();
+    let stats = ok(&store, &["stats", "mem"]).await;
+    assert!(stats.contains("pending                  2"), "{stats}");
+    assert!(
+        stats.contains("scheduled                1   pending, held until their not-before time"),
+        "{stats}"
+    );
+    let stats_json = ok(&store, &["stats", "mem", "--json"]).await;
+    assert!(stats_json.contains(r#""scheduled": 1"#), "{stats_json}");
+    let list = ok(&store, &["list", "mem"]).await;
+    let rows: Vec<&str> = list.lines().collect();
+    assert!(rows[1].starts_with("1   -      scheduled"), "{list}");
+    assert!(rows[2].starts_with("2   -      pending"), "{list}");
+    let json = ok(&store, &["list", "mem", "--json"]).await;
+    assert!(json.contains(r#""scheduled": true"#), "{json}");
+    assert_eq!(json.matches(r#""scheduled""#).count(), 1, "{json}");
+    assert!(
+        json.contains(&format!(r#""not_before": {}"#, NOW + hour)),
+        "{json}"
+    );
+    let shown = ok(&store, &["show", "mem", "1"]).await;
+    assert!(
+        shown.contains("state          pending (scheduled)"),
+        "{shown}"
+    );
+    assert!(shown.contains("not before     "), "{shown}");
+    // Once its time has come it is an ordinary pending record, due now.
+    let cli = Cli::try_parse_from(["outbox", "list", "mem"]).expect("arguments parse");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut input = Cursor::new(Vec::new());
+    let mut io = Io {
+        out: &mut out,
+        err: &mut err,
+        input: &mut input,
+    };
+    execute(&store, &cli.command, NOW + hour, &mut io)
+        .await
+        .expect("list");
+    let list = String::from_utf8(out).unwrap();
+    assert!(list.contains("1   -      pending"), "{list}");
+    assert!(!list.contains("scheduled"), "{list}");
+}

@@ -384,8 +384,8 @@ pub fn on_no_answer(
     )
 }
 
-/// The link came back: a record waiting out a no-answer backoff is due at `now` and its
-/// no-answer count starts over. `None` for any other record (an answered failure keeps its
+/// The link came back: a record waiting out a no-answer backoff is due at `now` (or at its
+/// not-before time, if that is later: it is absolute) and its no-answer count starts over. `None` for any other record (an answered failure keeps its
 /// deadline; a record in flight or parked is left alone).
 ///
 /// ```
@@ -406,7 +406,7 @@ pub fn relink(record: &Record, now: Millis) -> Option<Transition> {
         guard: Guard::Idle,
         change: Change::Update(Progress {
             unanswered: 0,
-            next_attempt_at: Some(now),
+            next_attempt_at: Some(now.max(record.not_before.unwrap_or(0))),
             ..record.progress()
         }),
     })
@@ -534,8 +534,13 @@ pub fn on_interrupted(record: &Record, policy: &RetryPolicy, now: Millis) -> Ste
 /// `None` for a record that needs no re-basing (see
 /// [`Store::stepped_back`](crate::Store::stepped_back)).
 ///
+/// A not-before time ([`NewRecord::not_before`](crate::NewRecord::not_before)) is absolute,
+/// not a wait: no re-base moves a deadline before it. A record never reported whose deadline
+/// is its not-before time is left alone (`None`), so the store's query leaves it out too
+/// ([`Record::needs_rebase`]).
+///
 /// ```
-/// use outbox_core::{machine, Change, Record, RecordId, State};
+/// use outbox_core::{machine, Change, NewRecord, Record, RecordId, State};
 /// let mut record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
 /// record.state = State::Retrying;
 /// record.last_attempt_at = Some(86_400_000); // a day ahead of the clock now
@@ -543,16 +548,23 @@ pub fn on_interrupted(record: &Record, policy: &RetryPolicy, now: Millis) -> Ste
 /// let t = machine::rebase(&record, 5_000).unwrap();
 /// let Change::Update(p) = t.change else { unreachable!() };
 /// assert_eq!((p.last_attempt_at, p.next_attempt_at), (Some(5_000), Some(6_000)));
+///
+/// // Held until an absolute time: the step does not bring it forward.
+/// let held = Record::enqueued(RecordId(2), NewRecord::new(vec![]).not_before(90_000_000), 86_400_000);
+/// assert!(machine::rebase(&held, 5_000).is_none());
 /// ```
 pub fn rebase(record: &Record, now: Millis) -> Option<Transition> {
-    let next = record.next_attempt_at?;
-    if !record.state.is_due_kind() || next <= now {
+    if !record.needs_rebase(now) {
         return None;
     }
+    let next = record.next_attempt_at?;
+    let floor = record.not_before.unwrap_or(0);
     let (last_attempt_at, next_attempt_at) = match record.last_attempt_at {
-        Some(last) if last > now => (Some(now), now.saturating_add(next.saturating_sub(last))),
-        Some(_) => return None,
-        None => (None, now),
+        Some(last) => (
+            Some(now),
+            now.saturating_add(next.saturating_sub(last)).max(floor),
+        ),
+        None => (None, now.max(floor)),
     };
     Some(Transition {
         id: record.id,
@@ -587,7 +599,10 @@ pub fn rebase_by(record: &Record, now: Millis, step: Millis) -> Option<Transitio
     if shifted.is_some_and(|t| t > now) {
         return Some(fallback);
     }
-    let next = record.next_attempt_at?.saturating_sub(step);
+    let next = record
+        .next_attempt_at?
+        .saturating_sub(step)
+        .max(record.not_before.unwrap_or(0));
     Some(Transition {
         change: Change::Update(Progress {
             last_attempt_at: shifted,

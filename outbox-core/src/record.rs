@@ -53,6 +53,9 @@ pub struct NewRecord {
     /// The coalescing key: a later write with the same key replaces this one while it waits.
     /// Set with [`NewRecord::replacing`].
     pub replaces: Option<String>,
+    /// Wall-clock time before which the record is not delivered. Set with
+    /// [`NewRecord::not_before`].
+    pub not_before: Option<Millis>,
 }
 
 impl NewRecord {
@@ -64,7 +67,35 @@ impl NewRecord {
             key: crate::key::fresh(),
             expected_version: None,
             replaces: None,
+            not_before: None,
         }
+    }
+
+    /// Holds the record until the wall-clock time `at` (milliseconds since the Unix epoch): it
+    /// is pending from the enqueue on, but not due before `at`, and then takes its place among
+    /// the due records by that time (the due order is deadline, then id).
+    ///
+    /// The store writes `max(now, at)` as the record's deadline, in the same due index as every
+    /// other deadline, so a backlog of records held for later costs a claim nothing: it reads
+    /// only the due end of that index. The time is absolute: a wall-clock step does not move
+    /// it (a backoff, which is a wait, is moved), and neither does the link coming back. It
+    /// holds the first delivery only: after an attempt the record's schedule is its retry
+    /// policy's, and a person's `retry` or `requeue` makes it due at once. A record of a group
+    /// holds the records behind it in its group until it is delivered, as any group head does.
+    /// `at` is compared with the clock the store judges time by (a PostgreSQL store: the
+    /// database server's, see [`Store::shared_clock`](crate::Store::shared_clock)).
+    ///
+    /// ```
+    /// use outbox_core::{NewRecord, Record, RecordId};
+    /// let reminder = NewRecord::new(b"remind".to_vec()).not_before(3_600_000);
+    /// assert_eq!(reminder.not_before, Some(3_600_000));
+    /// let record = Record::enqueued(RecordId(1), reminder, 1_000);
+    /// assert_eq!(record.next_attempt_at, Some(3_600_000)); // due at its time, not at enqueue
+    /// assert!(record.is_scheduled());
+    /// ```
+    pub fn not_before(mut self, at: Millis) -> Self {
+        self.not_before = Some(at);
+        self
     }
 
     /// Marks the write as made against `version` of its entity (an ETag, a row version): the
@@ -324,6 +355,10 @@ pub struct Record {
     pub expected_version: Option<String>,
     /// The coalescing key (see [`NewRecord::replacing`]).
     pub replaces: Option<String>,
+    /// The wall-clock time before which the record is not delivered (see
+    /// [`NewRecord::not_before`]); absolute, so a re-base after a clock step never moves the
+    /// record's deadline before it.
+    pub not_before: Option<Millis>,
 }
 
 impl Record {
@@ -351,11 +386,13 @@ impl Record {
             lease: None,
             expected_version: None,
             replaces: None,
+            not_before: None,
         }
     }
 
     /// The record `enqueue` creates from `new` under `id` at `now`: [`Record::fresh`] with the
-    /// precondition and coalescing key as well.
+    /// precondition, coalescing key and not-before time as well; a record held until a later
+    /// time is due then (`max(now, not_before)`).
     ///
     /// ```
     /// use outbox_core::{NewRecord, Record, RecordId};
@@ -364,11 +401,33 @@ impl Record {
     /// assert_eq!((record.expected_version.as_deref(), record.replaces.as_deref()), (Some("7"), Some("doc-1")));
     /// ```
     pub fn enqueued(id: RecordId, new: NewRecord, now: Millis) -> Self {
+        let due = now.max(new.not_before.unwrap_or(0));
         Record {
             expected_version: new.expected_version,
             replaces: new.replaces,
+            not_before: new.not_before,
+            next_attempt_at: Some(due),
             ..Record::fresh(id, new.group, new.payload, new.key, now)
         }
+    }
+
+    /// Whether the record is pending and held by its not-before time: enqueued with
+    /// [`NewRecord::not_before`] later than its enqueue, and not claimed since. Stats count
+    /// these as [`Stats::scheduled`](crate::Stats::scheduled), listings mark them. A store
+    /// that counts with a query applies the same rule: state pending and the deadline equal
+    /// to the not-before time.
+    ///
+    /// ```
+    /// use outbox_core::{NewRecord, Record, RecordId};
+    /// let later = Record::enqueued(RecordId(1), NewRecord::new(vec![]).not_before(9_000), 1_000);
+    /// assert!(later.is_scheduled());
+    /// let past = Record::enqueued(RecordId(2), NewRecord::new(vec![]).not_before(500), 1_000);
+    /// assert!(!past.is_scheduled()); // already due at its enqueue
+    /// ```
+    pub fn is_scheduled(&self) -> bool {
+        self.state == State::Pending
+            && self.not_before.is_some()
+            && self.not_before == self.next_attempt_at
     }
 
     /// Whether a write `new` with this record's coalescing key may replace this record in
@@ -395,8 +454,15 @@ impl Record {
     /// Rewrites this record with the write `new` that replaces it, enqueued at `now`: its
     /// payload, idempotency key (the server must not take the new payload for a duplicate of
     /// the old one), expected version and creation time (the record now carries a write made
-    /// at `now`: the age policy and a sink's enqueue-time header speak of it). Id, group,
-    /// state and schedule stay, and so does its place in its group.
+    /// at `now`: the age policy and a sink's enqueue-time header speak of it). Id, group and
+    /// state stay, and so does its place in its group.
+    ///
+    /// The schedule stays too, except where the new write's not-before time says otherwise:
+    /// the new write's [`not_before`](NewRecord::not_before) replaces the old one (the new
+    /// payload is what must wait, or not). A pending record is then due at the later of its
+    /// place (its deadline, or `now` if that lay ahead because of the old not-before time)
+    /// and the new not-before time; a retrying record keeps its backoff deadline unless the
+    /// new not-before time is later.
     ///
     /// ```
     /// use outbox_core::{NewRecord, Record, RecordId};
@@ -404,12 +470,52 @@ impl Record {
     /// record.supersede(NewRecord::new(b"v2".to_vec()).replacing("k").with_key("k2"), 5_000);
     /// assert_eq!((record.payload.as_slice(), record.key.as_str(), record.created_at), (&b"v2"[..], "k2", 5_000));
     /// assert_eq!(record.next_attempt_at, Some(1_000));
+    /// // A later write held until 9 000 holds the record until then.
+    /// record.supersede(NewRecord::new(b"v3".to_vec()).replacing("k").not_before(9_000), 6_000);
+    /// assert_eq!((record.next_attempt_at, record.not_before), (Some(9_000), Some(9_000)));
+    /// // One that may go at once releases it, due at the time of that write.
+    /// record.supersede(NewRecord::new(b"v4".to_vec()).replacing("k"), 7_000);
+    /// assert_eq!((record.next_attempt_at, record.not_before), (Some(7_000), None));
     /// ```
     pub fn supersede(&mut self, new: NewRecord, now: Millis) {
+        let floor = new.not_before.unwrap_or(0);
+        self.next_attempt_at = self.next_attempt_at.map(|next| match self.state {
+            State::Pending => next.min(now).max(floor),
+            _ => next.max(floor),
+        });
         self.payload = new.payload;
         self.key = new.key;
         self.expected_version = new.expected_version;
+        self.not_before = new.not_before;
         self.created_at = now;
+    }
+
+    /// Whether a re-base after the wall clock stepped back to `now` moves this record: the one
+    /// selection rule of [`Store::stepped_back`](crate::Store::stepped_back). A pending or
+    /// retrying record whose deadline lies after `now`, and either was last reported after
+    /// `now`, or was never reported and waits for more than its not-before time (a record
+    /// whose deadline is its not-before time waits for an absolute time, which a step does
+    /// not change). In SQL: `state IN (pending, retrying) AND next_attempt_at > now AND
+    /// (last_attempt_at > now OR (last_attempt_at IS NULL AND (not_before IS NULL OR
+    /// next_attempt_at > not_before)))`.
+    ///
+    /// ```
+    /// use outbox_core::{NewRecord, Record, RecordId};
+    /// // Enqueued a day ahead of the clock now: it waits for nothing but the wrong clock.
+    /// assert!(Record::enqueued(RecordId(1), NewRecord::new(vec![]), 86_400_000).needs_rebase(5_000));
+    /// let held = NewRecord::new(vec![]).not_before(90_000_000);
+    /// assert!(!Record::enqueued(RecordId(2), held, 86_400_000).needs_rebase(5_000));
+    /// ```
+    pub fn needs_rebase(&self, now: Millis) -> bool {
+        let Some(next) = self.next_attempt_at else {
+            return false;
+        };
+        self.state.is_due_kind()
+            && next > now
+            && match self.last_attempt_at {
+                Some(last) => last > now,
+                None => self.not_before.is_none_or(|at| next > at),
+            }
     }
 
     /// The mutable part of the record: what a transition rewrites.

@@ -121,6 +121,9 @@ pub struct Stats {
     pub superseded: u64,
     /// Records waiting behind a needs-attention record of their group.
     pub held: u64,
+    /// Pending records held by a not-before time ([`NewRecord::not_before`]) and not claimed
+    /// since: a part of `pending` (see [`Record::is_scheduled`]).
+    pub scheduled: u64,
     /// Enqueue time of the oldest record still owed a delivery (pending, retrying, in flight
     /// or needs-attention).
     pub oldest_created_at: Option<Millis>,
@@ -151,7 +154,8 @@ pub struct Halt {
 }
 
 impl Stats {
-    /// Counts one record into the per-state counts and the oldest undelivered age: the one
+    /// Counts one record into the per-state counts, the scheduled count and the oldest
+    /// undelivered age: the one
     /// rule every store that counts record by record uses. `held`, `next_due`, `delivered`
     /// and `discarded` are the store's to fill.
     ///
@@ -162,6 +166,9 @@ impl Stats {
     /// assert_eq!((stats.pending, stats.oldest_created_at), (1, Some(700)));
     /// ```
     pub fn add(&mut self, record: &Record) {
+        if record.is_scheduled() {
+            self.scheduled += 1;
+        }
         match record.state {
             State::Pending => self.pending += 1,
             State::Retrying => self.retrying += 1,
@@ -361,6 +368,12 @@ pub struct Round {
 ///   in flight under the lease and returns them (with `state` and `lease` updated). No record is
 ///   claimed twice while its lease holds, across every handle and process the store allows.
 ///   The cost must not grow with the number of records that are not yet due.
+/// - **Not before**: a record enqueued with [`NewRecord::not_before`] keeps that time
+///   ([`Record::not_before`]) and its `next_attempt_at` is `max(now, not_before)`: the same
+///   deadline index the claim reads, so records held for later are part of the not-yet-due
+///   backlog whose size a claim never pays for. Replacing a waiting record sets both as
+///   [`Record::supersede`] does. [`Stats::scheduled`] counts the pending records whose
+///   deadline is still their not-before time ([`Record::is_scheduled`]).
 /// - **Apply** writes a batch of transitions atomically, each only where its
 ///   [`Guard`](crate::Guard) holds; the rest are reported in [`Applied::skipped`].
 ///   [`Change::Delivered`](crate::Change::Delivered) removes the record and adds one to the
@@ -405,8 +418,9 @@ pub struct Round {
 /// The trait is object safe: `Arc<dyn Store>` works.
 #[async_trait]
 pub trait Store: Debug + Send + Sync {
-    /// Durably enqueues a batch, all or nothing, as pending records due at `now` (or as
-    /// replacements of earlier waiting writes, see the contract); returns their ids in order.
+    /// Durably enqueues a batch, all or nothing, as pending records due at `now` or at their
+    /// not-before time when that is later (or as replacements of earlier waiting writes), see
+    /// the contract; returns their ids in order.
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued>;
 
     /// Claims due records under a lease (see the contract).
@@ -427,9 +441,10 @@ pub trait Store: Debug + Send + Sync {
     async fn expired(&self, now: Millis, limit: usize) -> Result<Vec<Record>>;
 
     /// Pending or retrying records scheduled from a time after `now`: their deadline lies
-    /// after `now` and their `last_attempt_at` lies after `now` or is unset (never reported).
-    /// They were scheduled before the wall clock stepped back, and the runner re-bases them.
-    /// Lowest id first. Called at start-up and after a detected step; may scan the records
+    /// after `now` and their `last_attempt_at` lies after `now` or is unset (never reported);
+    /// a never-reported record whose deadline is its not-before time is not one of them (an
+    /// absolute time: [`Record::needs_rebase`] is the rule). They were scheduled before the
+    /// wall clock stepped back, and the runner re-bases them. Lowest id first. Called at start-up and after a detected step; may scan the records
     /// whose deadline lies after `now`, but not the due backlog.
     async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>>;
 

@@ -398,3 +398,63 @@ async fn the_store_trait_is_object_safe() {
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, ids[0]);
 }
+
+/// The deadline a transition writes, or `None` when it writes none.
+fn next_of(t: &outbox_core::Transition) -> Option<u64> {
+    match &t.change {
+        Change::Update(p) => p.next_attempt_at,
+        _ => None,
+    }
+}
+
+#[test]
+fn a_not_before_time_is_a_floor_no_rebase_or_relink_moves_a_deadline_below() {
+    const T: u64 = 1_700_000_000_000;
+    const HOUR: u64 = 3_600_000;
+    const DAY: u64 = 86_400_000;
+    // Held until T + 1 h, enqueued at T: a step back of a day leaves it alone, whether
+    // the runner measured the step or not.
+    let held = Record::enqueued(RecordId(1), NewRecord::new(vec![]).not_before(T + HOUR), T);
+    assert!(!held.needs_rebase(T - DAY));
+    assert!(machine::rebase(&held, T - DAY).is_none());
+    assert!(machine::rebase_by(&held, T - DAY, DAY).is_none());
+
+    // A plain record enqueued at the same moment is re-based: its deadline was the enqueue.
+    let plain = Record::enqueued(RecordId(2), NewRecord::new(vec![]), T);
+    let moved = machine::rebase(&plain, T - DAY).expect("re-based");
+    assert_eq!(next_of(&moved), Some(T - DAY));
+
+    // Enqueued a day ahead of the clock with a time already behind that wrong clock: its
+    // deadline was the enqueue, so it is re-based, but not below its time.
+    let early = Record::enqueued(
+        RecordId(3),
+        NewRecord::new(vec![]).not_before(T - HOUR),
+        T + DAY,
+    );
+    assert!(early.needs_rebase(T - DAY));
+    let moved = machine::rebase(&early, T - DAY).expect("re-based");
+    assert_eq!(next_of(&moved), Some(T - HOUR));
+    let moved = machine::rebase_by(&early, T - DAY, 2 * DAY).expect("re-based");
+    assert_eq!(
+        next_of(&moved),
+        Some(T - HOUR),
+        "shifted by the step, floored"
+    );
+
+    // A retrying record held by a replacing write's time: the link coming back does not make
+    // it due before that time, and a re-base keeps its wait but not below the time.
+    let mut waiting = held.clone();
+    waiting.state = State::Retrying;
+    waiting.unanswered = 3;
+    waiting.last_attempt_at = Some(T + 10);
+    waiting.next_attempt_at = Some(T + 20);
+    waiting.not_before = Some(T + HOUR);
+    let relinked = machine::relink(&waiting, T + 15).expect("relinked");
+    assert_eq!(next_of(&relinked), Some(T + HOUR));
+    let rebased = machine::rebase(&waiting, T - DAY).expect("re-based");
+    assert_eq!(next_of(&rebased), Some(T + HOUR));
+
+    // A person's retry or requeue is due at once: the time held the first delivery only.
+    let fresh = Progress::requeued(T + 5);
+    assert_eq!(fresh.next_attempt_at, Some(T + 5));
+}

@@ -199,9 +199,13 @@ impl Inner {
                 })
                 .map(|latest| latest.id);
         if let Some(id) = target {
+            // The new write's not-before time may move the deadline: out of the indexes and
+            // back in.
+            self.unindex(id);
             if let Some(record) = self.records.get_mut(&id) {
                 record.supersede(new, now);
                 self.superseded += 1;
+                self.index(id);
                 return (id, true);
             }
         }
@@ -392,7 +396,7 @@ impl Store for MemoryStore {
             .scheduled
             .range((now.saturating_add(1), RecordId(0))..)
             .filter_map(|(_, id)| inner.records.get(id))
-            .filter(|r| r.last_attempt_at.is_none_or(|t| t > now))
+            .filter(|r| r.needs_rebase(now))
             .collect();
         found.sort_unstable_by_key(|r| r.id);
         Ok(found.into_iter().take(limit).cloned().collect())

@@ -14,7 +14,7 @@ use crate::error::{corrupt, pg};
 /// The record columns every read selects, in the order [`record`] reads them.
 pub(crate) const RECORD_COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, \
      unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
-     lease_until, expected_version, replaces";
+     lease_until, expected_version, replaces, not_before";
 
 /// The tombstone columns, in the order [`tombstone`] reads them.
 pub(crate) const TOMBSTONE_COLUMNS: &str = "id, grp, key, reason, discarded_at, attempts";
@@ -102,6 +102,7 @@ pub(crate) struct RawRecord {
     pub(crate) lease_until: Option<i64>,
     pub(crate) expected_version: Option<String>,
     pub(crate) replaces: Option<String>,
+    pub(crate) not_before: Option<i64>,
 }
 
 impl RawRecord {
@@ -124,6 +125,7 @@ impl RawRecord {
             lease_until: row.try_get(13).map_err(pg)?,
             expected_version: row.try_get(14).map_err(pg)?,
             replaces: row.try_get(15).map_err(pg)?,
+            not_before: row.try_get(16).map_err(pg)?,
         })
     }
 
@@ -149,6 +151,7 @@ impl RawRecord {
             lease: None,
             expected_version: self.expected_version,
             replaces: self.replaces,
+            not_before: time(self.not_before, "not_before")?,
         };
         record.lease = match (state, self.lease_token, self.lease_until) {
             (State::InFlight, Some(token), Some(until)) => Some(Lease {

@@ -147,6 +147,7 @@ fn query<'a>(stmt: &'a Stmt<'a>) -> BoxedSqlQuery<'a, Pg, SqlQuery> {
             Param::Int(v) => query.bind::<BigInt, _>(*v),
             Param::Text(v) => query.bind::<Text, _>(*v),
             Param::Ints(v) => query.bind::<Array<BigInt>, _>(v.as_slice()),
+            Param::OptInts(v) => query.bind::<Array<Nullable<BigInt>>, _>(v.as_slice()),
             Param::Texts(v) => query.bind::<Array<Text>, _>(v.as_slice()),
             Param::OptTexts(v) => query.bind::<Array<Nullable<Text>>, _>(v.as_slice()),
             Param::Blobs(v) => query.bind::<Array<Binary>, _>(v.as_slice()),
@@ -210,6 +211,8 @@ struct RecordRow {
     expected_version: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
     replaces: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    not_before: Option<i64>,
 }
 
 impl From<RecordRow> for RawRecord {
@@ -231,6 +234,7 @@ impl From<RecordRow> for RawRecord {
             lease_until: r.lease_until,
             expected_version: r.expected_version,
             replaces: r.replaces,
+            not_before: r.not_before,
         }
     }
 }

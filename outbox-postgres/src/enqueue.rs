@@ -29,6 +29,8 @@ pub(crate) enum Param<'a> {
     Text(&'a str),
     /// `bigint[]`
     Ints(Vec<i64>),
+    /// `bigint[]` with NULLs
+    OptInts(Vec<Option<i64>>),
     /// `text[]` without NULLs
     Texts(Vec<&'a str>),
     /// `text[]` with NULLs
@@ -246,6 +248,13 @@ pub(crate) async fn enqueue<E: Execute>(
             ),
             Param::OptTexts(vec![None; records.len()]),
             Param::Ints(vec![0; records.len()]),
+            Param::Ints(
+                records
+                    .iter()
+                    .map(|r| millis(now.max(r.not_before.unwrap_or(0))))
+                    .collect(),
+            ),
+            Param::OptInts(records.iter().map(|r| r.not_before.map(millis)).collect()),
         ],
         Shape::Done,
     );
@@ -414,6 +423,18 @@ async fn enqueue_coalescing<E: Execute>(
                 ),
                 Param::OptTexts(fresh.iter().map(|f| f.record.replaces.as_deref()).collect()),
                 Param::Ints(fresh.iter().map(|f| millis(f.absorbed)).collect()),
+                Param::Ints(
+                    fresh
+                        .iter()
+                        .map(|f| millis(f.record.next_attempt_at.unwrap_or(now)))
+                        .collect(),
+                ),
+                Param::OptInts(
+                    fresh
+                        .iter()
+                        .map(|f| f.record.not_before.map(millis))
+                        .collect(),
+                ),
             ],
             Shape::Done,
         ));
@@ -439,6 +460,18 @@ async fn enqueue_coalescing<E: Execute>(
                 ),
                 Param::Ints(rewritten.values().map(|(_, n)| millis(*n)).collect()),
                 Param::Int(at),
+                Param::OptInts(
+                    rewritten
+                        .values()
+                        .map(|(r, _)| r.next_attempt_at.map(millis))
+                        .collect(),
+                ),
+                Param::OptInts(
+                    rewritten
+                        .values()
+                        .map(|(r, _)| r.not_before.map(millis))
+                        .collect(),
+                ),
             ],
             Shape::Done,
         ));
@@ -550,6 +583,6 @@ mod tests {
                 &sql.notify
             ]
         );
-        assert_eq!(driver.sent[3].1, 9, "the insert's nine arrays");
+        assert_eq!(driver.sent[3].1, 11, "the insert's eleven parameters");
     }
 }

@@ -408,6 +408,7 @@ impl Core {
             next_due: t(9)?,
             halt: halt(row.try_get(10).map_err(pg)?, row.try_get(11).map_err(pg)?)?,
             superseded: n(12)?,
+            scheduled: n(13)?,
             link: None,
         })
     }

@@ -12,7 +12,7 @@ use outbox_core::{Error, Result};
 use crate::error::pg;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The steps from version `n` to `n + 1`, in order; `{s}` stands for the quoted schema name.
 ///
@@ -51,6 +51,12 @@ pub const SCHEMA_VERSION: u32 = 4;
 /// `records_age` (records not rejected, by enqueue time) for the oldest one. The step locks
 /// the tables, folds what a half-done earlier run counted into `meta`, and counts everything
 /// once: it runs again harmlessly.
+///
+/// Version 5: each record's not-before time (`not_before`, NULL for the records already
+/// there: none was held for later). The deadline stays in `next_attempt_at`, in the indexes
+/// the claim and the re-base read, so a record held for later costs a claim nothing; the
+/// partial index `records_scheduled` holds the pending records still waiting for their time,
+/// which stats count. Written to run again harmlessly, like version 2.
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE {s}.meta (
@@ -257,6 +263,11 @@ SELECT 0, md5(last_error), last_error, count(*) FROM {s}.records
 WHERE state IN (1, 3, 4) AND last_error IS NOT NULL GROUP BY last_error;
 CREATE INDEX IF NOT EXISTS records_attention ON {s}.records (grp, id) WHERE state = 3;
 CREATE INDEX IF NOT EXISTS records_age ON {s}.records (created_at) WHERE state <> 4;
+"#,
+    r#"
+ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS not_before bigint;
+CREATE INDEX IF NOT EXISTS records_scheduled ON {s}.records (not_before)
+    WHERE state = 0 AND not_before = next_attempt_at;
 "#,
 ];
 

@@ -89,12 +89,14 @@ impl Sql {
             members: format!(
                 "SELECT DISTINCT grp FROM {r} WHERE grp = ANY($1::text[]) AND state <> 4"
             ),
+            // Each record is due at $10: its enqueue time $5, or its later not-before time
+            // $11 (kept, NULL for none).
             insert: format!(
                 "INSERT INTO {r} (id, grp, payload, key, created_at, state, next_attempt_at, \
-                 claimable, expected_version, replaces, absorbed) \
-                 SELECT i, g, p, k, $5, 0, $5, c, v, x, a FROM unnest($1::bigint[], $2::text[], \
-                 $3::bytea[], $4::text[], $6::boolean[], $7::text[], $8::text[], $9::bigint[]) \
-                 AS t(i, g, p, k, c, v, x, a)"
+                 claimable, expected_version, replaces, absorbed, not_before) \
+                 SELECT i, g, p, k, $5, 0, n, c, v, x, a, b FROM unnest($1::bigint[], \
+                 $2::text[], $3::bytea[], $4::text[], $6::boolean[], $7::text[], $8::text[], \
+                 $9::bigint[], $10::bigint[], $11::bigint[]) AS t(i, g, p, k, c, v, x, a, n, b)"
             ),
             // The last record of each group $1 that holds its place (rejected ones aside):
             // one backward seek of the group index each. NULL for a group with no member.
@@ -125,13 +127,15 @@ impl Sql {
                  ORDER BY id FOR UPDATE"
             ),
             // Replaced records take the last write's payload, idempotency key, expected
-            // version and enqueue time ($6), and count the writes they absorbed; id, group,
-            // state and schedule stay.
+            // version, enqueue time ($6) and not-before time, with the deadline that time
+            // gives them (`Record::supersede`), and count the writes they absorbed; id, group
+            // and state stay.
             rewrite: format!(
                 "UPDATE {r} AS r SET payload = u.p, key = u.k, expected_version = u.v, \
-                 created_at = $6, absorbed = r.absorbed + u.n \
-                 FROM unnest($1::bigint[], $2::bytea[], $3::text[], $4::text[], $5::bigint[]) \
-                 AS u(id, p, k, v, n) WHERE r.id = u.id"
+                 created_at = $6, absorbed = r.absorbed + u.n, next_attempt_at = u.d, \
+                 not_before = u.b \
+                 FROM unnest($1::bigint[], $2::bytea[], $3::text[], $4::text[], $5::bigint[], \
+                 $7::bigint[], $8::bigint[]) AS u(id, p, k, v, n, d, b) WHERE r.id = u.id"
             ),
             notify: "SELECT pg_notify($1, '')".into(),
             claim: format!(
@@ -217,11 +221,14 @@ impl Sql {
                  ORDER BY lease_until, id LIMIT $2"
             ),
             // Read through the deadline index (records_deadline): only records whose deadline
-            // lies after $1 are looked at, never the due backlog.
+            // lies after $1 are looked at, never the due backlog. A never-reported record
+            // waiting for its not-before time is left out: that time is absolute
+            // (`Record::needs_rebase`).
             stepped_back: format!(
                 "WITH later AS MATERIALIZED (SELECT {RECORD_COLUMNS} FROM {r} \
                  WHERE state IN (0, 1) AND next_attempt_at > $1 \
-                 AND (last_attempt_at IS NULL OR last_attempt_at > $1) \
+                 AND (last_attempt_at > $1 OR (last_attempt_at IS NULL \
+                   AND (not_before IS NULL OR next_attempt_at > not_before))) \
                  ORDER BY next_attempt_at) \
                  SELECT * FROM later ORDER BY id LIMIT $2"
             ),
@@ -251,7 +258,9 @@ impl Sql {
                      AND e.state <> 4 AND e.id < h.id)), \
                  (SELECT next_attempt_at FROM {r} WHERE claimable \
                   ORDER BY next_attempt_at LIMIT 1), \
-                 m.halt_reason, m.halt_since, m.superseded + t.superseded + t.absorbed \
+                 m.halt_reason, m.halt_since, m.superseded + t.superseded + t.absorbed, \
+                 (SELECT count(*) FROM {r} WHERE state = 0 \
+                   AND not_before = next_attempt_at) \
                  FROM {s}.meta AS m, \
                  (SELECT coalesce(sum(pending), 0)::bigint AS pending, \
                    coalesce(sum(retrying), 0)::bigint AS retrying, \
@@ -398,6 +407,7 @@ fn to_sql<'p>(param: &'p Param<'_>) -> &'p (dyn ToSql + Sync) {
         Param::Int(v) => v,
         Param::Text(v) => v,
         Param::Ints(v) => v,
+        Param::OptInts(v) => v,
         Param::Texts(v) => v,
         Param::OptTexts(v) => v,
         Param::Blobs(v) => v,

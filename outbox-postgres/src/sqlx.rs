@@ -88,6 +88,7 @@ fn bind<'q>(
         Param::Int(v) => query.bind(*v),
         Param::Text(v) => query.bind(*v),
         Param::Ints(v) => query.bind(v.as_slice()),
+        Param::OptInts(v) => query.bind(v.as_slice()),
         Param::Texts(v) => query.bind(v.as_slice()),
         Param::OptTexts(v) => query.bind(v.as_slice()),
         Param::Blobs(v) => query.bind(v.as_slice()),
@@ -113,6 +114,7 @@ fn raw(row: &PgRow) -> std::result::Result<RawRecord, ::sqlx::Error> {
         lease_until: row.try_get(13)?,
         expected_version: row.try_get(14)?,
         replaces: row.try_get(15)?,
+        not_before: row.try_get(16)?,
     })
 }
 

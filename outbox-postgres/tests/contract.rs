@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{admin, down_to_3, server_ready, Scratch};
+use common::{admin, down_to_3, down_to_4, server_ready, Scratch};
 use outbox_core::{
     Change, Claim, Guard, Halt, Lease, ListQuery, NewRecord, Progress, Record, RecordId, State,
     Store, Transition,
@@ -374,6 +374,91 @@ async fn a_version_1_schema_is_migrated_and_the_step_is_idempotent() {
     assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
     assert_eq!(again.halt().await.unwrap(), Some(halt));
     assert!(again.stepped_back(T0 - 1, 10).await.unwrap().len() == 1);
+}
+
+/// A schema left at version 4 (no not-before column, no scheduled index) is brought to the
+/// current version with its records and counts kept and none held for later; a record held
+/// for later then keeps its time (due then, counted as scheduled, passed by a re-base), and
+/// the step found half done (the version set back) converges again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_4_schema_is_migrated_and_records_held_for_later_work_on_it() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    let store = scratch.store().await;
+    let ids = store
+        .enqueue(
+            vec![
+                NewRecord::new(b"plain".to_vec()),
+                NewRecord::new(b"edit".to_vec())
+                    .in_group("g")
+                    .replacing("g/body"),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    let before = store.list(&ListQuery::new(100)).await.unwrap();
+    let stats_before = store.stats().await.unwrap();
+    drop(store);
+    let client = admin().await;
+    client
+        .batch_execute(&format!(
+            "{} UPDATE \"{s}\".schema_version SET version = 4;",
+            down_to_4(s)
+        ))
+        .await
+        .unwrap();
+    let version = || async {
+        client
+            .query_one(&format!("SELECT version FROM \"{s}\".schema_version"), &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+    };
+    assert_eq!(version().await, 4);
+
+    let store = scratch.store().await;
+    assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
+    assert_eq!(store.list(&ListQuery::new(100)).await.unwrap(), before);
+    assert!(before.iter().all(|r| r.not_before.is_none()));
+    assert_eq!(store.stats().await.unwrap(), stats_before);
+    assert_eq!(stats_before.scheduled, 0);
+
+    let held = store
+        .enqueue(
+            vec![NewRecord::new(b"later".to_vec()).not_before(T0 + 3_600_000)],
+            T0,
+        )
+        .await
+        .unwrap();
+    let record = store.get(held.ids[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (record.next_attempt_at, record.not_before),
+        (Some(T0 + 3_600_000), Some(T0 + 3_600_000))
+    );
+    assert_eq!(store.stats().await.unwrap().scheduled, 1);
+    let stepped = store.stepped_back(T0 - 60_000, 10).await.unwrap();
+    assert_eq!(
+        stepped.iter().map(|r| r.id).collect::<Vec<_>>(),
+        ids.ids,
+        "the two enqueued at T0, not the one held for later"
+    );
+
+    // Half done: the column and index exist, the version says 4.
+    client
+        .batch_execute(&format!("UPDATE \"{s}\".schema_version SET version = 4"))
+        .await
+        .unwrap();
+    let again = scratch.store().await;
+    assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
+    assert_eq!(again.stats().await.unwrap().scheduled, 1);
+    assert_eq!(
+        again.get(held.ids[0]).await.unwrap().unwrap().not_before,
+        Some(T0 + 3_600_000)
+    );
 }
 
 /// What versions 3 and 4 added, dropped again: the statements that bring a current schema

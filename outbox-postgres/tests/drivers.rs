@@ -70,7 +70,9 @@ fn assert_refused(result: outbox_core::Result<PendingEnqueue>) {
 
 /// The coalescing check: a waiting edit enqueued outside any transaction, then a second edit
 /// of the same key inside one (`enqueue`, run by the driver): the second replaces the first,
-/// exactly as two enqueues outside a transaction do (compared on another group).
+/// exactly as two enqueues outside a transaction do (compared on another group). The second
+/// is held for later (until 2100): the rewrite inside the transaction carries its not-before
+/// time, and the deadline it gives.
 async fn check_coalescing<F, Fut>(store: &PgStore, inside: F)
 where
     F: FnOnce(Vec<NewRecord>) -> Fut,
@@ -79,7 +81,8 @@ where
     let outside_first = store.enqueue(vec![edit("v1", "out")], 1).await.unwrap();
     let outside_second = store.enqueue(vec![edit("v2", "out")], 2).await.unwrap();
     let first = store.enqueue(vec![edit("v1", "in")], 1).await.unwrap();
-    let pending = inside(vec![edit("v2", "in")]).await;
+    const AT: u64 = 4_102_444_800_000;
+    let pending = inside(vec![edit("v2", "in").not_before(AT)]).await;
     assert_eq!(outside_second.ids, outside_first.ids);
     assert_eq!(pending.ids(), first.ids.as_slice(), "replaced in place");
     assert_eq!(
@@ -91,8 +94,16 @@ where
         let record = store.get(id).await.unwrap().expect("one record per key");
         assert_eq!(record.payload, b"v2");
     }
+    let held = store.get(first.ids[0]).await.unwrap().expect("the record");
+    assert_eq!(
+        (held.next_attempt_at, held.not_before),
+        (Some(AT), Some(AT))
+    );
     let stats = store.stats().await.unwrap();
-    assert_eq!((stats.pending, stats.superseded), (2, 2));
+    assert_eq!(
+        (stats.pending, stats.superseded, stats.scheduled),
+        (2, 2, 1)
+    );
 }
 
 mod sqlx_driver {

@@ -43,6 +43,30 @@ async fn enqueue_in_commits_and_rolls_back_with_the_business_row() {
     assert_eq!(store.stats().await.unwrap().pending, 0);
     tx.commit().await.unwrap();
 
+    // A record held for later keeps its time inside the transaction too.
+    let tx = client.transaction().await.unwrap();
+    let reminder = NewRecord::new(b"remind".to_vec()).not_before(T0 + 3_600_000);
+    let held = store.enqueue_in(&tx, vec![reminder], T0).await.unwrap();
+    tx.commit().await.unwrap();
+    let record = store.get(held[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (record.next_attempt_at, record.not_before),
+        (Some(T0 + 3_600_000), Some(T0 + 3_600_000))
+    );
+    assert_eq!(store.stats().await.unwrap().scheduled, 1);
+    store
+        .apply(vec![outbox_core::Transition {
+            id: held[0],
+            guard: outbox_core::Guard::Idle,
+            change: outbox_core::Change::Discard {
+                reason: "test".into(),
+                at: T0,
+                attempts: 0,
+            },
+        }])
+        .await
+        .unwrap();
+
     let tx = client.transaction().await.unwrap();
     tx.execute(&format!("INSERT INTO \"{s}\".orders VALUES (2)"), &[])
         .await

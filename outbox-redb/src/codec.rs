@@ -5,11 +5,11 @@
 //! optional field is a presence byte (0 or 1) followed by the value; a string or byte string is a
 //! `u32` length followed by its bytes. The record id is the table key and is not repeated.
 //!
-//! Record layout 3 (current, from schema version 4):
+//! Record layout 4 (current, from schema version 5):
 //!
 //! | field | encoding |
 //! |---|---|
-//! | layout | `u8` = 3 |
+//! | layout | `u8` = 4 |
 //! | created_at | `u64` |
 //! | state | `u8` ([`State::code`]) |
 //! | attempts, unanswered, interrupted | 3 × `u32` |
@@ -19,10 +19,13 @@
 //! | group | optional string |
 //! | expected_version | optional string |
 //! | replaces (the coalescing key) | optional string |
+//! | not_before | optional `u64` |
 //! | key | string |
 //! | payload | byte string |
 //!
-//! Record layout 2 (schema versions 2 and 3) is the same without `expected_version` and
+//! Record layout 3 (schema version 4) is the same without `not_before`, which reads as `None`
+//! (no record was held for later); record layout 2 (schema versions 2 and 3) also lacks
+//! `expected_version` and
 //! `replaces`, which read as `None`; record layout 1 (schema version 1) also lacks `unanswered`
 //! and `interrupted`, which read as 0.
 //!
@@ -32,7 +35,7 @@
 use outbox_core::{Error, Halt, Lease, NewRecord, Record, RecordId, State, Tombstone};
 
 /// The record layout this build writes.
-pub(crate) const RECORD_LAYOUT: u8 = 3;
+pub(crate) const RECORD_LAYOUT: u8 = 4;
 /// The tombstone layout this build writes.
 pub(crate) const TOMBSTONE_LAYOUT: u8 = 1;
 /// The halt layout this build writes.
@@ -79,7 +82,9 @@ fn encode_parts(record: &Record, written: Written<'_>) -> Vec<u8> {
 }
 
 /// Writes `record` in `layout`, field by field as [`decode_record`] reads it: layout 1 has no
-/// `unanswered` and `interrupted`, layouts 1 and 2 no expected version and coalescing key.
+/// `unanswered` and `interrupted`, layouts 1 and 2 no expected version and coalescing key,
+/// layouts 1 to 3 no not-before time. The not-before time is the record's own (an enqueue's
+/// shell carries the new record's).
 fn encode_layout(record: &Record, written: Written<'_>, layout: u8) -> Vec<u8> {
     let Written {
         key,
@@ -118,6 +123,9 @@ fn encode_layout(record: &Record, written: Written<'_>, layout: u8) -> Vec<u8> {
         out.opt_str(expected_version);
         out.opt_str(replaces);
     }
+    if layout >= 4 {
+        out.opt_u64(record.not_before);
+    }
     out.bytes(key.as_bytes());
     out.bytes(payload);
     out.0
@@ -145,7 +153,8 @@ pub(crate) fn decode_halt(bytes: &[u8]) -> Result<Halt, Error> {
     Ok(Halt { reason, since })
 }
 
-/// Encodes a record in an earlier `layout` (1: schema version 1; 2: schema versions 2 and 3),
+/// Encodes a record in an earlier `layout` (1: schema version 1; 2: schema versions 2 and 3;
+/// 3: schema version 4),
 /// as those versions wrote it, for the migration tests.
 #[cfg(test)]
 pub(crate) fn encode_record_as(record: &Record, layout: u8) -> Vec<u8> {
@@ -191,6 +200,7 @@ pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
     } else {
         (r.opt_str()?, r.opt_str()?)
     };
+    let not_before = if layout < 4 { None } else { r.opt_u64()? };
     let key = r.str()?;
     let payload = r.bytes()?.to_vec();
     r.finish()?;
@@ -210,6 +220,7 @@ pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
         lease,
         expected_version,
         replaces,
+        not_before,
     })
 }
 
@@ -388,6 +399,7 @@ mod tests {
             }),
             expected_version: Some("W/\"7\"".into()),
             replaces: Some("doc-1/body".into()),
+            not_before: Some(1_500),
         }
     }
 
@@ -406,6 +418,7 @@ mod tests {
             interrupted: 0,
             expected_version: None,
             replaces: None,
+            not_before: None,
             ..record
         };
         assert_eq!(decoded, Some(expected));
@@ -418,6 +431,18 @@ mod tests {
         let expected = Record {
             expected_version: None,
             replaces: None,
+            not_before: None,
+            ..record
+        };
+        assert_eq!(decoded, Some(expected));
+    }
+
+    #[test]
+    fn layout_three_reads_without_a_not_before_time() {
+        let record = sample();
+        let decoded = decode_record(9, &encode_record_as(&record, 3)).ok();
+        let expected = Record {
+            not_before: None,
             ..record
         };
         assert_eq!(decoded, Some(expected));
@@ -428,15 +453,20 @@ mod tests {
         let new = NewRecord::new(b"body".to_vec())
             .in_group("doc-1")
             .expecting("7")
-            .replacing("doc-1/body");
+            .replacing("doc-1/body")
+            .not_before(800);
         let record = Record::enqueued(RecordId(4), new.clone(), 500);
-        let shell = Record::fresh(
-            RecordId(4),
-            new.group.clone(),
-            Vec::new(),
-            String::new(),
-            500,
-        );
+        let shell = Record {
+            not_before: Some(800),
+            next_attempt_at: Some(800),
+            ..Record::fresh(
+                RecordId(4),
+                new.group.clone(),
+                Vec::new(),
+                String::new(),
+                500,
+            )
+        };
         assert_eq!(encode_new(&shell, &new), encode_record(&record));
         assert_eq!(
             decode_record(4, &encode_new(&shell, &new)).ok(),

@@ -282,8 +282,13 @@ impl<'t> Tables<'t> {
             if let Some(key) = new.replaces.as_deref() {
                 self.join_coalescing(key, id)?;
             }
-            // The record without its caller's fields: what the indexes need.
-            let shell = Record::fresh(id, new.group.clone(), Vec::new(), String::new(), now);
+            // The record without its caller's fields: what the indexes need (its deadline is
+            // its not-before time when that is later than `now`).
+            let shell = Record {
+                not_before: new.not_before,
+                next_attempt_at: Some(now.max(new.not_before.unwrap_or(0))),
+                ..Record::fresh(id, new.group.clone(), Vec::new(), String::new(), now)
+            };
             self.put_bytes(id, &codec::encode_new(&shell, new))?;
             self.index(&shell)?;
             enqueued.ids.push(id);
@@ -303,7 +308,8 @@ impl<'t> Tables<'t> {
     /// Rewrites the latest record with coalescing key `key` with `new` when
     /// [`Record::replaceable_by`] allows it, returning its id; `None` when `new` must be
     /// inserted instead. The lookup is a seek in the `coalescing` index, and one in `groups`
-    /// for a grouped record. The record's schedule and state stay, so its index entries do too.
+    /// for a grouped record. The record's state stays; its deadline moves only for the new
+    /// write's not-before time ([`Record::supersede`]), and its index entries move with it.
     fn coalesce(&mut self, key: &str, new: &NewRecord, now: Millis) -> Result<Option<RecordId>> {
         let Some(latest) = self.latest_by_key(key)? else {
             return Ok(None);
@@ -320,8 +326,10 @@ impl<'t> Tables<'t> {
             return Ok(None);
         }
         // The batch is borrowed (a write may run again), so the replacement is a copy.
+        self.unindex(&record)?;
         record.supersede(new.clone(), now);
         self.put(&record)?;
+        self.index(&record)?;
         Ok(Some(record.id))
     }
 
@@ -611,7 +619,7 @@ impl ReadTables {
             let Some(record) = self.get(RecordId(id))? else {
                 continue;
             };
-            if record.last_attempt_at.is_none_or(|t| t > now) {
+            if record.needs_rebase(now) {
                 out.push(record);
                 if out.len() == limit {
                     break;

@@ -14,8 +14,11 @@
 //!
 //! Version history: 1 had no `leases` table and stored records in layout 1; 2 adds the `leases`
 //! index and the `unanswered` and `interrupted` counters; 3 adds the `queued` index and the
-//! `runner` table; 4 (current) stores records in layout 3 (with the expected version and the
-//! coalescing key) and adds the `coalescing` index and the `superseded` counter.
+//! `runner` table; 4 stores records in layout 3 (with the expected version and the
+//! coalescing key) and adds the `coalescing` index and the `superseded` counter; 5 (current)
+//! stores records in layout 4, with the time a record is not to be delivered before
+//! (`not_before`). Its deadline stays the key of the `due` and `queued` indexes, so a record
+//! held for later costs a claim nothing.
 
 use outbox_core::{Error, Result};
 use redb::{ReadableDatabase, TableDefinition, TableError, WriteTransaction};
@@ -24,7 +27,7 @@ use crate::error::from_redb;
 use crate::queue::Tables;
 
 /// The schema version this build writes, and the newest it opens.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 pub(crate) const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
 pub(crate) const DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("due");
@@ -100,8 +103,8 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 /// means: rewrite every record in the current layout and rebuild every index from the records,
 /// which is right whatever indexes the earlier version had. Tables an earlier version lacked
 /// (`leases`, `queued`, `coalescing`, `runner`) are created empty by opening them; a halt is
-/// never invented. Records of an earlier layout have no expected version and no coalescing
-/// key, and a missing counter (`delivered`, `superseded`) starts at 0.
+/// never invented. Records of an earlier layout have no expected version, no coalescing
+/// key and no not-before time, and a missing counter (`delivered`, `superseded`) starts at 0.
 pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     if from >= SCHEMA_VERSION {
         return Ok(());

@@ -284,6 +284,12 @@ fn encode_v2(record: &Record) -> Vec<u8> {
     encode_old(record, 2)
 }
 
+/// Layout 3 of a record, written by hand as schema version 4 stored it: layout 2 with the
+/// expected version and the coalescing key (no not-before time).
+fn encode_v3(record: &Record) -> Vec<u8> {
+    encode_old(record, 3)
+}
+
 fn encode_old(record: &Record, layout: u8) -> Vec<u8> {
     fn opt_u64(out: &mut Vec<u8>, v: Option<u64>) {
         match v {
@@ -329,6 +335,17 @@ fn encode_old(record: &Record, layout: u8) -> Vec<u8> {
             text(&mut out, g.as_bytes());
         }
         None => out.push(0),
+    }
+    if layout >= 3 {
+        for field in [&record.expected_version, &record.replaces] {
+            match field {
+                Some(v) => {
+                    out.push(1);
+                    text(&mut out, v.as_bytes());
+                }
+                None => out.push(0),
+            }
+        }
     }
     text(&mut out, record.key.as_bytes());
     text(&mut out, &record.payload);
@@ -474,6 +491,27 @@ fn downgrade_to_version_3(path: &Path, records: &[Record]) {
         meta.insert("schema_version", 3).unwrap();
     }
     assert!(txn.delete_table(COALESCING).unwrap());
+    txn.commit().unwrap();
+}
+
+/// Turns a current file holding `records` (none held for later) into the schema-version-4
+/// layout: records in layout 3, without a not-before time.
+fn downgrade_to_version_4(path: &Path, records: &[Record]) {
+    let table: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut table = txn.open_table(table).unwrap();
+        assert_eq!(table.len().unwrap(), records.len() as u64);
+        for r in records {
+            assert_eq!(r.not_before, None);
+            table.insert(r.id.0, encode_v3(r).as_slice()).unwrap();
+        }
+        txn.open_table(META)
+            .unwrap()
+            .insert("schema_version", 4)
+            .unwrap();
+    }
     txn.commit().unwrap();
 }
 
@@ -655,6 +693,64 @@ async fn a_version_3_file_converges_with_no_versions_keys_or_merges() {
     assert_eq!(store.stats().await.unwrap().superseded, 1);
     let third = store.enqueue(vec![edit(b"e3")], 2_002).await.unwrap();
     assert_eq!((third.ids, third.superseded), (vec![RecordId(4)], vec![0]));
+    drop(dir);
+}
+
+/// A file of the previous schema (4: records without a not-before time) converges: every
+/// record reads back as it was, with no not-before time, and a record held for later is kept
+/// as such, due at its time and passed by a re-base, on the converged file and after a reopen.
+#[tokio::test]
+async fn a_version_4_file_converges_with_no_not_before_times() {
+    let (dir, path, store) = fresh().await;
+    let edit = NewRecord::new(b"e1".to_vec())
+        .in_group("g")
+        .replacing("doc/body")
+        .expecting("2");
+    store
+        .enqueue(vec![edit, NewRecord::new(b"free".to_vec())], 500)
+        .await
+        .unwrap();
+    let records = all(&store).await;
+    drop(store);
+    downgrade_to_version_4(&path, &records);
+    let before = bytes(&path);
+
+    let err = RedbStore::open_read_only(&path, RedbConfig::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("migration"), "{err}");
+    assert_eq!(bytes(&path), before);
+
+    let store = open(&path).await.unwrap();
+    assert_eq!(
+        all(&store).await,
+        records,
+        "every record survives unchanged"
+    );
+    assert_eq!(store.stats().await.unwrap().scheduled, 0);
+    let held = store
+        .enqueue(
+            vec![NewRecord::new(b"later".to_vec()).not_before(90_000)],
+            1_000,
+        )
+        .await
+        .unwrap();
+    drop(store);
+    assert_eq!(stored_version(&path), u64::from(SCHEMA_VERSION));
+
+    let store = open(&path).await.unwrap();
+    let record = store.get(held.ids[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (record.next_attempt_at, record.not_before),
+        (Some(90_000), Some(90_000))
+    );
+    assert_eq!(store.stats().await.unwrap().scheduled, 1);
+    let stepped = store.stepped_back(100, 10).await.unwrap();
+    assert_eq!(
+        stepped.iter().map(|r| r.id.0).collect::<Vec<_>>(),
+        [1, 2],
+        "the records enqueued at 500, not the one held until 90 000"
+    );
     drop(dir);
 }
 

@@ -38,7 +38,7 @@ pub(crate) const REFRESH_SQL: &str = "UPDATE records SET claimable = (
 /// no payload), and reading it would copy every delivered record's payload once more.
 const LOAD_SQL: &str = "SELECT id, grp, x'', key, created_at, state, attempts, unanswered, \
      interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
-     expected_version, replaces, member FROM records \
+     expected_version, replaces, not_before, member FROM records \
      WHERE id IN (SELECT value FROM json_each(?1))";
 
 /// A row as a transition sees it: the record, and whether it still holds its group's order.

@@ -103,6 +103,7 @@ fn query<'a>(stmt: &'a Stmt<'a>) -> BoxedSqlQuery<'a, Sqlite, SqlQuery> {
         diesel::sql_query(stmt.sql).into_boxed::<Sqlite>(),
         |query, param| match param {
             Param::Int(v) => query.bind::<BigInt, _>(*v),
+            Param::OptInt(v) => query.bind::<Nullable<BigInt>, _>(*v),
             Param::Text(v) => query.bind::<Text, _>(*v),
             Param::OptText(v) => query.bind::<Nullable<Text>, _>(*v),
             Param::Blob(v) => query.bind::<Binary, _>(*v),
@@ -152,6 +153,8 @@ struct RecordRow {
     expected_version: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
     replaces: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    not_before: Option<i64>,
 }
 
 impl From<RecordRow> for RawRecord {
@@ -173,6 +176,7 @@ impl From<RecordRow> for RawRecord {
             lease_until: r.lease_until,
             expected_version: r.expected_version,
             replaces: r.replaces,
+            not_before: r.not_before,
         }
     }
 }

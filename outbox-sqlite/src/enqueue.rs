@@ -21,14 +21,17 @@ use crate::schema::{APPLICATION_ID, SCHEMA_VERSION};
 const TAKE_IDS_SQL: &str =
     "UPDATE meta SET value = value + ?1 WHERE name = 'last_id' RETURNING value";
 
+/// A fresh record: due at `?10`, its enqueue time or its later not-before time `?11`.
 const INSERT_SQL: &str = "INSERT INTO records (id, grp, payload, key, created_at, state, \
-     next_attempt_at, member, claimable, expected_version, replaces) \
-     VALUES (?1, ?2, ?3, ?4, ?5, 0, ?5, ?6, ?7, ?8, ?9)";
+     next_attempt_at, member, claimable, expected_version, replaces, not_before) \
+     VALUES (?1, ?2, ?3, ?4, ?5, 0, ?10, ?6, ?7, ?8, ?9, ?11)";
 
-/// Rewrites a record that a later write of its coalescing key replaced.
+/// Rewrites a record that a later write of its coalescing key replaced; the new write's
+/// not-before time may move its deadline (see [`Record::supersede`](outbox_core::Record)).
+/// The deadline index is on `next_attempt_at`, so the row moves within it.
 const SUPERSEDE_SQL: &str =
-    "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4, created_at = ?5 \
-     WHERE id = ?1";
+    "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4, created_at = ?5, \
+     next_attempt_at = ?6, not_before = ?7 WHERE id = ?1";
 
 /// Counts the fresh records among the pending (see [`counters`](crate::counters)).
 const PENDING_SQL: &str = "UPDATE meta SET value = value + ?1 WHERE name = 'state 0'";
@@ -45,6 +48,7 @@ const USER_VERSION_SQL: &str = "SELECT user_version AS value FROM pragma_user_ve
 #[derive(Debug)]
 pub(crate) enum Param<'a> {
     Int(i64),
+    OptInt(Option<i64>),
     Text(&'a str),
     OptText(Option<&'a str>),
     Blob(&'a [u8]),
@@ -265,6 +269,8 @@ pub(crate) async fn insert_many<E: Execute>(
                 Param::Bool(claimable),
                 Param::OptText(record.expected_version.as_deref()),
                 Param::OptText(record.replaces.as_deref()),
+                Param::Int(ms(now.max(record.not_before.unwrap_or(0)))),
+                Param::OptInt(record.not_before.map(ms)),
             ];
             done(ex, INSERT_SQL, params).await?;
             enqueued.ids.push(RecordId(id));
@@ -319,6 +325,8 @@ async fn coalesce<E: Execute>(
         Param::Text(&latest.key),
         Param::OptText(latest.expected_version.as_deref()),
         Param::Int(ms(latest.created_at)),
+        Param::OptInt(latest.next_attempt_at.map(ms)),
+        Param::OptInt(latest.not_before.map(ms)),
     ];
     done(ex, SUPERSEDE_SQL, params).await?;
     Ok(Some(latest.id))
@@ -344,6 +352,7 @@ pub(crate) struct Rusqlite<'c>(pub(crate) &'c Connection);
 fn to_sql<'p>(param: &'p Param<'_>) -> &'p dyn rusqlite::ToSql {
     match param {
         Param::Int(v) => v,
+        Param::OptInt(v) => v,
         Param::Text(v) => v,
         Param::OptText(v) => v,
         Param::Blob(v) => v,

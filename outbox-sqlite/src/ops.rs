@@ -30,13 +30,13 @@ macro_rules! columns {
     () => {
         "id, grp, payload, key, created_at, state, attempts, unanswered, interrupted, \
          last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
-         expected_version, replaces"
+         expected_version, replaces, not_before"
     };
 }
 pub(crate) use columns;
 
 /// How many columns [`columns!`] names: the index of the first column a query adds after them.
-pub(crate) const COLUMN_COUNT: usize = 16;
+pub(crate) const COLUMN_COUNT: usize = 17;
 
 const COLUMNS: &str = columns!();
 
@@ -93,13 +93,15 @@ pub(crate) const NEXT_DUE_SQL: &str = "SELECT next_attempt_at FROM records \
 
 /// Pending and retrying records scheduled from a time after `now` (see
 /// [`Store::stepped_back`](outbox_core::Store::stepped_back)): the part of the deadline index
-/// after `now`, claimable or not, so the due backlog is never read.
+/// after `now`, claimable or not, so the due backlog is never read. A never-reported record
+/// waiting for its not-before time is left out ([`Record::needs_rebase`]): that time is
+/// absolute.
 pub(crate) const STEPPED_BACK_SQL: &str = concat!(
     "SELECT ",
     columns!(),
     " FROM records INDEXED BY records_deadline \
      WHERE state IN (0, 1) AND claimable IN (0, 1) AND next_attempt_at > ?1 \
-     AND (last_attempt_at IS NULL OR last_attempt_at > ?1) ORDER BY id LIMIT ?2 + 0"
+     AND (last_attempt_at > ?1 OR (last_attempt_at IS NULL           AND (not_before IS NULL OR next_attempt_at > not_before)))      ORDER BY id LIMIT ?2 + 0"
 );
 
 /// The latest record (highest id) with a coalescing key: the last entry of the coalescing
@@ -158,6 +160,7 @@ pub(crate) struct RawRecord {
     pub(crate) lease_until: Option<i64>,
     pub(crate) expected_version: Option<String>,
     pub(crate) replaces: Option<String>,
+    pub(crate) not_before: Option<i64>,
 }
 
 impl RawRecord {
@@ -179,6 +182,7 @@ impl RawRecord {
             lease_until: row.get(13)?,
             expected_version: row.get(14)?,
             replaces: row.get(15)?,
+            not_before: row.get(16)?,
         })
     }
 
@@ -216,6 +220,10 @@ impl RawRecord {
             lease,
             expected_version: self.expected_version,
             replaces: self.replaces,
+            not_before: self
+                .not_before
+                .map(|t| read_ms(t, "not_before"))
+                .transpose()?,
         })
     }
 }
@@ -454,6 +462,12 @@ pub(crate) const HELD_SQL: &str = "SELECT count(*) FROM records AS a INDEXED BY 
      WHERE a.state = 3 AND a.member = 1 AND NOT EXISTS ( \
          SELECT 1 FROM records AS h WHERE h.grp = a.grp AND h.member = 1 AND h.id < a.id)";
 
+/// The scheduled records ([`Record::is_scheduled`]): pending, with the deadline at the
+/// not-before time. The partial index `records_scheduled` holds exactly these rows, so the
+/// count reads as many index entries as there are scheduled records, and nothing else.
+pub(crate) const SCHEDULED_SQL: &str = "SELECT count(*) FROM records INDEXED BY records_scheduled \
+     WHERE state = 0 AND not_before = next_attempt_at";
+
 /// The earliest creation time of an undelivered readable record: the first entry of the
 /// creation index whose record is neither rejected nor set aside (a rejected record older
 /// than every undelivered one is passed by, one index entry each).
@@ -511,6 +525,7 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
             .map(Option::flatten)
     };
     stats.held = read_ms(single(HELD_SQL)?.unwrap_or(0), "held")?;
+    stats.scheduled = read_ms(single(SCHEDULED_SQL)?.unwrap_or(0), "scheduled")?;
     stats.oldest_created_at = single(OLDEST_SQL)?
         .map(|t| read_ms(t, "created_at"))
         .transpose()?;

@@ -151,6 +151,26 @@ fn a_claim_costs_the_same_whatever_the_backlog_of_records_not_yet_due() {
     assert_eq!(claimed.len(), 10);
 }
 
+#[test]
+fn a_claim_costs_the_same_whatever_the_backlog_of_records_held_for_later() {
+    let conn = outbox();
+    let due: Vec<NewRecord> = (0..20).map(|_| NewRecord::new(b"due".to_vec())).collect();
+    ops::insert(&conn, due, 1_000).expect("due records");
+    let small = due_steps(&conn, 1_000, 10);
+
+    // Twenty thousand records enqueued now but not to go before 50 000: their deadline is that
+    // time, in the same deadline index, past the due end a claim reads.
+    let held: Vec<NewRecord> = (0..20_000)
+        .map(|_| NewRecord::new(b"later".to_vec()).not_before(50_000))
+        .collect();
+    ops::insert(&conn, held, 1_000).expect("held records");
+    let large = due_steps(&conn, 1_000, 10);
+    assert!(large <= small + 20, "steps grew from {small} to {large}");
+    // Their time is absolute: a step back to 500 re-bases the twenty enqueued "at 1 000" and
+    // none of them.
+    assert_eq!(stepped_back_steps(&conn, 500).0, 20);
+}
+
 /// Virtual machine steps of one stepped-back query at `now`.
 fn stepped_back_steps(conn: &Connection, now: u64) -> (usize, i32) {
     let mut stmt = conn.prepare(ops::STEPPED_BACK_SQL).expect("prepare");
@@ -305,6 +325,11 @@ fn the_statements_of_stats_read_indexes_and_counters() {
         "{oldest}"
     );
     assert!(!oldest.contains("TEMP B-TREE"), "{oldest}");
+    let scheduled = plan(&conn, ops::SCHEDULED_SQL);
+    assert!(
+        scheduled.contains("SCAN records USING INDEX records_scheduled"),
+        "{scheduled}"
+    );
     let errors = plan(&conn, crate::common_errors::COMMON_ERRORS_SQL);
     assert!(errors.contains("error_counts_common"), "{errors}");
     assert!(!errors.contains("TEMP B-TREE"), "{errors}");
@@ -320,6 +345,7 @@ fn stats_steps(conn: &Connection) -> i32 {
         ops::COUNTERS_SQL,
         ops::HELD_SQL,
         ops::OLDEST_SQL,
+        ops::SCHEDULED_SQL,
         crate::common_errors::COMMON_ERRORS_SQL,
     ] {
         steps += tx

@@ -40,7 +40,11 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 ///   from (`claimed_from`). An index
 ///   on `created_at` gives the oldest undelivered record, and a partial index on the records
 ///   that need attention finds the groups they hold.
-pub const SCHEMA_VERSION: u32 = 5;
+/// - 6: each record keeps the time it is not to be delivered before (`not_before`, `NULL` on
+///   the records already there), and a partial index holds the records still waiting for it
+///   (stats count them as scheduled). The deadline stays in `next_attempt_at`, in the one
+///   deadline index: a record held for later costs a claim nothing.
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The tables every version has.
 const TABLES: [&str; 3] = ["records", "tombstones", "meta"];
@@ -224,6 +228,7 @@ pub(crate) fn migrate(conn: &mut Connection, from: u32) -> Result<()> {
             3 => to_v3(&tx)?,
             4 => to_v4(&tx)?,
             5 => to_v5(&tx)?,
+            6 => to_v6(&tx)?,
             _ => unreachable_step(step)?,
         }
         tx.pragma_update(None, "user_version", step).map_err(db)?;
@@ -451,4 +456,21 @@ fn to_v5(conn: &Connection) -> Result<()> {
             .map_err(db)?;
     }
     conn.execute_batch(COUNTERS_V5).map_err(db)
+}
+
+/// Version 6: the not-before time on each record (`NULL` on the records already there: none
+/// was held for later) and the partial index of the records still waiting for it.
+///
+/// The index holds only pending rows whose deadline is their not-before time, so an enqueue
+/// without one adds no entry to it, and counting the scheduled records reads only theirs.
+fn to_v6(conn: &Connection) -> Result<()> {
+    if !has_column(conn, "records", "not_before")? {
+        conn.execute_batch("ALTER TABLE records ADD COLUMN not_before INTEGER")
+            .map_err(db)?;
+    }
+    conn.execute_batch(
+        "CREATE INDEX IF NOT EXISTS records_scheduled ON records(not_before)
+            WHERE state = 0 AND not_before = next_attempt_at;",
+    )
+    .map_err(db)
 }

@@ -112,6 +112,7 @@ fn bind<'q>(
 ) -> Query<'q, Sqlite, SqliteArguments> {
     match param {
         Param::Int(v) => query.bind(*v),
+        Param::OptInt(v) => query.bind(*v),
         Param::Text(v) => query.bind(v.to_string()),
         Param::OptText(v) => query.bind(v.map(str::to_owned)),
         Param::Blob(v) => query.bind(v.to_vec()),
@@ -137,6 +138,7 @@ fn raw(row: &SqliteRow) -> std::result::Result<RawRecord, ::sqlx::Error> {
         lease_until: row.try_get(13)?,
         expected_version: row.try_get(14)?,
         replaces: row.try_get(15)?,
+        not_before: row.try_get(16)?,
     })
 }
 

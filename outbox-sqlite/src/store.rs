@@ -407,6 +407,14 @@ impl SqliteStore {
     /// assert_eq!(edits[1], edits[0]);
     /// assert_eq!(edits.superseded, vec![1]);
     /// assert_eq!(store.get(edits[0]).await?.unwrap().payload, b"Plans v2");
+    ///
+    /// // A reminder held until a later time keeps it inside the transaction too.
+    /// let tx = conn.transaction().unwrap();
+    /// let reminder = NewRecord::new(b"remind".to_vec()).not_before(3_600_000);
+    /// let held = store.enqueue_in(&tx, vec![reminder], 3_000)?;
+    /// tx.commit().unwrap();
+    /// let record = store.get(held[0]).await?.unwrap();
+    /// assert_eq!((record.next_attempt_at, record.not_before), (Some(3_600_000), Some(3_600_000)));
     /// # Ok(())
     /// # }
     /// ```

@@ -18,7 +18,7 @@ use crate::json::json_ids;
 use crate::ops::{columns, ms, RawRecord};
 
 /// The names of the columns of [`columns!`], in its order, for reasons.
-const NAMES: [&str; 16] = [
+const NAMES: [&str; 17] = [
     "id",
     "grp",
     "payload",
@@ -35,6 +35,7 @@ const NAMES: [&str; 16] = [
     "lease_until",
     "expected_version",
     "replaces",
+    "not_before",
 ];
 
 /// Why an engine error left a column undecodable, in words.

@@ -96,6 +96,26 @@ where
     assert_eq!((stats.pending, stats.superseded), (2, 2));
 }
 
+/// A record held for later (until 2100: the app's runner runs on the system clock), enqueued
+/// inside a transaction (`inside`, at time 2): it keeps its not-before time, is due then and
+/// not before, and counts as scheduled.
+async fn check_held<F, Fut>(store: &SqliteStore, inside: F)
+where
+    F: FnOnce(Vec<NewRecord>) -> Fut,
+    Fut: std::future::Future<Output = PendingEnqueue>,
+{
+    const AT: u64 = 4_102_444_800_000;
+    let held = NewRecord::new(b"later".to_vec()).not_before(AT);
+    let pending = inside(vec![held]).await;
+    let record = store.get(pending.ids()[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (record.next_attempt_at, record.not_before),
+        (Some(AT), Some(AT))
+    );
+    assert!(record.is_scheduled());
+    assert_eq!(store.stats().await.unwrap().scheduled, 1);
+}
+
 mod sqlx_driver {
     use super::*;
     use sqlx::{Connection, SqliteConnection};
@@ -216,6 +236,20 @@ mod sqlx_driver {
         .await;
         runner.shutdown().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_held_for_later_keeps_its_time_in_a_transaction() {
+        let (_dir, path, store, runner) = app().await;
+        let mut conn = connect(&path).await;
+        check_held(&store, |batch| async {
+            let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.unwrap();
+            let pending = store.enqueue_sqlx(&mut tx, batch, 2).await.unwrap();
+            tx.commit().await.unwrap();
+            pending
+        })
+        .await;
+        runner.shutdown().await;
+    }
 }
 
 mod diesel_driver {
@@ -326,6 +360,23 @@ mod diesel_driver {
         let (_dir, path, store, runner) = app().await;
         let st = store.clone();
         check_coalescing(&store, |batch| {
+            blocking(move || {
+                connect(&path)
+                    .immediate_transaction(|conn| {
+                        Ok::<_, BoxError>(st.enqueue_diesel(conn, batch, 2)?)
+                    })
+                    .expect("committed")
+            })
+        })
+        .await;
+        runner.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_record_held_for_later_keeps_its_time_in_a_transaction() {
+        let (_dir, path, store, runner) = app().await;
+        let st = store.clone();
+        check_held(&store, |batch| {
             blocking(move || {
                 connect(&path)
                     .immediate_transaction(|conn| {

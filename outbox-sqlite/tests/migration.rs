@@ -1,8 +1,9 @@
 //! Files written with every earlier schema, built here by hand (frozen copies of versions 1 to
-//! 4, not the crate's own migration code), filled, and upgraded by `open` with nothing lost:
-//! ids still above every id ever handed out, the current indexes, no halt, no precondition or
-//! coalescing key on the records already there, no merged writes counted, and stats' counters
-//! filled from the rows that were there (and kept by the writes after the upgrade).
+//! 5, not the crate's own migration code), filled, and upgraded by `open` with nothing lost:
+//! ids still above every id ever handed out, the current indexes, no halt, no precondition,
+//! coalescing key or not-before time on the records already there, no merged writes counted,
+//! and stats' counters filled from the rows that were there (and kept by the writes after the
+//! upgrade).
 
 use std::path::Path;
 
@@ -117,6 +118,31 @@ const FOURTH_SCHEMA: &str = "
     PRAGMA user_version = 4;
 ";
 
+/// What version 5 of this crate did to a version 4 file: the claimed-from column, the counters
+/// filled from the rows, the error tally and the indexes stats read.
+const FIFTH_SCHEMA: &str = "
+    ALTER TABLE records ADD COLUMN claimed_from INTEGER;
+    CREATE TABLE IF NOT EXISTS error_counts (
+        error TEXT PRIMARY KEY,
+        n INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS error_counts_common ON error_counts(n DESC, error);
+    INSERT OR REPLACE INTO meta (name, value)
+        SELECT 'state ' || s.value, (SELECT count(*) FROM records
+                         WHERE state = s.value AND NOT (state = 2 AND lease_until IS NULL))
+        FROM json_each('[0, 1, 2, 3, 4]') AS s;
+    DELETE FROM error_counts;
+    INSERT INTO error_counts (error, n)
+        SELECT last_error, count(*) FROM records
+        WHERE state IN (1, 3, 4) AND last_error IS NOT NULL GROUP BY last_error;
+    INSERT OR REPLACE INTO meta (name, value)
+        VALUES ('tombstones', (SELECT count(*) FROM tombstones));
+    CREATE INDEX IF NOT EXISTS records_created ON records(created_at);
+    CREATE INDEX IF NOT EXISTS records_attention ON records(grp, id)
+        WHERE state = 3 AND member = 1;
+    PRAGMA user_version = 5;
+";
+
 /// One row of the first schema, in column order from `grp` on.
 struct Row {
     group: Option<&'static str>,
@@ -159,6 +185,8 @@ fn expected(id: u64, row: &Row) -> Record {
         // Unknown before version 4: none on every record already there.
         expected_version: None,
         replaces: None,
+        // Unknown before version 6: no record already there was held for later.
+        not_before: None,
     }
 }
 
@@ -276,6 +304,16 @@ fn build_fourth_schema(path: &Path) -> Vec<Record> {
     records
 }
 
+/// A version 5 file: the version 4 file, upgraded as version 5 of this crate did.
+fn build_fifth_schema(path: &Path) -> Vec<Record> {
+    let records = build_fourth_schema(path);
+    let mut conn = Connection::open(path).expect("open");
+    let tx = conn.transaction().expect("begin");
+    tx.execute_batch(FIFTH_SCHEMA).expect("fifth schema");
+    tx.commit().expect("commit");
+    records
+}
+
 /// The layout of the current version, read from the file's schema.
 fn check_layout(path: &Path) {
     let conn = Connection::open(path).expect("open");
@@ -303,7 +341,8 @@ fn check_layout(path: &Path) {
             "records_deadline",
             "records_group",
             "records_lease",
-            "records_replaces"
+            "records_replaces",
+            "records_scheduled"
         ],
         "no state index: stats read counters"
     );
@@ -325,7 +364,7 @@ fn check_layout(path: &Path) {
         .expect("columns")
         .collect::<rusqlite::Result<_>>()
         .expect("rows");
-    for column in ["expected_version", "replaces", "claimed_from"] {
+    for column in ["expected_version", "replaces", "claimed_from", "not_before"] {
         assert!(columns.iter().any(|c| c == column), "{column}: {columns:?}");
     }
 }
@@ -348,6 +387,10 @@ async fn check_upgraded(store: &SqliteStore, records: &[Record]) {
     assert_eq!(stats.delivered, 7);
     assert_eq!(stats.superseded, 0, "no merged writes before the upgrade");
     assert_eq!(stats.held, 1);
+    assert_eq!(
+        stats.scheduled, 0,
+        "no record was held for later before the upgrade"
+    );
     assert_eq!(stats.next_due, Some(101));
     assert_eq!(stats.oldest_created_at, Some(101));
     let errors = store.common_errors(10).await.expect("errors");
@@ -495,7 +538,28 @@ async fn upgraded_with_nothing_lost(path: &Path, records: &[Record]) {
         .await
         .expect("get")
         .expect("record 1");
-    assert_eq!((old.expected_version, old.replaces), (None, None));
+    assert_eq!(
+        (old.expected_version, old.replaces, old.not_before),
+        (None, None, None)
+    );
+
+    // The upgraded file holds a record for later: due at its time, counted as scheduled, and
+    // passed by a re-base after a step back (its time is absolute).
+    let later = store
+        .enqueue(
+            vec![outbox_core::NewRecord::new(b"later".to_vec()).not_before(90_000)],
+            5_000,
+        )
+        .await
+        .expect("enqueue");
+    let record = store.get(later.ids[0]).await.expect("get").expect("later");
+    assert_eq!(
+        (record.next_attempt_at, record.not_before),
+        (Some(90_000), Some(90_000))
+    );
+    assert_eq!(store.stats().await.expect("stats").scheduled, 1);
+    let stepped = store.stepped_back(1_000, 100).await.expect("stepped back");
+    assert!(!stepped.iter().any(|r| r.id == later.ids[0]), "{stepped:?}");
 }
 
 #[tokio::test]
@@ -528,6 +592,19 @@ async fn a_fourth_schema_file_is_upgraded_with_nothing_lost() {
     let path = dir.path().join("v4.db");
     let records = build_fourth_schema(&path);
     upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn a_fifth_schema_file_is_upgraded_with_nothing_lost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v5.db");
+    let records = build_fifth_schema(&path);
+    upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn two_stores_upgrading_a_fifth_schema_file_at_once_converge() {
+    converge_at_once(build_fifth_schema, "v5.db").await;
 }
 
 #[tokio::test]

@@ -198,8 +198,10 @@ impl Store for BTreeMapStore {
         let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
         for (index, new) in records.into_iter().enumerate() {
             if let Some(id) = tables.replaceable(&new) {
-                if let Some(record) = tables.records.get_mut(&id) {
+                // The new write's not-before time may move the deadline: out and back in.
+                if let Some(mut record) = tables.take(id) {
                     record.supersede(new, now);
+                    tables.put(record);
                 }
                 tables.superseded += 1;
                 enqueued.ids.push(id);
@@ -264,7 +266,7 @@ impl Store for BTreeMapStore {
             .deadlines
             .range((now.saturating_add(1), RecordId(0))..)
             .filter_map(|(_, id)| tables.records.get(id))
-            .filter(|r| r.last_attempt_at.is_none_or(|t| t > now))
+            .filter(|r| r.needs_rebase(now))
             .collect();
         found.sort_by_key(|r| r.id);
         Ok(found.into_iter().take(limit).cloned().collect())

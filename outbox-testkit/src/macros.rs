@@ -19,6 +19,10 @@ macro_rules! __with_scenarios {
                 "group heads only; one in flight per group; a parked head holds its group only (`held`)";
             store due_query_ignores_backlog () 300
                 "the right due records among 100,000 not yet due, reading none of them";
+            store not_before_holds_first_delivery () 60
+                "a record held an hour is pending and scheduled, claimed at its time and not a millisecond before, among the due in (deadline, id) order; `stepped_back` leaves it out";
+            store not_before_of_the_latest_write_wins () 60
+                "a replacing write brings its own not-before time: a held one holds the record, one that may go at once releases it";
             store paging () 60
                 "`list` by `after`/`limit`/state/group; tombstone pages";
             store payload_limit () 60
@@ -109,6 +113,10 @@ macro_rules! __with_scenarios {
                 "the wall clock set back a day while a record waits: retried within its wait";
             store runner_step_back_across_restart () 60
                 "the same across a restart: the wait it was given, counted from the start";
+            store runner_not_before_honoured () 60
+                "through the runner: a record held an hour goes out at its time, not a second before; scheduled in stats until then";
+            store runner_not_before_across_step_back () 60
+                "the wall clock set back a day across a restart and again while waiting: a held record keeps its absolute time";
             store runner_coalescing_during_a_drain () 60
                 "30 edits of one note while deliveries take 300 ms: sent in order, the last one last, each sent or merged, none joined to a delivery under way";
             store runner_stale_parked () 60

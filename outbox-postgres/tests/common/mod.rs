@@ -306,11 +306,20 @@ pub fn skip_reason() -> Option<String> {
     }
 }
 
-/// What version 4 added, dropped again: the statements that bring a current schema back to
-/// version 3 as that build left it, its counters in `meta` alone.
+/// What version 5 added, dropped again: the statements that bring a current schema back to
+/// version 4 as that build left it, with no not-before time on any record.
+pub fn down_to_4(s: &str) -> String {
+    format!(
+        "DROP INDEX \"{s}\".records_scheduled; \
+         ALTER TABLE \"{s}\".records DROP COLUMN not_before;"
+    )
+}
+
+/// What versions 4 and 5 added, dropped again: the statements that bring a current schema
+/// back to version 3 as that build left it, its counters in `meta` alone.
 pub fn down_to_3(s: &str) -> String {
     format!(
-        "UPDATE \"{s}\".meta SET \
+        "{} UPDATE \"{s}\".meta SET \
            delivered = delivered + (SELECT coalesce(sum(delivered), 0) FROM \"{s}\".tallies), \
            superseded = superseded + (SELECT coalesce(sum(superseded), 0) FROM \"{s}\".tallies); \
          DROP TRIGGER tally_inserted ON \"{s}\".records; \
@@ -320,6 +329,7 @@ pub fn down_to_3(s: &str) -> String {
          DROP TRIGGER tally_unburied ON \"{s}\".tombstones; \
          DROP FUNCTION \"{s}\".tally_records(); DROP FUNCTION \"{s}\".tally_tombstones(); \
          DROP TABLE \"{s}\".tallies; DROP TABLE \"{s}\".error_tallies; \
-         DROP INDEX \"{s}\".records_attention; DROP INDEX \"{s}\".records_age;"
+         DROP INDEX \"{s}\".records_attention; DROP INDEX \"{s}\".records_age;",
+        down_to_4(s)
     )
 }

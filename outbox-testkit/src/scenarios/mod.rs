@@ -37,6 +37,7 @@ mod queue;
 mod restart;
 mod rounds;
 mod runner;
+mod schedule;
 mod stats;
 mod unreadable;
 mod writes;
@@ -67,6 +68,10 @@ pub use runner::{
     runner_backoff_growth_and_cap, runner_groups, runner_halt_resume,
     runner_long_delivery_keeps_lease, runner_manual_retry, runner_poison_at_head,
     runner_recovers_interrupted, runner_retry_after,
+};
+pub use schedule::{
+    not_before_holds_first_delivery, not_before_of_the_latest_write_wins,
+    runner_not_before_across_step_back, runner_not_before_honoured,
 };
 pub use stats::stats_exact;
 pub use unreadable::unreadable_row_passed_by;

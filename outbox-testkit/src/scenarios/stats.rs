@@ -76,6 +76,7 @@ pub async fn stats_exact(backend: &dyn Backend) -> ScenarioResult {
         delivered: 2,
         superseded: 0,
         held: 2,
+        scheduled: 0,
         oldest_created_at: Some(T0),
         next_due: Some(T0 + 7_000),
         halt: None,

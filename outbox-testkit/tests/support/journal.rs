@@ -237,6 +237,11 @@ async fn replay(store: &MemoryStore, line: &str) -> Option<()> {
                 new.group = parse_opt_str(f.first()?)?;
                 new.expected_version = parse_opt_str(f.get(3)?)?;
                 new.replaces = parse_opt_str(f.get(4)?)?;
+                // Lines written before the not-before time was journaled have no sixth field.
+                new.not_before = match f.get(5) {
+                    Some(field) => parse_opt_num(field)?,
+                    None => None,
+                };
                 batch.push(new);
             }
             store.enqueue(batch, now).await.ok()?;
@@ -343,12 +348,13 @@ impl StoreLayer for Journal {
         let mut line = format!("E {now}");
         for r in &records {
             line.push_str(&format!(
-                " {},{},{},{},{}",
+                " {},{},{},{},{},{}",
                 opt_str(&r.group),
                 hex(&r.payload),
                 hex(r.key.as_bytes()),
                 opt_str(&r.expected_version),
-                opt_str(&r.replaces)
+                opt_str(&r.replaces),
+                opt_num(r.not_before)
             ));
         }
         self.write(line, self.inner.enqueue(records, now)).await

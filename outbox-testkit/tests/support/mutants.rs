@@ -81,6 +81,9 @@ enum Kind {
     UpdateRevivesRejected,
     CoalescesIntoInFlight,
     CreatedAtIsClaimTime,
+    NotBeforeIgnored,
+    ReplacingDropsNotBefore,
+    NotBeforeUnread,
 }
 
 /// The sound store, the row every scenario must pass.
@@ -401,6 +404,33 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         meant_for: &["runner_stale_parked"],
         kind: Kind::CreatedAtIsClaimTime,
     },
+    Mutant {
+        name: "not_before_ignored",
+        bug: "the not-before time is not stored: a record held for later is due at its enqueue",
+        meant_for: &[
+            "not_before_holds_first_delivery",
+            "not_before_of_the_latest_write_wins",
+            "runner_not_before_honoured",
+            "runner_not_before_across_step_back",
+        ],
+        kind: Kind::NotBeforeIgnored,
+    },
+    Mutant {
+        name: "replacing_drops_not_before",
+        bug: "a write that replaces a waiting one keeps its schedule and drops the new not-before time",
+        meant_for: &["not_before_of_the_latest_write_wins"],
+        kind: Kind::ReplacingDropsNotBefore,
+    },
+    Mutant {
+        name: "not_before_unread",
+        bug: "the not-before time is written but never read back, so a re-base takes the held time for a wait",
+        meant_for: &[
+            "not_before_holds_first_delivery",
+            "runner_not_before_honoured",
+            "runner_not_before_across_step_back",
+        ],
+        kind: Kind::NotBeforeUnread,
+    },
 ];
 
 /// State of one location that outlives its handles (what a file would hold).
@@ -588,6 +618,17 @@ impl Layer {
 
     async fn all(&self) -> Result<Vec<Record>> {
         self.inner.list(&ListQuery::new(usize::MAX)).await
+    }
+
+    /// Records as this store hands them out: `NotBeforeUnread` never reads the not-before
+    /// time back.
+    fn shown(&self, mut records: Vec<Record>) -> Vec<Record> {
+        if self.kind == Kind::NotBeforeUnread {
+            for record in &mut records {
+                record.not_before = None;
+            }
+        }
+        records
     }
 
     /// The transitions as this mutant writes them.
@@ -827,6 +868,34 @@ impl StoreLayer for Layer {
 
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         match self.kind {
+            Kind::NotBeforeIgnored => {
+                let records = records
+                    .into_iter()
+                    .map(|r| NewRecord {
+                        not_before: None,
+                        ..r
+                    })
+                    .collect();
+                self.inner.enqueue(records, now).await
+            }
+            Kind::ReplacingDropsNotBefore => {
+                // A write merges only into an undelivered record of its key: those lose
+                // their not-before time here.
+                let present = self.all().await?;
+                let records = records
+                    .into_iter()
+                    .map(|mut r| {
+                        let merges = r.replaces.as_ref().is_some_and(|key| {
+                            present.iter().any(|p| p.replaces.as_ref() == Some(key))
+                        });
+                        if merges {
+                            r.not_before = None;
+                        }
+                        r
+                    })
+                    .collect();
+                self.inner.enqueue(records, now).await
+            }
             Kind::EnqueueNotAtomic => {
                 let mut enqueued = Enqueued::default();
                 for (index, record) in records.into_iter().enumerate() {
@@ -924,7 +993,7 @@ impl StoreLayer for Layer {
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {
         self.before_write().await?;
-        self.claim_with(claim).await
+        Ok(self.shown(self.claim_with(claim).await?))
     }
 
     async fn renew(&self, ids: &[RecordId], lease: Lease) -> Result<()> {
@@ -963,7 +1032,7 @@ impl StoreLayer for Layer {
         }
         let applied = self.write(outcomes).await?;
         let claimed = match claim {
-            Some(c) => self.claim_with(c).await?,
+            Some(c) => self.shown(self.claim_with(c).await?),
             None => Vec::new(),
         };
         Ok(Round { applied, claimed })
@@ -979,10 +1048,20 @@ impl StoreLayer for Layer {
             in_flight.truncate(limit);
             return Ok(in_flight);
         }
-        self.inner.expired(now, limit).await
+        Ok(self.shown(self.inner.expired(now, limit).await?))
     }
 
     async fn stepped_back(&self, now: Millis, limit: usize) -> Result<Vec<Record>> {
+        if self.kind == Kind::NotBeforeUnread {
+            // Without the time, the rule sees a never-reported record due later: a wait.
+            let mut found: Vec<Record> = self
+                .shown(self.all().await?)
+                .into_iter()
+                .filter(|r| r.needs_rebase(now))
+                .collect();
+            found.truncate(limit);
+            return Ok(found);
+        }
         let mut found = self.inner.stepped_back(now, usize::MAX).await?;
         if self.kind == Kind::SteppedBackSkipsNeverAttempted {
             found.retain(|r| r.last_attempt_at.is_some());
@@ -998,7 +1077,8 @@ impl StoreLayer for Layer {
         if let Some(old) = self.lagging() {
             return Ok(old.into_iter().find(|r| r.id == id));
         }
-        self.inner.get(id).await
+        let record = self.inner.get(id).await?;
+        Ok(self.shown(record.into_iter().collect()).pop())
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Record>> {
@@ -1015,7 +1095,7 @@ impl StoreLayer for Layer {
                 return self.inner.list(&query).await;
             }
         }
-        self.inner.list(query).await
+        Ok(self.shown(self.inner.list(query).await?))
     }
 
     async fn stats(&self) -> Result<Stats> {
