@@ -83,7 +83,7 @@ async fn start(
         .await?)
 }
 
-async fn open(backend: &dyn Backend, location: &str) -> Result<Arc<dyn Store>, Failure> {
+pub(super) async fn open(backend: &dyn Backend, location: &str) -> Result<Arc<dyn Store>, Failure> {
     let store = backend
         .open(location)
         .await

@@ -6,15 +6,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_core::{
-    async_trait, Clock, Millis, NewRecord, Outbox, Outcome, Record, RunnerConfig, Sink,
+    async_trait, Clock, Millis, NewRecord, Outbox, Outcome, Record, RecordId, RunnerConfig, Sink,
     SteppedClock, Store,
 };
 
+use super::clock::open;
 use super::runner::pause_time;
 use super::{claim, enqueue, get, ids, rec, rec_in, T0};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure, ScenarioResult, Verdict};
-use crate::paused::PausedClockStore;
 
 const HOUR: Millis = 3_600_000;
 const DAY: Duration = Duration::from_secs(86_400);
@@ -57,14 +57,6 @@ impl Sink for Noting {
     }
 }
 
-async fn open(backend: &dyn Backend, location: &str) -> Result<Arc<dyn Store>, Failure> {
-    let store = backend
-        .open(location)
-        .await
-        .map_err(|e| Failure::from(e).context("open"))?;
-    Ok(PausedClockStore::wrap(store))
-}
-
 async fn start(
     store: Arc<dyn Store>,
     sink: Noting,
@@ -75,6 +67,37 @@ async fn start(
         .clock(Arc::new(clock.clone()))
         .start()
         .await?)
+}
+
+/// A runner on tokio's paused clock over a fresh store, and the record it holds until an hour
+/// past `T0`.
+struct Held {
+    location: String,
+    store: Arc<dyn Store>,
+    clock: SteppedClock,
+    sink: Noting,
+    outbox: Outbox,
+    held: RecordId,
+}
+
+async fn hold_an_hour(backend: &dyn Backend) -> Result<Held, Failure> {
+    pause_time()?;
+    let location = backend.create().await?;
+    let store = open(backend, &location).await?;
+    let clock = SteppedClock::starting_at(T0);
+    let sink = Noting::new(&clock);
+    let outbox = start(store.clone(), sink.clone(), &clock).await?;
+    let held = outbox
+        .enqueue(NewRecord::new(b"reminder".to_vec()).not_before(T0 + HOUR))
+        .await?;
+    Ok(Held {
+        location,
+        store,
+        clock,
+        sink,
+        outbox,
+        held,
+    })
 }
 
 /// A record held until an hour ahead is pending and scheduled from its enqueue: its deadline
@@ -202,15 +225,13 @@ pub async fn not_before_of_the_latest_write_wins(backend: &dyn Backend) -> Scena
 /// and not before, while a record enqueued beside it goes at once; stats and the list show
 /// it as scheduled until then.
 pub async fn runner_not_before_honoured(backend: &dyn Backend) -> ScenarioResult {
-    pause_time()?;
-    let location = backend.create().await?;
-    let store = open(backend, &location).await?;
-    let clock = SteppedClock::starting_at(T0);
-    let sink = Noting::new(&clock);
-    let outbox = start(store.clone(), sink.clone(), &clock).await?;
-    let held = outbox
-        .enqueue(NewRecord::new(b"reminder".to_vec()).not_before(T0 + HOUR))
-        .await?;
+    let Held {
+        store,
+        sink,
+        outbox,
+        held,
+        ..
+    } = hold_an_hour(backend).await?;
     outbox.enqueue(NewRecord::new(b"now".to_vec())).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     ensure_eq(sink.payloads(), vec![b"now".to_vec()], "only the plain one")?;
@@ -248,15 +269,14 @@ pub async fn runner_not_before_honoured(backend: &dyn Backend) -> ScenarioResult
 /// time is not). It goes out when the wall clock reaches it, a day and an hour later, not at
 /// the restart.
 pub async fn runner_not_before_across_step_back(backend: &dyn Backend) -> ScenarioResult {
-    pause_time()?;
-    let location = backend.create().await?;
-    let store = open(backend, &location).await?;
-    let clock = SteppedClock::starting_at(T0);
-    let sink = Noting::new(&clock);
-    let outbox = start(store.clone(), sink.clone(), &clock).await?;
-    let held = outbox
-        .enqueue(NewRecord::new(b"reminder".to_vec()).not_before(T0 + HOUR))
-        .await?;
+    let Held {
+        location,
+        store,
+        clock,
+        sink,
+        outbox,
+        held,
+    } = hold_an_hour(backend).await?;
     tokio::time::sleep(Duration::from_millis(100)).await;
     outbox.shutdown(Duration::from_secs(5)).await?;
     // The handle holds the store too: a store one process may open must be let go of.
