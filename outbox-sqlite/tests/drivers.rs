@@ -226,6 +226,8 @@ mod sqlx_driver {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_coalescing_write_in_a_transaction_merges_as_outside() {
         let (_dir, path, store, runner) = app().await;
+        // No runner may claim the waiting edit first: a record in flight is not replaced.
+        runner.shutdown().await;
         let mut conn = connect(&path).await;
         check_coalescing(&store, |batch| async {
             let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.unwrap();
@@ -234,7 +236,6 @@ mod sqlx_driver {
             pending
         })
         .await;
-        runner.shutdown().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,6 +359,8 @@ mod diesel_driver {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_coalescing_write_in_a_transaction_merges_as_outside() {
         let (_dir, path, store, runner) = app().await;
+        // No runner may claim the waiting edit first: a record in flight is not replaced.
+        runner.shutdown().await;
         let st = store.clone();
         check_coalescing(&store, |batch| {
             blocking(move || {
@@ -369,7 +372,6 @@ mod diesel_driver {
             })
         })
         .await;
-        runner.shutdown().await;
     }
 
     #[tokio::test]
