@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_core::clock::system_now;
-use outbox_core::{sink_fn, Error, Outbox, Outcome, Record, Result, Store};
+use outbox_core::{sink_fn, Error, Outbox, Outcome, Record, Result, RunnerConfig, Store};
 use outbox_postgres::{PgConfig, PgStore};
 use tokio_postgres::{Client, NoTls};
 
@@ -210,17 +210,32 @@ pub async fn stores(schema: &PgSchema, runners: usize) -> Result<Vec<Arc<dyn Sto
 ///
 /// Fails unless exactly `count` more records were delivered and nothing is left undelivered.
 pub async fn drain_runners(stores: &[Arc<dyn Store>], count: usize) -> Result<Drained> {
-    let first = stores.first().ok_or_else(|| Error::Backend {
-        detail: "a drain needs at least one store".into(),
-        source: None,
-    })?;
+    let first = first(stores)?;
     fill(first, count, system_now()).await?;
+    drain_filled(stores, count as u64, &RunnerConfig::default()).await
+}
+
+/// Starts a runner with `config` on every store over what the shared queue already holds, and
+/// times them from their start until nothing is pending or in flight.
+///
+/// Fails unless exactly `expected` more records were delivered and nothing is left undelivered.
+pub async fn drain_filled(
+    stores: &[Arc<dyn Store>],
+    expected: u64,
+    config: &RunnerConfig,
+) -> Result<Drained> {
+    let first = first(stores)?;
     let before = first.stats().await?;
     let started = Instant::now();
     let mut outboxes = Vec::with_capacity(stores.len());
     for store in stores {
         let sink = sink_fn(|_: Record| async { Outcome::Delivered });
-        outboxes.push(Outbox::builder(Arc::clone(store), sink).start().await?);
+        outboxes.push(
+            Outbox::builder(Arc::clone(store), sink)
+                .config(config.clone())
+                .start()
+                .await?,
+        );
     }
     let mut checks = 0u32;
     loop {
@@ -242,14 +257,21 @@ pub async fn drain_runners(stores: &[Arc<dyn Store>], count: usize) -> Result<Dr
     }
     let after = first.stats().await?;
     let records = after.delivered - before.delivered;
-    if records != count as u64 || after.undelivered() != 0 {
+    if records != expected || after.undelivered() != 0 {
         return Err(Error::Backend {
             detail: format!(
-                "the drain delivered {records} of {count} records and left {} undelivered",
+                "the drain delivered {records} of {expected} records and left {} undelivered",
                 after.undelivered()
             ),
             source: None,
         });
     }
     Ok(Drained { records, elapsed })
+}
+
+fn first(stores: &[Arc<dyn Store>]) -> Result<&Arc<dyn Store>> {
+    stores.first().ok_or_else(|| Error::Backend {
+        detail: "a drain needs at least one store".into(),
+        source: None,
+    })
 }

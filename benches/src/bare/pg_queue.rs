@@ -55,6 +55,11 @@ impl BarePg {
 
     /// Inserts `count` records due at `at` in one transaction.
     pub async fn insert_batch(&self, count: usize, at: u64) -> Result<()> {
+        self.insert_payloads(count, at, &PAYLOAD).await
+    }
+
+    /// Inserts `count` records due at `at`, each with `payload`, in one transaction.
+    pub async fn insert_payloads(&self, count: usize, at: u64, payload: &[u8]) -> Result<()> {
         let sql = format!(
             "INSERT INTO \"{}\".q (due, payload) SELECT $1, $2 FROM generate_series(1, $3)",
             self.schema.name()
@@ -62,11 +67,7 @@ impl BarePg {
         self.workers[0]
             .execute(
                 &sql,
-                &[
-                    &ms(at),
-                    &&PAYLOAD[..],
-                    &i32::try_from(count).unwrap_or(i32::MAX),
-                ],
+                &[&ms(at), &payload, &i32::try_from(count).unwrap_or(i32::MAX)],
             )
             .await
             .map_err(engine("bare postgres: insert"))?;
