@@ -42,6 +42,7 @@
 
 pub mod bare;
 mod error;
+pub mod graphile;
 pub mod latency;
 pub mod measure;
 pub mod paired;
