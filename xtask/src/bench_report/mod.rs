@@ -1,9 +1,11 @@
 //! `cargo xtask bench-report [--quick] [--no-run] [--rss-records N | --rss-from FILE]`: runs
-//! the criterion benchmarks of `outbox-benches` and the `drain-rss` tool, then writes
+//! the criterion benchmarks of `outbox-benches` and its tools (`drain-rss`, `paired-ratios`,
+//! `latency`, `graphile`), then writes
 //! `BENCHMARKS.md` at the root (`--no-run` writes it from the results already in
 //! `target/criterion`, e.g. after editing `benches/NOTES.md`): one
 //! table per workload with each row's durability, median, spread and ratio to the bare engine
-//! of the same run, the targets of issue 7, the machine, and the notes of
+//! of the same run, the targets of issue 7, the machine, the PostgreSQL store beside
+//! `graphile_worker`, and the notes of
 //! `benches/NOTES.md`.
 //!
 //! The command line is read in `options`; `tools` runs the harness and the tools, `machine`
@@ -60,6 +62,10 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
         &criterion.join("outbox-latency.tsv"),
         (!options.no_run).then(|| tools::run_tool(&cargo, "latency", samples)),
     )?;
+    let graphile = kept(
+        &criterion.join("outbox-graphile.tsv"),
+        (!options.no_run).then(|| tools::run_tool(&cargo, "graphile", quick)),
+    )?;
     let durability = read_durability(&meta)?;
     let rows = read_rows(&criterion)?;
     let notes = fs::read_to_string(root.join("benches").join("NOTES.md")).unwrap_or_default();
@@ -71,6 +77,7 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
             rss: &rss,
             paired: &paired,
             latency: &latency,
+            graphile: &graphile,
         },
         &machine,
         &notes,

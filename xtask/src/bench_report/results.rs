@@ -1,6 +1,6 @@
 //! Reading what the tools wrote: criterion's JSON under `target/criterion`, the harness's
-//! durability of each row, and the `key=value` lines of `drain-rss`, `paired-ratios` and
-//! `latency`; and the comparisons the report draws from criterion's rows.
+//! durability of each row, and the `key=value` lines of `drain-rss`, `paired-ratios`,
+//! `latency` and `graphile`; and the comparisons the report draws from criterion's rows.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -57,6 +57,8 @@ pub(super) struct Results<'a> {
     pub(super) paired: &'a [Fields],
     /// `latency`, one line per store.
     pub(super) latency: &'a [Fields],
+    /// `graphile`, one line per row of section 8 (none without a PostgreSQL server).
+    pub(super) graphile: &'a [Fields],
 }
 
 impl Results<'_> {

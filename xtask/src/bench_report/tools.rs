@@ -1,5 +1,5 @@
 //! Running the tools of `outbox-benches`: the criterion harness, and the release builds of
-//! `drain-rss`, `paired-ratios` and `latency`, whose output lines the report is written from.
+//! `drain-rss`, `paired-ratios`, `latency` and `graphile`, whose output lines the report is written from.
 
 use std::fs;
 use std::path::{Path, PathBuf};

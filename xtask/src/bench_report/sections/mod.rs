@@ -1,7 +1,9 @@
 //! `BENCHMARKS.md`, one function per section: the introduction, the machine, the targets
 //! (`targets`), the five criterion workloads (`workloads`), peak memory (`memory`), idle-queue
-//! latency (`latency`), then the notes of `benches/NOTES.md`.
+//! latency (`latency`), PostgreSQL beside `graphile_worker` (`graphile`), then the notes of
+//! `benches/NOTES.md`.
 
+mod graphile;
 mod latency;
 mod memory;
 mod targets;
@@ -28,6 +30,7 @@ pub(super) fn render(
         workloads::workloads(results),
         memory::peak_memory(results, options.rss_from.is_some()),
         latency::latency(results),
+        graphile::graphile(results),
         notes_section(notes),
     ]
     .concat()
@@ -40,7 +43,7 @@ fn intro(quick: bool) -> String {
     let _ = writeln!(
         out,
         "Written by `cargo xtask bench-report{}` from one run of the criterion benchmarks in \
-         `benches/` and of its `paired-ratios`, `drain-rss` and `latency` tools; do not edit by hand (the notes at the end come \
+         `benches/` and of its `paired-ratios`, `drain-rss`, `latency` and `graphile` tools; do not edit by hand (the notes at the end come \
          from `benches/NOTES.md`). Every store runs at its default durability; each figure is \
          compared with the bare engine doing the same durable work **in the same run**.\n",
         if quick { " --quick" } else { "" }
@@ -150,6 +153,7 @@ mod tests {
                 rss: &rss,
                 paired: &paired,
                 latency: &latency,
+                graphile: &[],
             },
             "- CPU: test\n",
             "## Notes\n",
