@@ -86,6 +86,7 @@ fn failed(id: RecordId, state: State, error: &str) -> Transition {
             last_attempt_at: Some(2_000),
             next_attempt_at: (state == State::Retrying).then_some(10_000_000),
             last_error: Some(error.to_owned()),
+            history: Default::default(),
         }),
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use fastrand::Rng;
 
 use crate::event::Event;
+use crate::history::{Attempt, AttemptClass, History};
 use crate::outcome::{duration_ms, Outcome};
 use crate::policy::{Ceiling, RetryPolicy};
 use crate::record::{Millis, Progress, Record, RecordId};
@@ -234,17 +235,18 @@ pub fn on_outcome(
 ) -> Step {
     let id = record.id;
     let guard = lease_guard(record);
-    // A reported outcome proves the record does not kill the process: the crash-loop guard
-    // counts interruptions in a row only.
-    let reported = Progress {
-        interrupted: 0,
-        last_attempt_at: Some(now),
-        ..record.progress()
-    };
     let update = |progress: Progress| Transition {
         id,
         guard,
         change: Change::Update(progress),
+    };
+    // A reported outcome proves the record does not kill the process: the crash-loop guard
+    // counts interruptions in a row only. The attempt joins the record's history.
+    let reported = |class: AttemptClass, text: &str| Progress {
+        interrupted: 0,
+        last_attempt_at: Some(now),
+        history: attempted(record, class, text, now),
+        ..record.progress()
     };
     match outcome {
         Outcome::Delivered => Step::new(
@@ -264,6 +266,7 @@ pub fn on_outcome(
             rng,
         ),
         Outcome::Transient { error, retry_after } => {
+            let reported = reported(AttemptClass::Later, error);
             let attempts = record.attempts.saturating_add(1);
             if attempts >= policy.max_attempts {
                 let reason = format!("gave up after {attempts} attempts; last error: {error}");
@@ -301,7 +304,7 @@ pub fn on_outcome(
                 attempts: record.attempts.saturating_add(1),
                 next_attempt_at: None,
                 last_error: Some(reason.clone()),
-                ..reported
+                ..reported(AttemptClass::Rejected, reason)
             }),
             Event::Rejected {
                 id,
@@ -314,7 +317,7 @@ pub fn on_outcome(
             transition: update(Progress {
                 state: State::Retrying,
                 last_error: Some(reason.clone()),
-                ..reported
+                ..reported(AttemptClass::Refused, reason)
             }),
             event: Event::Halted {
                 id,
@@ -330,12 +333,19 @@ pub fn on_outcome(
                     attempts: record.attempts.saturating_add(1),
                     next_attempt_at: None,
                     last_error: Some(reason.clone()),
-                    ..reported
+                    ..reported(AttemptClass::Conflict, &reason)
                 }),
                 Event::Parked { id, reason },
             )
         }
     }
+}
+
+/// The record's history with one more attempt, ended at `now`.
+fn attempted(record: &Record, class: AttemptClass, text: &str, now: Millis) -> History {
+    let mut history = record.history.clone();
+    history.push(Attempt::new(now, class, text));
+    history
 }
 
 /// A delivery that got no answer: nothing is spent, `unanswered` grows by one, and the record
@@ -375,6 +385,7 @@ pub fn on_no_answer(
                 last_attempt_at: Some(now),
                 next_attempt_at: Some(at),
                 last_error: Some(error.to_owned()),
+                history: attempted(record, AttemptClass::NoAnswer, error, now),
                 ..record.progress()
             }),
         },
@@ -468,6 +479,26 @@ pub fn released(record: &Record) -> Progress {
     }
 }
 
+/// Gives a claimed record back after its credential was refused: nothing is spent and its
+/// deadline is kept, as in [`release`], but the refusal is one of its attempts.
+///
+/// ```
+/// use outbox_core::{machine, AttemptClass, Change, Record, RecordId};
+/// let record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+/// let Change::Update(p) = machine::refused(&record, "HTTP 401", 5).change else { unreachable!() };
+/// assert_eq!((p.attempts, p.history.attempts()[0].class), (0, AttemptClass::Refused));
+/// ```
+pub fn refused(record: &Record, reason: &str, now: Millis) -> Transition {
+    Transition {
+        id: record.id,
+        guard: lease_guard(record),
+        change: Change::Update(Progress {
+            history: attempted(record, AttemptClass::Refused, reason, now),
+            ..released(record)
+        }),
+    }
+}
+
 /// Gives a claimed record back without an attempt (the round stopped, or the runner shuts
 /// down): nothing is spent and its deadline is kept.
 pub fn release(record: &Record) -> Transition {
@@ -477,6 +508,9 @@ pub fn release(record: &Record) -> Transition {
         change: Change::Update(released(record)),
     }
 }
+
+/// What an interrupted delivery leaves as its error.
+const INTERRUPTED: &str = "delivery interrupted: the lease expired with no report";
 
 /// Recovery of a record whose lease expired with no report: the process died mid-delivery.
 /// It becomes due at once, or needs attention once `max_interruptions` claims in a row were
@@ -509,6 +543,7 @@ pub fn on_interrupted(record: &Record, policy: &RetryPolicy, now: Millis) -> Ste
                 interrupted,
                 next_attempt_at: None,
                 last_error: Some(reason.clone()),
+                history: attempted(record, AttemptClass::Interrupted, INTERRUPTED, now),
                 ..record.progress()
             }),
             Event::Parked { id, reason },
@@ -519,7 +554,8 @@ pub fn on_interrupted(record: &Record, policy: &RetryPolicy, now: Millis) -> Ste
             state: State::Retrying,
             interrupted,
             next_attempt_at: Some(now),
-            last_error: Some("delivery interrupted: the lease expired with no report".into()),
+            last_error: Some(INTERRUPTED.into()),
+            history: attempted(record, AttemptClass::Interrupted, INTERRUPTED, now),
             ..record.progress()
         }),
         Event::Retrying {

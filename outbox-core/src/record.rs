@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::history::History;
 use crate::state::State;
 
 mod new;
@@ -97,6 +98,8 @@ pub struct Record {
     /// [`NewRecord::not_before`]); absolute, so a re-base after a clock step never moves the
     /// record's deadline before it.
     pub not_before: Option<Millis>,
+    /// The last attempts, oldest first (see [`History`]).
+    pub history: History,
 }
 
 impl Record {
@@ -125,6 +128,7 @@ impl Record {
             expected_version: None,
             replaces: None,
             not_before: None,
+            history: History::default(),
         }
     }
 
@@ -266,6 +270,7 @@ impl Record {
             last_attempt_at: self.last_attempt_at,
             next_attempt_at: self.next_attempt_at,
             last_error: self.last_error.clone(),
+            history: self.history.clone(),
         }
     }
 
@@ -279,7 +284,30 @@ impl Record {
         self.last_attempt_at = progress.last_attempt_at;
         self.next_attempt_at = progress.next_attempt_at;
         self.last_error = progress.last_error;
+        self.history = progress.history;
         self.lease = None;
+    }
+
+    /// Applies a requeue ([`Change::Requeue`](crate::Change::Requeue)) to the record:
+    /// [`Progress::requeued`] with its history kept, so the person who requeued it still sees
+    /// why it had been rejected. The one rule every store that rewrites whole records applies.
+    ///
+    /// ```
+    /// use outbox_core::{Attempt, AttemptClass, Record, RecordId, State};
+    /// let mut record = Record::fresh(RecordId(1), None, vec![], "k".into(), 0);
+    /// record.state = State::Rejected;
+    /// record.attempts = 1;
+    /// record.history.push(Attempt::new(5, AttemptClass::Rejected, "HTTP 422"));
+    /// record.requeue(9);
+    /// assert_eq!((record.state, record.attempts, record.next_attempt_at), (State::Pending, 0, Some(9)));
+    /// assert_eq!(record.history.len(), 1);
+    /// ```
+    pub fn requeue(&mut self, at: Millis) {
+        let history = std::mem::take(&mut self.history);
+        self.set_progress(Progress {
+            history,
+            ..Progress::requeued(at)
+        });
     }
 }
 
@@ -308,8 +336,10 @@ impl Record {
 ///
 /// ```
 /// use outbox_core::{Progress, State};
+/// use outbox_core::History;
 /// let p = Progress { state: State::Retrying, attempts: 1, unanswered: 0, interrupted: 0,
-///     last_attempt_at: Some(10), next_attempt_at: Some(1_010), last_error: Some("503".into()) };
+///     last_attempt_at: Some(10), next_attempt_at: Some(1_010), last_error: Some("503".into()),
+///     history: History::default() };
 /// assert_eq!(p.state, State::Retrying);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -328,6 +358,8 @@ pub struct Progress {
     pub next_attempt_at: Option<Millis>,
     /// Last failure text.
     pub last_error: Option<String>,
+    /// The last attempts, the newest one included when the transition reports one.
+    pub history: History,
 }
 
 impl Progress {
@@ -349,6 +381,7 @@ impl Progress {
             last_attempt_at: None,
             next_attempt_at: Some(at),
             last_error: None,
+            history: History::default(),
         }
     }
 }

@@ -26,7 +26,7 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use outbox_core::{
     Applied, Change, Claim, Enqueued, ErrorCount, Guard, Halt, Lease, ListQuery, Millis, NewRecord,
-    Progress, Record, RecordId, Result, Round, State, Stats, Store, Tombstone, Transition,
+    Record, RecordId, Result, Round, State, Stats, Store, Tombstone, Transition,
     DEFAULT_MAX_PAYLOAD,
 };
 
@@ -285,10 +285,9 @@ impl Inner {
                     return false;
                 }
                 let group = record.group.clone();
-                let fresh = Progress::requeued(at);
                 self.unindex(id);
                 if let Some(record) = self.records.get_mut(&id) {
-                    record.set_progress(fresh);
+                    record.requeue(at);
                 }
                 // Back in its group's order: it may be the head again, and the head it
                 // displaces leaves the due index.

@@ -6,7 +6,7 @@
 //! way against every real clock reading. Lease tokens are opaque, so their 64 bits are stored
 //! as they are.
 
-use outbox_core::{Lease, Millis, Record, RecordId, Result, State, Tombstone};
+use outbox_core::{History, Lease, Millis, Record, RecordId, Result, State, Tombstone};
 use tokio_postgres::Row;
 
 use crate::error::{corrupt, pg};
@@ -14,7 +14,7 @@ use crate::error::{corrupt, pg};
 /// The record columns every read selects, in the order [`record`] reads them.
 pub(crate) const RECORD_COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, \
      unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
-     lease_until, expected_version, replaces, not_before";
+     lease_until, expected_version, replaces, not_before, history";
 
 /// The tombstone columns, in the order [`tombstone`] reads them.
 pub(crate) const TOMBSTONE_COLUMNS: &str = "id, grp, key, reason, discarded_at, attempts";
@@ -71,6 +71,12 @@ fn counter(value: i64, what: &str) -> Result<u32> {
     u32::try_from(value).map_err(|_| corrupt(format!("{what} out of range: {value}")))
 }
 
+/// A history as stored: its encoded bytes, or NULL for no attempts.
+pub(crate) fn history(history: &History) -> Option<Vec<u8>> {
+    let bytes = history.encode();
+    (!bytes.is_empty()).then_some(bytes)
+}
+
 /// A counter as stored.
 pub(crate) fn count(value: u32) -> i64 {
     i64::from(value)
@@ -103,6 +109,7 @@ pub(crate) struct RawRecord {
     pub(crate) expected_version: Option<String>,
     pub(crate) replaces: Option<String>,
     pub(crate) not_before: Option<i64>,
+    pub(crate) history: Option<Vec<u8>>,
 }
 
 impl RawRecord {
@@ -126,6 +133,7 @@ impl RawRecord {
             expected_version: row.try_get(14).map_err(pg)?,
             replaces: row.try_get(15).map_err(pg)?,
             not_before: row.try_get(16).map_err(pg)?,
+            history: row.try_get(17).map_err(pg)?,
         })
     }
 
@@ -152,6 +160,12 @@ impl RawRecord {
             expected_version: self.expected_version,
             replaces: self.replaces,
             not_before: time(self.not_before, "not_before")?,
+            // Never an error: damaged bytes read as an empty history that says so.
+            history: self
+                .history
+                .as_deref()
+                .map(History::decode)
+                .unwrap_or_default(),
         };
         record.lease = match (state, self.lease_token, self.lease_until) {
             (State::InFlight, Some(token), Some(until)) => Some(Lease {
@@ -192,6 +206,19 @@ mod tests {
     fn a_nul_in_free_text_is_replaced_not_refused() {
         assert_eq!(text("a\0b"), "a\u{FFFD}b");
         assert_eq!(text("plain"), "plain");
+    }
+
+    #[test]
+    fn an_empty_history_is_stored_as_null_and_others_round_trip() {
+        assert_eq!(history(&History::default()), None);
+        let mut kept = History::default();
+        kept.push(outbox_core::Attempt::new(
+            5,
+            outbox_core::AttemptClass::Later,
+            "HTTP 503",
+        ));
+        let stored = history(&kept).expect("bytes for one attempt");
+        assert_eq!(History::decode(&stored), kept);
     }
 
     #[test]

@@ -213,6 +213,8 @@ struct RecordRow {
     replaces: Option<String>,
     #[diesel(sql_type = Nullable<BigInt>)]
     not_before: Option<i64>,
+    #[diesel(sql_type = Nullable<Binary>)]
+    history: Option<Vec<u8>>,
 }
 
 impl From<RecordRow> for RawRecord {
@@ -235,6 +237,7 @@ impl From<RecordRow> for RawRecord {
             expected_version: r.expected_version,
             replaces: r.replaces,
             not_before: r.not_before,
+            history: r.history,
         }
     }
 }

@@ -60,6 +60,7 @@ struct Arrays {
     last_at: Vec<Option<i64>>,
     next_at: Vec<Option<i64>>,
     errors: Vec<Option<String>>,
+    histories: Vec<Option<Vec<u8>>>,
 }
 
 impl Arrays {
@@ -96,6 +97,7 @@ impl Arrays {
                     a.last_at.push(p.last_attempt_at.map(millis));
                     a.next_at.push(p.next_attempt_at.map(millis));
                     a.errors.push(p.last_error.as_deref().map(text));
+                    a.histories.push(codec::history(&p.history));
                 }
                 // Not eligible; never reached.
                 Change::Requeue { .. } => {}
@@ -104,8 +106,8 @@ impl Arrays {
         a
     }
 
-    /// In the order of the statement's `$1` to `$16`.
-    fn params(&self) -> [Param<'_>; 16] {
+    /// In the order of the statement's `$1` to `$17`.
+    fn params(&self) -> [Param<'_>; 17] {
         [
             &self.delivered,
             &self.delivered_tokens,
@@ -123,6 +125,7 @@ impl Arrays {
             &self.last_at,
             &self.next_at,
             &self.errors,
+            &self.histories,
         ]
     }
 }
@@ -172,12 +175,14 @@ impl LeasedSql {
                  updated AS (UPDATE {r} AS r SET state = u.state, attempts = u.attempts, \
                    unanswered = u.unanswered, interrupted = u.interrupted, \
                    last_attempt_at = u.last_at, next_attempt_at = u.next_at, \
-                   last_error = u.error, lease_token = NULL, lease_until = NULL, \
+                   last_error = u.error, history = u.history, lease_token = NULL, \
+                   lease_until = NULL, \
                    claimable = (r.grp IS NULL AND u.state IN (0, 1) AND u.next_at IS NOT NULL) \
                    FROM unnest($8::bigint[], $9::bigint[], $10::smallint[], $11::bigint[], \
-                     $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[]) \
+                     $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[], \
+                     $17::bytea[]) \
                    AS u(id, token, state, attempts, unanswered, interrupted, last_at, next_at, \
-                     error) \
+                     error, history) \
                    WHERE r.id = u.id AND r.state::integer = 2 AND r.lease_token = u.token \
                    RETURNING r.id) \
                  SELECT id FROM delivered UNION ALL SELECT id FROM discarded \
@@ -311,7 +316,7 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::{Progress, RecordId, State};
+    use outbox_core::{Attempt, AttemptClass, History, Progress, RecordId, State};
 
     fn report(id: u64, guard: Guard, change: Change) -> Transition {
         Transition {
@@ -343,6 +348,8 @@ mod tests {
 
     #[test]
     fn each_change_goes_to_its_list_with_its_token() {
+        let mut history = History::default();
+        history.push(Attempt::new(4, AttemptClass::Later, "HTTP 503"));
         let outcomes = [
             report(1, Guard::Lease(7), Change::Delivered),
             report(
@@ -365,6 +372,7 @@ mod tests {
                     last_attempt_at: Some(4),
                     next_attempt_at: Some(6),
                     last_error: Some("HTTP 503".into()),
+                    history: history.clone(),
                 }),
             ),
         ];
@@ -375,5 +383,6 @@ mod tests {
         assert_eq!((a.update, a.update_tokens), (vec![3], vec![token(9)]));
         assert_eq!(a.next_at, vec![Some(6)]);
         assert_eq!(a.errors, vec![Some("HTTP 503".to_owned())]);
+        assert_eq!(a.histories, vec![Some(history.encode())]);
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use outbox_core::{
-    Change, Guard, Lease, Millis, Progress, Record, RecordId, Result, State, Transition,
+    Change, Guard, History, Lease, Millis, Progress, Record, RecordId, Result, State, Transition,
 };
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
@@ -13,19 +13,22 @@ use tokio_postgres::Row;
 use crate::codec::{self, count, millis, state, text};
 use crate::error::{corrupt, pg};
 
-/// A locked row as the guards see it: the fields a guard reads, the rest left empty.
+/// A locked row as the guards see it: the fields a guard reads and the history (a requeue
+/// keeps it, and writes it back whole), the rest left empty.
 pub(crate) fn locked(row: &Row) -> Result<(i64, Record)> {
     let id: i64 = row.try_get(0).map_err(pg)?;
     let group: Option<String> = row.try_get(1).map_err(pg)?;
     let code: i16 = row.try_get(2).map_err(pg)?;
     let token: Option<i64> = row.try_get(3).map_err(pg)?;
     let until: Option<i64> = row.try_get(4).map_err(pg)?;
+    let history: Option<Vec<u8>> = row.try_get(5).map_err(pg)?;
     let state = u8::try_from(code)
         .ok()
         .and_then(State::from_code)
         .ok_or_else(|| corrupt(format!("unknown state code {code}")))?;
     let mut record = Record::fresh(codec::record_id(id)?, group, Vec::new(), String::new(), 0);
     record.state = state;
+    record.history = history.as_deref().map(History::decode).unwrap_or_default();
     record.lease = token.map(|t| Lease {
         token: codec::untoken(t),
         until: until.and_then(|u| u64::try_from(u).ok()).unwrap_or(0),
@@ -100,9 +103,8 @@ impl Plan {
                     }
                     // A fresh budget, due at `at`; id, payload, key, group and creation time
                     // stay.
-                    let fresh = Progress::requeued(at);
-                    record.set_progress(fresh.clone());
-                    Op::Update(fresh)
+                    record.requeue(at);
+                    Op::Update(record.progress())
                 }
                 Change::Update(progress) => {
                     if !outbox_core::machine::admits_update(record, &progress) {
@@ -166,6 +168,7 @@ impl Plan {
                     a.last_at.push(p.last_attempt_at.map(millis));
                     a.next_at.push(p.next_attempt_at.map(millis));
                     a.errors.push(p.last_error.as_deref().map(text));
+                    a.histories.push(codec::history(&p.history));
                 }
             }
         }
@@ -196,11 +199,12 @@ pub(crate) struct Arrays {
     last_at: Vec<Option<i64>>,
     next_at: Vec<Option<i64>>,
     errors: Vec<Option<String>>,
+    histories: Vec<Option<Vec<u8>>>,
 }
 
 impl Arrays {
-    /// In the order of the statement's `$1` to `$13`.
-    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 13] {
+    /// In the order of the statement's `$1` to `$14`.
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 14] {
         [
             &self.delivered,
             &self.discard,
@@ -215,6 +219,7 @@ impl Arrays {
             &self.last_at,
             &self.next_at,
             &self.errors,
+            &self.histories,
         ]
     }
 }
@@ -222,6 +227,7 @@ impl Arrays {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use outbox_core::{Attempt, AttemptClass};
 
     fn rows(records: &[Record]) -> HashMap<i64, Record> {
         records
@@ -246,7 +252,14 @@ mod tests {
             last_attempt_at: Some(5),
             next_attempt_at: (state == State::Retrying).then_some(9),
             last_error: Some("no".into()),
+            history: one_attempt(),
         }
+    }
+
+    fn one_attempt() -> History {
+        let mut history = History::default();
+        history.push(Attempt::new(5, AttemptClass::Rejected, "HTTP 422: no"));
+        history
     }
 
     #[test]
@@ -334,6 +347,12 @@ mod tests {
         assert_eq!(a.states, vec![state(State::Pending); 2]);
         assert_eq!(a.next_at, vec![Some(20); 2]);
         assert_eq!((a.attempts[0], a.errors[0].clone()), (0, None));
+        assert_eq!(
+            a.histories[0],
+            Some(one_attempt().encode()),
+            "a requeue keeps the history"
+        );
+        assert_eq!(a.histories[1], None, "record 5 had no attempts");
         assert_eq!(a.delivered, vec![2, 4]);
         assert_eq!(plan.groups(), (vec!["g", "h"], vec![1, 1, 4, 5]));
         assert!(plan.wakes, "a person's requeue was kept");

@@ -12,7 +12,7 @@ use outbox_core::{Error, Result};
 use crate::error::pg;
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The steps from version `n` to `n + 1`, in order; `{s}` stands for the quoted schema name.
 ///
@@ -57,6 +57,10 @@ pub const SCHEMA_VERSION: u32 = 5;
 /// the claim and the re-base read, so a record held for later costs a claim nothing; the
 /// partial index `records_scheduled` holds the pending records still waiting for their time,
 /// which stats count. Written to run again harmlessly, like version 2.
+///
+/// Version 6: each record's last attempts (`history`, the bytes of
+/// [`History::encode`](outbox_core::History::encode); NULL for no attempts, so the records
+/// already there read with an empty history). Written to run again harmlessly, like version 2.
 const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE {s}.meta (
@@ -268,6 +272,9 @@ CREATE INDEX IF NOT EXISTS records_age ON {s}.records (created_at) WHERE state <
 ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS not_before bigint;
 CREATE INDEX IF NOT EXISTS records_scheduled ON {s}.records (not_before)
     WHERE state = 0 AND not_before = next_attempt_at;
+"#,
+    r#"
+ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS history bytea;
 "#,
 ];
 

@@ -154,12 +154,13 @@ impl Sql {
                  AND state::integer = 2 AND lease_token = $2"
             ),
             lock_rows: format!(
-                "SELECT id, grp, state, lease_token, lease_until FROM {r} \
+                "SELECT id, grp, state, lease_token, lease_until, history FROM {r} \
                  WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"
             ),
             // A batch's writes, one statement: every id appears in at most one of the lists
             // (the plan keeps each record's last change), so the parts touch disjoint rows.
-            // A requeue is an update here: the record keeps its id.
+            // A requeue is an update here: the record keeps its id (and its history, which
+            // every update writes whole: NULL for none).
             // The writes the deleted records had absorbed by coalescing move into the
             // persisted counter in the same statement, so `stats` always adds up the same.
             // The delivered records are counted in this session's shard of `tallies` (see
@@ -184,11 +185,13 @@ impl Sql {
                  UPDATE {r} AS r SET state = u.state, attempts = u.attempts, \
                    unanswered = u.unanswered, interrupted = u.interrupted, \
                    last_attempt_at = u.last_at, next_attempt_at = u.next_at, \
-                   last_error = u.error, lease_token = NULL, lease_until = NULL, \
+                   last_error = u.error, history = u.history, lease_token = NULL, \
+                   lease_until = NULL, \
                    claimable = (r.grp IS NULL AND u.state IN (0, 1) AND u.next_at IS NOT NULL) \
                  FROM unnest($6::bigint[], $7::smallint[], $8::bigint[], $9::bigint[], \
-                   $10::bigint[], $11::bigint[], $12::bigint[], $13::text[]) \
-                   AS u(id, state, attempts, unanswered, interrupted, last_at, next_at, error) \
+                   $10::bigint[], $11::bigint[], $12::bigint[], $13::text[], $14::bytea[]) \
+                   AS u(id, state, attempts, unanswered, interrupted, last_at, next_at, error, \
+                     history) \
                  WHERE r.id = u.id"
             ),
             // Before a requeue: the records of the outcomes' groups that are in flight or

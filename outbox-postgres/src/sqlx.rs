@@ -115,6 +115,7 @@ fn raw(row: &PgRow) -> std::result::Result<RawRecord, ::sqlx::Error> {
         expected_version: row.try_get(14)?,
         replaces: row.try_get(15)?,
         not_before: row.try_get(16)?,
+        history: row.try_get(17)?,
     })
 }
 

@@ -5,10 +5,10 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{admin, down_to_3, down_to_4, server_ready, Scratch};
+use common::{admin, down_to_3, down_to_4, down_to_5, server_ready, Scratch};
 use outbox_core::{
-    Change, Claim, Guard, Halt, Lease, ListQuery, NewRecord, Progress, Record, RecordId, State,
-    Store, Transition,
+    Attempt, AttemptClass, Change, Claim, Guard, Halt, History, Lease, ListQuery, NewRecord,
+    Progress, Record, RecordId, State, Store, Transition,
 };
 use outbox_memory::MemoryStore;
 
@@ -30,7 +30,21 @@ fn progress(state: State, now: u64, next: Option<u64>) -> Progress {
         last_attempt_at: Some(now),
         next_attempt_at: next,
         last_error: Some(format!("{state:?} at {now}")),
+        history: one_attempt(state, now),
     }
+}
+
+/// The history a failure at `now` leaves: one attempt, so every comparison with the reference
+/// store checks that it is persisted, and kept by a requeue.
+fn one_attempt(state: State, now: u64) -> History {
+    let class = if state == State::Rejected {
+        AttemptClass::Rejected
+    } else {
+        AttemptClass::Later
+    };
+    let mut history = History::default();
+    history.push(Attempt::new(now, class, &format!("HTTP 503: {state:?}")));
+    history
 }
 
 /// Random rounds (outcomes of held claims, stale reports, requeues, then a claim), enqueues
@@ -461,7 +475,125 @@ async fn a_version_4_schema_is_migrated_and_records_held_for_later_work_on_it() 
     );
 }
 
-/// What versions 3 and 4 added, dropped again: the statements that bring a current schema
+/// A schema left at version 5 (no history column) is brought to the current version with
+/// its records kept, each with an empty history; the next failure is then kept, and the step
+/// found half done (the version set back) converges with the history kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_history() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    let store = scratch.store().await;
+    let ids = store
+        .enqueue(
+            vec![
+                NewRecord::new(b"failed".to_vec()),
+                NewRecord::new(b"waiting".to_vec()).in_group("g"),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    let lease = Lease {
+        token: 1,
+        until: T0 + 30_000,
+    };
+    let claimed = store
+        .claim(Claim {
+            now: T0,
+            limit: 1,
+            lease,
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed[0].id, ids[0]);
+    store
+        .apply(vec![Transition {
+            id: ids[0],
+            guard: Guard::Lease(1),
+            change: Change::Update(progress(State::Retrying, T0, Some(T0 + 500))),
+        }])
+        .await
+        .unwrap();
+    let all = ListQuery::new(100);
+    let before = store.list(&all).await.unwrap();
+    assert_eq!(before[0].history.len(), 1);
+    let stats_before = store.stats().await.unwrap();
+    drop(store);
+    let client = admin().await;
+    client
+        .batch_execute(&format!(
+            "{} UPDATE \"{s}\".schema_version SET version = 5;",
+            down_to_5(s)
+        ))
+        .await
+        .unwrap();
+    let version = || async {
+        client
+            .query_one(&format!("SELECT version FROM \"{s}\".schema_version"), &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+    };
+    assert_eq!(version().await, 5);
+
+    let store = scratch.store().await;
+    assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
+    let after = store.list(&all).await.unwrap();
+    assert!(after
+        .iter()
+        .all(|r| r.history.is_empty() && !r.history.is_unreadable()));
+    let without_history: Vec<Record> = before
+        .into_iter()
+        .map(|r| Record {
+            history: History::default(),
+            ..r
+        })
+        .collect();
+    assert_eq!(after, without_history, "every other field kept");
+    assert_eq!(store.stats().await.unwrap(), stats_before);
+
+    // The next failure is kept.
+    let claimed = store
+        .claim(Claim {
+            now: T0 + 500,
+            limit: 10,
+            lease: Lease {
+                token: 2,
+                until: T0 + 30_000,
+            },
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![ids[1], ids[0]],
+        "the one waiting since T0 first"
+    );
+    store
+        .apply(vec![Transition {
+            id: ids[0],
+            guard: Guard::Lease(2),
+            change: Change::Update(progress(State::Retrying, T0 + 500, Some(T0 + 900))),
+        }])
+        .await
+        .unwrap();
+    let failed = store.get(ids[0]).await.unwrap().unwrap();
+    assert_eq!(failed.history, one_attempt(State::Retrying, T0 + 500));
+
+    // Half done: the column exists, the version says 5.
+    client
+        .batch_execute(&format!("UPDATE \"{s}\".schema_version SET version = 5"))
+        .await
+        .unwrap();
+    let again = scratch.store().await;
+    assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
+    assert_eq!(again.get(ids[0]).await.unwrap(), Some(failed));
+}
+
+/// What versions 3 to 6 added, dropped again: the statements that bring a current schema
 /// back to version 2 as that build left it (the dropped columns are gone for every query).
 fn down_to_2(s: &str) -> String {
     format!(
@@ -554,6 +686,14 @@ async fn a_version_2_schema_is_migrated_with_its_records_and_the_step_is_idempot
     let store = scratch.store().await;
     assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
     let after = store.list(&all).await.unwrap();
+    // Version 2 kept no history: the retrying record's attempt went with the column.
+    let before: Vec<Record> = before
+        .into_iter()
+        .map(|r| Record {
+            history: History::default(),
+            ..r
+        })
+        .collect();
     assert_eq!(after, before);
     assert_eq!(after.len(), 3);
     assert!(after

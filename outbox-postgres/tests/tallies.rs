@@ -111,6 +111,7 @@ fn failure(state: State, error: String, now: u64) -> Change {
         last_attempt_at: Some(now),
         next_attempt_at: (state == State::Retrying).then_some(now),
         last_error: Some(error),
+        history: Default::default(),
     })
 }
 

@@ -32,6 +32,7 @@ async fn fail(store: &PgStore, id: RecordId, state: State) {
                 last_attempt_at: Some(store_now(store)),
                 next_attempt_at: None,
                 last_error: Some("HTTP 500".into()),
+                history: Default::default(),
             }),
         }])
         .await

@@ -5,11 +5,11 @@
 //! optional field is a presence byte (0 or 1) followed by the value; a string or byte string is a
 //! `u32` length followed by its bytes. The record id is the table key and is not repeated.
 //!
-//! Record layout 4 (current, from schema version 5):
+//! Record layout 5 (current, from schema version 6):
 //!
 //! | field | encoding |
 //! |---|---|
-//! | layout | `u8` = 4 |
+//! | layout | `u8` = 5 |
 //! | created_at | `u64` |
 //! | state | `u8` ([`State::code`]) |
 //! | attempts, unanswered, interrupted | 3 × `u32` |
@@ -22,20 +22,35 @@
 //! | not_before | optional `u64` |
 //! | key | string |
 //! | payload | byte string |
+//! | history | byte string: the bytes of [`History::encode`], empty for no attempts |
 //!
-//! Record layout 3 (schema version 4) is the same without `not_before`, which reads as `None`
+//! Record layout 4 (schema version 5) is the same without `history`, which reads as an empty
+//! history; record layout 3 (schema version 4) also lacks `not_before`, which reads as `None`
 //! (no record was held for later); record layout 2 (schema versions 2 and 3) also lacks
-//! `expected_version` and
-//! `replaces`, which read as `None`; record layout 1 (schema version 1) also lacks `unanswered`
-//! and `interrupted`, which read as 0.
+//! `expected_version` and `replaces`, which read as `None`; record layout 1 (schema version 1)
+//! also lacks `unanswered` and `interrupted`, which read as 0.
+//!
+//! The history is the last field and its bytes are read by [`History::decode`], which never
+//! fails: a damaged history inside an otherwise whole record reads as an empty history that
+//! says so ([`History::is_unreadable`]) and the record stays readable. A history whose length
+//! runs past the end of the value is a truncated record, as for any other field: the row is
+//! unreadable.
+//!
+//! [`decode_record`] reads every earlier layout, but an earlier layout is never left in a file
+//! of the current schema: the migration ([`crate::schema`]) rewrites every record in the
+//! current layout, as it did for every earlier version. That keeps one invariant (a file at
+//! schema version 6 holds only layout 5 records, so a build that reads it never meets a mix)
+//! at the cost of one rewrite of each record at the upgrade, which is bounded by the records
+//! queued at that time. The earlier layouts are still decoded so that the migration can read
+//! them.
 //!
 //! Halt layout 1 (the `runner` table's `halt` entry, from schema version 3): layout `u8` = 1,
 //! `since` as `u64`, the reason as a string.
 
-use outbox_core::{Error, Halt, Lease, NewRecord, Record, RecordId, State, Tombstone};
+use outbox_core::{Error, Halt, History, Lease, NewRecord, Record, RecordId, State, Tombstone};
 
 /// The record layout this build writes.
-pub(crate) const RECORD_LAYOUT: u8 = 4;
+pub(crate) const RECORD_LAYOUT: u8 = 5;
 /// The tombstone layout this build writes.
 pub(crate) const TOMBSTONE_LAYOUT: u8 = 1;
 /// The halt layout this build writes.
@@ -83,8 +98,9 @@ fn encode_parts(record: &Record, written: Written<'_>) -> Vec<u8> {
 
 /// Writes `record` in `layout`, field by field as [`decode_record`] reads it: layout 1 has no
 /// `unanswered` and `interrupted`, layouts 1 and 2 no expected version and coalescing key,
-/// layouts 1 to 3 no not-before time. The not-before time is the record's own (an enqueue's
-/// shell carries the new record's).
+/// layouts 1 to 3 no not-before time, layouts 1 to 4 no history. The not-before time and the
+/// history are the record's own (an enqueue's shell carries the new record's not-before time
+/// and an empty history).
 fn encode_layout(record: &Record, written: Written<'_>, layout: u8) -> Vec<u8> {
     let Written {
         key,
@@ -92,8 +108,14 @@ fn encode_layout(record: &Record, written: Written<'_>, layout: u8) -> Vec<u8> {
         expected_version,
         replaces,
     } = written;
+    let history = if layout >= 5 {
+        record.history.encode()
+    } else {
+        Vec::new()
+    };
     let mut out = Writer(Vec::with_capacity(
-        64 + payload.len()
+        68 + payload.len()
+            + history.len()
             + key.len()
             + record.group.as_ref().map_or(0, String::len)
             + expected_version.map_or(0, str::len)
@@ -128,6 +150,9 @@ fn encode_layout(record: &Record, written: Written<'_>, layout: u8) -> Vec<u8> {
     }
     out.bytes(key.as_bytes());
     out.bytes(payload);
+    if layout >= 5 {
+        out.bytes(&history);
+    }
     out.0
 }
 
@@ -154,8 +179,8 @@ pub(crate) fn decode_halt(bytes: &[u8]) -> Result<Halt, Error> {
 }
 
 /// Encodes a record in an earlier `layout` (1: schema version 1; 2: schema versions 2 and 3;
-/// 3: schema version 4),
-/// as those versions wrote it, for the migration tests.
+/// 3: schema version 4; 4: schema version 5), as those versions wrote it, for the migration
+/// tests.
 #[cfg(test)]
 pub(crate) fn encode_record_as(record: &Record, layout: u8) -> Vec<u8> {
     let written = Written {
@@ -203,6 +228,13 @@ pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
     let not_before = if layout < 4 { None } else { r.opt_u64()? };
     let key = r.str()?;
     let payload = r.bytes()?.to_vec();
+    // A truncated history is a truncated record; damaged history bytes are only a damaged
+    // history (read as empty and unreadable), the rest of the record is whole.
+    let history = if layout < 5 {
+        History::default()
+    } else {
+        History::decode(r.bytes()?)
+    };
     r.finish()?;
     Ok(Record {
         id: RecordId(id),
@@ -221,6 +253,7 @@ pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
         expected_version,
         replaces,
         not_before,
+        history,
     })
 }
 
@@ -376,153 +409,4 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> Record {
-        Record {
-            id: RecordId(9),
-            group: Some("doc-1".into()),
-            payload: vec![0, 1, 2, 255],
-            key: "key".into(),
-            created_at: 1_000,
-            state: State::InFlight,
-            attempts: 3,
-            unanswered: 4,
-            interrupted: 1,
-            last_attempt_at: Some(2_000),
-            next_attempt_at: None,
-            last_error: Some("503".into()),
-            lease: Some(Lease {
-                token: 7,
-                until: 9_000,
-            }),
-            expected_version: Some("W/\"7\"".into()),
-            replaces: Some("doc-1/body".into()),
-            not_before: Some(1_500),
-        }
-    }
-
-    #[test]
-    fn record_round_trips_in_the_current_layout() {
-        let record = sample();
-        assert_eq!(decode_record(9, &encode_record(&record)).ok(), Some(record));
-    }
-
-    #[test]
-    fn layout_one_reads_with_zero_new_counters() {
-        let record = sample();
-        let decoded = decode_record(9, &encode_record_as(&record, 1)).ok();
-        let expected = Record {
-            unanswered: 0,
-            interrupted: 0,
-            expected_version: None,
-            replaces: None,
-            not_before: None,
-            ..record
-        };
-        assert_eq!(decoded, Some(expected));
-    }
-
-    #[test]
-    fn layout_two_reads_without_version_or_coalescing_key() {
-        let record = sample();
-        let decoded = decode_record(9, &encode_record_as(&record, 2)).ok();
-        let expected = Record {
-            expected_version: None,
-            replaces: None,
-            not_before: None,
-            ..record
-        };
-        assert_eq!(decoded, Some(expected));
-    }
-
-    #[test]
-    fn layout_three_reads_without_a_not_before_time() {
-        let record = sample();
-        let decoded = decode_record(9, &encode_record_as(&record, 3)).ok();
-        let expected = Record {
-            not_before: None,
-            ..record
-        };
-        assert_eq!(decoded, Some(expected));
-    }
-
-    #[test]
-    fn a_new_record_encodes_like_the_record_it_becomes() {
-        let new = NewRecord::new(b"body".to_vec())
-            .in_group("doc-1")
-            .expecting("7")
-            .replacing("doc-1/body")
-            .not_before(800);
-        let record = Record::enqueued(RecordId(4), new.clone(), 500);
-        let shell = Record {
-            not_before: Some(800),
-            next_attempt_at: Some(800),
-            ..Record::fresh(
-                RecordId(4),
-                new.group.clone(),
-                Vec::new(),
-                String::new(),
-                500,
-            )
-        };
-        assert_eq!(encode_new(&shell, &new), encode_record(&record));
-        assert_eq!(
-            decode_record(4, &encode_new(&shell, &new)).ok(),
-            Some(record)
-        );
-    }
-
-    #[test]
-    fn damaged_values_are_corrupted_errors_not_panics() {
-        let bytes = encode_record(&sample());
-        for cut in 0..bytes.len() {
-            assert!(matches!(
-                decode_record(9, &bytes[..cut]),
-                Err(Error::Corrupted { .. })
-            ));
-        }
-        let mut bad_state = bytes.clone();
-        bad_state[9] = 42;
-        assert!(matches!(
-            decode_record(9, &bad_state),
-            Err(Error::Corrupted { .. })
-        ));
-        let mut trailing = bytes;
-        trailing.push(0);
-        assert!(matches!(
-            decode_record(9, &trailing),
-            Err(Error::Corrupted { .. })
-        ));
-    }
-
-    #[test]
-    fn halt_round_trips_and_damage_is_typed() {
-        let halt = Halt {
-            reason: "HTTP 401".into(),
-            since: 7_000,
-        };
-        let bytes = encode_halt(&halt);
-        assert_eq!(decode_halt(&bytes).ok(), Some(halt));
-        for cut in 0..bytes.len() {
-            assert!(matches!(
-                decode_halt(&bytes[..cut]),
-                Err(Error::Corrupted { .. })
-            ));
-        }
-    }
-
-    #[test]
-    fn tombstone_round_trips() {
-        let t = Tombstone {
-            id: RecordId(3),
-            group: None,
-            key: "k".into(),
-            reason: "user".into(),
-            discarded_at: 5,
-            attempts: 2,
-        };
-        assert_eq!(decode_tombstone(3, &encode_tombstone(&t)).ok(), Some(t));
-    }
-}
+mod tests;

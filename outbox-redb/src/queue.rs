@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use outbox_core::{
     Applied, Change, Claim, Enqueued, Error, ErrorCount, Guard, Halt, Lease, ListQuery, Millis,
-    NewRecord, Progress, Record, RecordId, Result, State, Stats, Tombstone, Transition,
+    NewRecord, Record, RecordId, Result, State, Stats, Tombstone, Transition,
 };
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction,
@@ -444,7 +444,7 @@ impl<'t> Tables<'t> {
                 }
                 self.changed = true;
                 self.unindex(&record)?;
-                record.set_progress(Progress::requeued(*at));
+                record.requeue(*at);
                 self.put(&record)?;
                 self.index(&record)?;
                 // The head it displaces waits behind it again.

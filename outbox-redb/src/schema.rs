@@ -15,10 +15,14 @@
 //! Version history: 1 had no `leases` table and stored records in layout 1; 2 adds the `leases`
 //! index and the `unanswered` and `interrupted` counters; 3 adds the `queued` index and the
 //! `runner` table; 4 stores records in layout 3 (with the expected version and the
-//! coalescing key) and adds the `coalescing` index and the `superseded` counter; 5 (current)
-//! stores records in layout 4, with the time a record is not to be delivered before
-//! (`not_before`). Its deadline stays the key of the `due` and `queued` indexes, so a record
-//! held for later costs a claim nothing.
+//! coalescing key) and adds the `coalescing` index and the `superseded` counter; 5 stores
+//! records in layout 4, with the time a record is not to be delivered before (`not_before`).
+//! Its deadline stays the key of the `due` and `queued` indexes, so a record held for later
+//! costs a claim nothing. 6 (current) stores records in layout 5, with the record's last
+//! attempts (its history, in the bytes of [`outbox_core::History::encode`]); no table or
+//! index changes. A file of version 5 upgrades to 6 as every earlier version does: in one
+//! write transaction that rewrites each record in layout 5 (with an empty history) and
+//! rebuilds the indexes. A file newer than 6 is refused.
 
 use outbox_core::{Error, Result};
 use redb::{ReadableDatabase, TableDefinition, TableError, WriteTransaction};
@@ -27,7 +31,7 @@ use crate::error::from_redb;
 use crate::queue::Tables;
 
 /// The schema version this build writes, and the newest it opens.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 pub(crate) const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
 pub(crate) const DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("due");
@@ -104,7 +108,10 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 /// which is right whatever indexes the earlier version had. Tables an earlier version lacked
 /// (`leases`, `queued`, `coalescing`, `runner`) are created empty by opening them; a halt is
 /// never invented. Records of an earlier layout have no expected version, no coalescing
-/// key and no not-before time, and a missing counter (`delivered`, `superseded`) starts at 0.
+/// key, no not-before time and an empty history, and a missing counter (`delivered`,
+/// `superseded`) starts at 0. The records are rewritten even when only the layout changed
+/// (5 to 6): a converged file then holds only current-layout records, one invariant for every
+/// reader, at the cost of one rewrite of each queued record per upgrade.
 pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     if from >= SCHEMA_VERSION {
         return Ok(());

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use common::disk::Disk;
 use common::{failed, fresh, fresh_with, lease};
 use outbox_core::{
-    Change, Claim, Error, Guard, Halt, ListQuery, NewRecord, Progress, RecordId, State, Stats,
-    Store, Transition,
+    Attempt, AttemptClass, Change, Claim, Error, Guard, Halt, History, ListQuery, NewRecord,
+    Progress, RecordId, State, Stats, Store, Transition,
 };
 use outbox_memory::MemoryStore;
 use outbox_redb::{Durability, RedbConfig, RedbStore};
@@ -996,6 +996,22 @@ async fn compare_with_model(seed: u64) {
     );
 }
 
+/// A history of up to three attempts (mostly none), so the comparison covers its storage.
+fn random_history(rng: &mut fastrand::Rng, now: u64) -> History {
+    let mut history = History::default();
+    for i in 0..rng.u64(0..4) {
+        let class = [
+            AttemptClass::Later,
+            AttemptClass::NoAnswer,
+            AttemptClass::Rejected,
+        ][rng.usize(0..3)];
+        let mut attempt = Attempt::new(now.saturating_sub(i), class, "HTTP 503: busy");
+        attempt.took_ms = rng.bool().then(|| rng.u64(0..100));
+        history.push(attempt);
+    }
+    history
+}
+
 /// Mostly transitions that apply (an existing record, the guard that holds), sometimes stale
 /// ones: an unknown id, a wrong token, a verb on an in-flight record.
 fn random_transition(
@@ -1043,6 +1059,7 @@ fn random_transition(
                 last_attempt_at: Some(now.saturating_sub(rng.u64(0..1_000))),
                 next_attempt_at: next,
                 last_error: rng.bool().then(|| "boom".to_string()),
+                history: random_history(rng, now),
             })
         }
     };

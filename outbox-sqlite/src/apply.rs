@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use outbox_core::{
-    Applied, Change, Claim, Progress, Record, RecordId, Result, Round, State, Tombstone, Transition,
+    Applied, Change, Claim, Record, RecordId, Result, Round, State, Tombstone, Transition,
 };
 use rusqlite::Connection;
 
@@ -38,7 +38,7 @@ pub(crate) const REFRESH_SQL: &str = "UPDATE records SET claimable = (
 /// no payload), and reading it would copy every delivered record's payload once more.
 const LOAD_SQL: &str = "SELECT id, grp, x'', key, created_at, state, attempts, unanswered, \
      interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
-     expected_version, replaces, not_before, member FROM records \
+     expected_version, replaces, not_before, history, member FROM records \
      WHERE id IN (SELECT value FROM json_each(?1))";
 
 /// A row as a transition sees it: the record, and whether it still holds its group's order.
@@ -149,7 +149,7 @@ impl Batch {
                     return Ok(None);
                 }
                 let before = mark(&entry.record);
-                entry.record.set_progress(Progress::requeued(at));
+                entry.record.requeue(at);
                 let after = mark(&entry.record);
                 entry.member = entry.record.group.is_some();
                 let group = entry.record.group.clone();
@@ -253,7 +253,17 @@ fn rewrite<'a>(conn: &Connection, entries: impl Iterator<Item = &'a Entry>) -> R
             Some(error) => json_text(&mut json, error),
             None => json.push_str("null"),
         }
-        let _ = write!(json, ",{}]", u8::from(*member));
+        let _ = write!(json, ",{},", u8::from(*member));
+        // The history as hex (`unhex` turns it back into the blob), `null` for none.
+        if r.history.is_empty() {
+            json.push_str("null]");
+        } else {
+            json.push('"');
+            for byte in r.history.encode() {
+                let _ = write!(json, "{byte:02x}");
+            }
+            json.push_str("\"]");
+        }
     }
     json.push(']');
     conn.prepare_cached(
@@ -261,7 +271,7 @@ fn rewrite<'a>(conn: &Connection, entries: impl Iterator<Item = &'a Entry>) -> R
          unanswered = u.value ->> 3, interrupted = u.value ->> 4, \
          last_attempt_at = u.value ->> 5, next_attempt_at = u.value ->> 6, \
          last_error = u.value ->> 7, member = u.value ->> 8, \
-         lease_token = NULL, lease_until = NULL \
+         history = unhex(u.value ->> 9), lease_token = NULL, lease_until = NULL \
          FROM json_each(?1) AS u WHERE records.id = u.value ->> 0",
     )
     .map_err(db)?
@@ -377,7 +387,17 @@ mod tests {
             last_attempt_at: Some(2),
             next_attempt_at: Some(3),
             last_error: Some(error.clone()),
+            history: {
+                let mut history = outbox_core::History::default();
+                history.push(outbox_core::Attempt::new(
+                    2,
+                    outbox_core::AttemptClass::Later,
+                    &error,
+                ));
+                history
+            },
         };
+        let history = progress.history.clone();
         let update = Transition {
             id: ids[0],
             guard: Guard::Idle,
@@ -386,6 +406,7 @@ mod tests {
         apply(&conn, vec![update]).expect("update");
         let record = get(&conn, ids[0]).expect("get").expect("record");
         assert_eq!(record.last_error, Some(error.clone()));
+        assert_eq!(record.history, history, "the history's bytes kept exactly");
 
         let discard = Transition {
             id: ids[0],

@@ -10,7 +10,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::{BigInt, Binary, Bool, Nullable, Text};
 use diesel::sqlite::{Sqlite, SqliteConnection};
 use diesel::{QueryableByName, RunQueryDsl};
-use outbox_core::{Error, Millis, NewRecord, Result};
+use outbox_core::{Error, History, Millis, NewRecord, Result};
 
 use crate::enqueue::{self, Answer, Execute, Param, Shape, Stmt};
 use crate::ops::RawRecord;
@@ -155,6 +155,8 @@ struct RecordRow {
     replaces: Option<String>,
     #[diesel(sql_type = Nullable<BigInt>)]
     not_before: Option<i64>,
+    #[diesel(sql_type = Nullable<Binary>)]
+    history: Option<Vec<u8>>,
 }
 
 impl From<RecordRow> for RawRecord {
@@ -177,6 +179,7 @@ impl From<RecordRow> for RawRecord {
             expected_version: r.expected_version,
             replaces: r.replaces,
             not_before: r.not_before,
+            history: History::decode(&r.history.unwrap_or_default()),
         }
     }
 }

@@ -13,8 +13,8 @@
 //! A claim is one statement over its batch; transitions are in [`apply`](crate::apply).
 
 use outbox_core::{
-    Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result, State,
-    Stats, Tombstone,
+    Claim, Enqueued, Halt, History, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
+    State, Stats, Tombstone,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -30,13 +30,13 @@ macro_rules! columns {
     () => {
         "id, grp, payload, key, created_at, state, attempts, unanswered, interrupted, \
          last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
-         expected_version, replaces, not_before"
+         expected_version, replaces, not_before, history"
     };
 }
 pub(crate) use columns;
 
 /// How many columns [`columns!`] names: the index of the first column a query adds after them.
-pub(crate) const COLUMN_COUNT: usize = 17;
+pub(crate) const COLUMN_COUNT: usize = 18;
 
 const COLUMNS: &str = columns!();
 
@@ -161,6 +161,8 @@ pub(crate) struct RawRecord {
     pub(crate) expected_version: Option<String>,
     pub(crate) replaces: Option<String>,
     pub(crate) not_before: Option<i64>,
+    /// The encoded [`History`] (`NULL` for none); a value of another type reads as damaged.
+    pub(crate) history: History,
 }
 
 impl RawRecord {
@@ -183,6 +185,7 @@ impl RawRecord {
             expected_version: row.get(14)?,
             replaces: row.get(15)?,
             not_before: row.get(16)?,
+            history: history_at(row, 17)?,
         })
     }
 
@@ -224,9 +227,24 @@ impl RawRecord {
                 .not_before
                 .map(|t| read_ms(t, "not_before"))
                 .transpose()?,
+            history: self.history,
         })
     }
 }
+
+/// The history in column `index`: a blob is decoded (damaged bytes read as an unreadable,
+/// empty history), `NULL` is none, and a value of any other type is damaged too: the record
+/// itself stays readable either way.
+pub(crate) fn history_at(row: &Row<'_>, index: usize) -> rusqlite::Result<History> {
+    Ok(match row.get_ref(index)? {
+        ValueRef::Null => History::default(),
+        ValueRef::Blob(bytes) => History::decode(bytes),
+        _ => History::decode(DAMAGED),
+    })
+}
+
+/// Bytes that are no history: what a history column of the wrong type reads as.
+const DAMAGED: &[u8] = &[0];
 
 /// The records a query returns; a row that cannot be decoded is passed by (see
 /// [`unreadable`](crate::unreadable)).

@@ -379,6 +379,7 @@ fn backlog(conn: &Connection, n: usize) {
                 last_attempt_at: Some(2_000),
                 next_attempt_at: (state == State::Retrying).then_some(90_000),
                 last_error: Some(format!("HTTP 50{}", i % 5)),
+                history: Default::default(),
             }),
         })
     });

@@ -44,7 +44,10 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 ///   the records already there), and a partial index holds the records still waiting for it
 ///   (stats count them as scheduled). The deadline stays in `next_attempt_at`, in the one
 ///   deadline index: a record held for later costs a claim nothing.
-pub const SCHEMA_VERSION: u32 = 6;
+/// - 7: each record keeps its last attempts (`history`, the bytes of
+///   [`History::encode`](outbox_core::History::encode), `NULL` for none and on the records
+///   already there).
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The tables every version has.
 const TABLES: [&str; 3] = ["records", "tombstones", "meta"];
@@ -229,6 +232,7 @@ pub(crate) fn migrate(conn: &mut Connection, from: u32) -> Result<()> {
             4 => to_v4(&tx)?,
             5 => to_v5(&tx)?,
             6 => to_v6(&tx)?,
+            7 => to_v7(&tx)?,
             _ => unreachable_step(step)?,
         }
         tx.pragma_update(None, "user_version", step).map_err(db)?;
@@ -473,4 +477,14 @@ fn to_v6(conn: &Connection) -> Result<()> {
             WHERE state = 0 AND not_before = next_attempt_at;",
     )
     .map_err(db)
+}
+
+/// Version 7: the last attempts of each record (`history`, `NULL` on the records already
+/// there: their history starts with their next attempt).
+fn to_v7(conn: &Connection) -> Result<()> {
+    if !has_column(conn, "records", "history")? {
+        conn.execute_batch("ALTER TABLE records ADD COLUMN history BLOB")
+            .map_err(db)?;
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@
 use ::sqlx::query::Query;
 use ::sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
 use ::sqlx::{AssertSqlSafe, Connection as _, Row as _};
-use outbox_core::{Enqueued, Error, Millis, NewRecord, Outbox, Result};
+use outbox_core::{Enqueued, Error, History, Millis, NewRecord, Outbox, Result};
 
 use crate::enqueue::{self, Answer, Execute, Param, Shape, Stmt};
 use crate::ops::RawRecord;
@@ -139,6 +139,7 @@ fn raw(row: &SqliteRow) -> std::result::Result<RawRecord, ::sqlx::Error> {
         expected_version: row.try_get(14)?,
         replaces: row.try_get(15)?,
         not_before: row.try_get(16)?,
+        history: History::decode(&row.try_get::<Option<Vec<u8>>, _>(17)?.unwrap_or_default()),
     })
 }
 

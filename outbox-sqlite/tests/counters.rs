@@ -112,6 +112,7 @@ fn update(id: RecordId, guard: Guard, state: State, error: &str) -> Transition {
             last_attempt_at: Some(2_000),
             next_attempt_at: (state == State::Retrying).then_some(3_000),
             last_error: Some(error.to_owned()),
+            history: Default::default(),
         }),
     }
 }

@@ -143,6 +143,14 @@ const FIFTH_SCHEMA: &str = "
     PRAGMA user_version = 5;
 ";
 
+/// What version 6 added: the not-before time and the index of the records waiting for it.
+const SIXTH_SCHEMA: &str = "
+    ALTER TABLE records ADD COLUMN not_before INTEGER;
+    CREATE INDEX records_scheduled ON records(not_before)
+        WHERE state = 0 AND not_before = next_attempt_at;
+    PRAGMA user_version = 6;
+";
+
 /// One row of the first schema, in column order from `grp` on.
 struct Row {
     group: Option<&'static str>,
@@ -187,6 +195,8 @@ fn expected(id: u64, row: &Row) -> Record {
         replaces: None,
         // Unknown before version 6: no record already there was held for later.
         not_before: None,
+        // Unknown before version 7: the history starts with the next attempt.
+        history: outbox_core::History::default(),
     }
 }
 
@@ -314,6 +324,16 @@ fn build_fifth_schema(path: &Path) -> Vec<Record> {
     records
 }
 
+/// A version 6 file: the version 5 file, upgraded as version 6 of this crate did.
+fn build_sixth_schema(path: &Path) -> Vec<Record> {
+    let records = build_fifth_schema(path);
+    let mut conn = Connection::open(path).expect("open");
+    let tx = conn.transaction().expect("begin");
+    tx.execute_batch(SIXTH_SCHEMA).expect("sixth schema");
+    tx.commit().expect("commit");
+    records
+}
+
 /// The layout of the current version, read from the file's schema.
 fn check_layout(path: &Path) {
     let conn = Connection::open(path).expect("open");
@@ -364,7 +384,13 @@ fn check_layout(path: &Path) {
         .expect("columns")
         .collect::<rusqlite::Result<_>>()
         .expect("rows");
-    for column in ["expected_version", "replaces", "claimed_from", "not_before"] {
+    for column in [
+        "expected_version",
+        "replaces",
+        "claimed_from",
+        "not_before",
+        "history",
+    ] {
         assert!(columns.iter().any(|c| c == column), "{column}: {columns:?}");
     }
 }
@@ -560,6 +586,41 @@ async fn upgraded_with_nothing_lost(path: &Path, records: &[Record]) {
     assert_eq!(store.stats().await.expect("stats").scheduled, 1);
     let stepped = store.stepped_back(1_000, 100).await.expect("stepped back");
     assert!(!stepped.iter().any(|r| r.id == later.ids[0]), "{stepped:?}");
+
+    // The upgraded file keeps attempt histories: a failed delivery of a record from before
+    // the upgrade leaves its first attempt.
+    let claimed = store
+        .claim(Claim {
+            now: 100_000,
+            limit: 1,
+            lease: Lease {
+                token: 9,
+                until: 200_000,
+            },
+        })
+        .await
+        .expect("claim");
+    let mut rng = outbox_core::fastrand::Rng::with_seed(1);
+    let step = outbox_core::machine::on_outcome(
+        &claimed[0],
+        &outbox_core::Outcome::transient("HTTP 503", None),
+        &outbox_core::RetryPolicy::default(),
+        100_001,
+        &mut rng,
+    );
+    store.apply(vec![step.transition]).await.expect("apply");
+    let failed = store
+        .get(claimed[0].id)
+        .await
+        .expect("get")
+        .expect("record");
+    let kept: Vec<_> = failed
+        .history
+        .attempts()
+        .iter()
+        .map(|a| (a.at, a.status))
+        .collect();
+    assert_eq!(kept, [(100_001, Some(503))]);
 }
 
 #[tokio::test]
@@ -600,6 +661,19 @@ async fn a_fifth_schema_file_is_upgraded_with_nothing_lost() {
     let path = dir.path().join("v5.db");
     let records = build_fifth_schema(&path);
     upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn a_sixth_schema_file_is_upgraded_with_nothing_lost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("v6.db");
+    let records = build_sixth_schema(&path);
+    upgraded_with_nothing_lost(&path, &records).await;
+}
+
+#[tokio::test]
+async fn two_stores_upgrading_a_sixth_schema_file_at_once_converge() {
+    converge_at_once(build_sixth_schema, "v6.db").await;
 }
 
 #[tokio::test]

@@ -37,6 +37,17 @@ fn random_progress(rng: &mut Rng, now: u64) -> Progress {
             1 => format!("\"quoted\" \\ back\tslash\n é {}", rng.u8(..)),
             _ => format!("nul \0 inside {}", rng.u8(..)),
         }),
+        history: {
+            let mut history = outbox_core::History::default();
+            for n in 0..rng.u64(0..4) {
+                let class = [
+                    outbox_core::AttemptClass::Later,
+                    outbox_core::AttemptClass::NoAnswer,
+                ][rng.usize(..2)];
+                history.push(outbox_core::Attempt::new(now + n, class, "HTTP 503 \0 é"));
+            }
+            history
+        },
     }
 }
 

@@ -102,3 +102,79 @@ async fn ninety_nine_delivered_around_one_bad_row_which_is_listed_then_discarded
         .await
         .expect("shutdown");
 }
+
+/// A damaged history (bytes that are no history, or a value of another type) never makes its
+/// record unreadable: the record reads whole with an empty history marked unreadable, is
+/// claimed and delivered, and its next attempt starts a new history.
+#[tokio::test]
+async fn a_damaged_history_leaves_its_record_whole() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("app.db");
+    let store = SqliteStore::create(&path, SqliteConfig::default())
+        .await
+        .expect("create");
+    let records = vec![NewRecord::new(b"a".to_vec()), NewRecord::new(b"b".to_vec())];
+    let ids = outbox_core::Store::enqueue(&store, records, 0)
+        .await
+        .expect("enqueue");
+    store.close().await;
+    let conn = Connection::open(&path).expect("open the file");
+    conn.execute(
+        "UPDATE records SET history = x'0109ff' WHERE id = ?1",
+        [i64::try_from(ids[0].0).unwrap()],
+    )
+    .expect("plant bytes");
+    conn.execute(
+        "UPDATE records SET history = 'not a blob' WHERE id = ?1",
+        [i64::try_from(ids[1].0).unwrap()],
+    )
+    .expect("plant text");
+    drop(conn);
+
+    let store = SqliteStore::open(&path, SqliteConfig::default())
+        .await
+        .expect("open");
+    for id in [ids[0], ids[1]] {
+        let record = outbox_core::Store::get(&store, id)
+            .await
+            .expect("get")
+            .expect("the record reads");
+        assert!(record.history.is_unreadable() && record.history.is_empty());
+    }
+    assert!(outbox_core::Store::unreadable(&store, 10)
+        .await
+        .expect("unreadable")
+        .is_empty());
+    let lease = outbox_core::Lease {
+        token: 1,
+        until: 60_000,
+    };
+    let claimed = outbox_core::Store::claim(
+        &store,
+        outbox_core::Claim {
+            now: 1,
+            limit: 10,
+            lease,
+        },
+    )
+    .await
+    .expect("claim");
+    assert_eq!(claimed.len(), 2, "both records are claimed");
+    let mut rng = outbox_core::fastrand::Rng::with_seed(1);
+    let step = outbox_core::machine::on_outcome(
+        &claimed[0],
+        &Outcome::transient("HTTP 503", None),
+        &outbox_core::RetryPolicy::default(),
+        5,
+        &mut rng,
+    );
+    outbox_core::Store::apply(&store, vec![step.transition])
+        .await
+        .expect("apply");
+    let record = outbox_core::Store::get(&store, claimed[0].id)
+        .await
+        .expect("get")
+        .expect("record");
+    assert!(!record.history.is_unreadable());
+    assert_eq!(record.history.len(), 1, "a new history starts");
+}

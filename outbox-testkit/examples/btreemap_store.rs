@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use outbox_core::{
     async_trait, Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis,
-    NewRecord, Progress, Record, RecordId, Result, Round, State, Stats, Store, Tombstone,
-    Transition, DEFAULT_MAX_PAYLOAD,
+    NewRecord, Record, RecordId, Result, Round, State, Stats, Store, Tombstone, Transition,
+    DEFAULT_MAX_PAYLOAD,
 };
 use outbox_testkit::{Backend, Capabilities};
 
@@ -172,7 +172,7 @@ impl Tables {
                         continue;
                     }
                     let mut back = record.clone();
-                    back.set_progress(Progress::requeued(at));
+                    back.requeue(at);
                     self.put(back);
                 }
                 Change::Update(progress) => {

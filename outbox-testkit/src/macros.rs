@@ -23,6 +23,10 @@ macro_rules! __with_scenarios {
                 "a record held an hour is pending and scheduled, claimed at its time and not a millisecond before, among the due in (deadline, id) order; `stepped_back` leaves it out";
             store not_before_of_the_latest_write_wins () 60
                 "a replacing write brings its own not-before time: a held one holds the record, one that may go at once releases it";
+            store history_kept_with_each_outcome () 60
+                "503, 503, a timeout, 422: four attempts in order (time, class, status, error) read by `get`, `list` and the claim; a requeue keeps them; an interrupted delivery is one more";
+            store history_bounded () 60
+                "twelve attempts keep the last ten, oldest dropped first; a 2,000-byte error kept as its first 512 bytes at most";
             store paging () 60
                 "`list` by `after`/`limit`/state/group; tombstone pages";
             store payload_limit () 60
@@ -117,6 +121,8 @@ macro_rules! __with_scenarios {
                 "through the runner: a record held an hour goes out at its time, not a second before; scheduled in stats until then";
             store runner_not_before_across_step_back () 60
                 "the wall clock set back a day across a restart and again while waiting: a held record keeps its absolute time";
+            store runner_history_measures_each_attempt () 60
+                "through the runner: a 1.5 s delivery answered 503, then a 0.25 s one answered 422: both attempts with how long the sink took";
             store runner_coalescing_during_a_drain () 60
                 "30 edits of one note while deliveries take 300 ms: sent in order, the last one last, each sent or merged, none joined to a delivery under way";
             store runner_stale_parked () 60

@@ -306,16 +306,23 @@ pub fn skip_reason() -> Option<String> {
     }
 }
 
-/// What version 5 added, dropped again: the statements that bring a current schema back to
-/// version 4 as that build left it, with no not-before time on any record.
+/// What version 6 added, dropped again: the statements that bring a current schema back to
+/// version 5 as that build left it, with no history on any record.
+pub fn down_to_5(s: &str) -> String {
+    format!("ALTER TABLE \"{s}\".records DROP COLUMN history;")
+}
+
+/// What versions 5 and 6 added, dropped again: the statements that bring a current schema
+/// back to version 4 as that build left it, with no not-before time on any record.
 pub fn down_to_4(s: &str) -> String {
     format!(
-        "DROP INDEX \"{s}\".records_scheduled; \
-         ALTER TABLE \"{s}\".records DROP COLUMN not_before;"
+        "{} DROP INDEX \"{s}\".records_scheduled; \
+         ALTER TABLE \"{s}\".records DROP COLUMN not_before;",
+        down_to_5(s)
     )
 }
 
-/// What versions 4 and 5 added, dropped again: the statements that bring a current schema
+/// What versions 4 to 6 added, dropped again: the statements that bring a current schema
 /// back to version 3 as that build left it, its counters in `meta` alone.
 pub fn down_to_3(s: &str) -> String {
     format!(

@@ -390,10 +390,12 @@ pub async fn requeue_takes_its_place(backend: &dyn Backend) -> ScenarioResult {
         before.created_at,
     );
     expected.next_attempt_at = Some(T0 + 1_500);
+    expected.history = before.history;
     ensure_eq(
         get(store, g1).await?,
         expected,
-        "the requeued record: its id, fresh, same payload, key, group, creation time",
+        "the requeued record: its id, fresh, same payload, key, group, creation time and \
+         attempt history",
     )?;
 
     // Back in its place: before g3, which waits behind it again.

@@ -28,6 +28,7 @@ use crate::harness::{ensure, ensure_eq, Failure, Scenario, ScenarioResult};
 mod clock;
 mod contract;
 mod events;
+mod history;
 mod leases;
 mod lifecycle;
 mod link;
@@ -50,6 +51,9 @@ pub use contract::{
     requeue_takes_its_place, round_applies_then_claims, stepped_back_exact,
 };
 pub use events::runner_events_follow_commits;
+pub use history::{
+    history_bounded, history_kept_with_each_outcome, runner_history_measures_each_attempt,
+};
 pub use leases::{guards_skip_stale, lease_expiry_recovers, renew_extends_lease};
 pub use lifecycle::{
     backoff_jitter_window, budget_rule_both_halves, ceiling_parks_record, discard_leaves_tombstone,

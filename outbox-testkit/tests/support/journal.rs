@@ -130,14 +130,15 @@ fn encode_transition(t: &Transition) -> String {
             attempts,
         } => format!("X{at}/{attempts}/{}", hex(reason.as_bytes())),
         Change::Update(p) => format!(
-            "U{}/{}/{}/{}/{}/{}/{}",
+            "U{}/{}/{}/{}/{}/{}/{}/{}",
             p.state.code(),
             p.attempts,
             p.unanswered,
             p.interrupted,
             opt_num(p.last_attempt_at),
             opt_num(p.next_attempt_at),
-            opt_str(&p.last_error)
+            opt_str(&p.last_error),
+            hex(&p.history.encode())
         ),
     };
     format!("{};{guard};{change}", t.id.0)
@@ -188,6 +189,7 @@ fn decode_transition(text: &str) -> Option<Transition> {
             last_attempt_at: parse_opt_num(f.get(4)?)?,
             next_attempt_at: parse_opt_num(f.get(5)?)?,
             last_error: parse_opt_str(f.get(6)?)?,
+            history: outbox_core::History::decode(&unhex(f.get(7)?)?),
         })
     };
     Some(Transition { id, guard, change })

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{
-    machine, Applied, Change, Claim, Enqueued, Guard, Halt, Lease, ListQuery, Millis, NewRecord,
-    Progress, Record, RecordId, Result, Round, State, Stats, Store, StoreLayer, Tombstone,
-    Transition, DEFAULT_MAX_PAYLOAD,
+    machine, Applied, Change, Claim, Enqueued, Guard, Halt, History, Lease, ListQuery, Millis,
+    NewRecord, Progress, Record, RecordId, Result, Round, State, Stats, Store, StoreLayer,
+    Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
 };
 use outbox_memory::MemoryStore;
 use outbox_testkit::{Backend, Capabilities};
@@ -84,6 +84,10 @@ enum Kind {
     NotBeforeIgnored,
     ReplacingDropsNotBefore,
     NotBeforeUnread,
+    HistoryDropped,
+    HistoryUnread,
+    HistoryFullStopsAppending,
+    RequeueClearsHistory,
 }
 
 /// The sound store, the row every scenario must pass.
@@ -431,6 +435,38 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         ],
         kind: Kind::NotBeforeUnread,
     },
+    Mutant {
+        name: "history_dropped",
+        bug: "an update writes the schedule and counters but not the attempt history",
+        meant_for: &[
+            "history_kept_with_each_outcome",
+            "history_bounded",
+            "runner_history_measures_each_attempt",
+        ],
+        kind: Kind::HistoryDropped,
+    },
+    Mutant {
+        name: "history_unread",
+        bug: "the attempt history is written but reads back empty",
+        meant_for: &[
+            "history_kept_with_each_outcome",
+            "history_bounded",
+            "runner_history_measures_each_attempt",
+        ],
+        kind: Kind::HistoryUnread,
+    },
+    Mutant {
+        name: "history_full_stops_appending",
+        bug: "once ten attempts are kept, newer ones are not (the oldest stay)",
+        meant_for: &["history_bounded"],
+        kind: Kind::HistoryFullStopsAppending,
+    },
+    Mutant {
+        name: "requeue_clears_history",
+        bug: "a requeue wipes the attempt history with the budget",
+        meant_for: &["history_kept_with_each_outcome"],
+        kind: Kind::RequeueClearsHistory,
+    },
 ];
 
 /// State of one location that outlives its handles (what a file would hold).
@@ -628,6 +664,11 @@ impl Layer {
                 record.not_before = None;
             }
         }
+        if self.kind == Kind::HistoryUnread {
+            for record in &mut records {
+                record.history = History::default();
+            }
+        }
         records
     }
 
@@ -664,15 +705,38 @@ impl Layer {
                 (Kind::RequeueIgnoresGroup, Change::Requeue { at })
                     if current.as_ref().is_some_and(|r| r.state == State::Rejected) =>
                 {
+                    let history = current.as_ref().map(|r| r.history.clone());
                     t.change = Change::Update(Progress {
-                        state: State::Pending,
-                        attempts: 0,
-                        unanswered: 0,
-                        interrupted: 0,
-                        last_attempt_at: None,
-                        next_attempt_at: Some(*at),
-                        last_error: None,
+                        history: history.unwrap_or_default(),
+                        ..Progress::requeued(*at)
                     });
+                }
+                (Kind::HistoryDropped, Change::Update(p)) => {
+                    p.history = current
+                        .as_ref()
+                        .map(|r| r.history.clone())
+                        .unwrap_or_default();
+                }
+                (Kind::HistoryFullStopsAppending, Change::Update(p)) => {
+                    if let Some(r) = current
+                        .as_ref()
+                        .filter(|r| r.history.len() >= History::LIMIT)
+                    {
+                        p.history = r.history.clone();
+                    }
+                }
+                (Kind::RequeueClearsHistory, Change::Requeue { .. }) => {
+                    if let Some(r) = current.as_ref().filter(|r| r.state == State::Rejected) {
+                        // Applied as the store would, then the history forgotten.
+                        let mut fresh = r.clone();
+                        if let Change::Requeue { at } = t.change {
+                            fresh.requeue(at);
+                        }
+                        t.change = Change::Update(Progress {
+                            history: History::default(),
+                            ..fresh.progress()
+                        });
+                    }
                 }
                 _ => {}
             }

@@ -36,6 +36,9 @@ pub enum Report {
 /// What happened, as the shell tells it.
 #[derive(Debug)]
 #[non_exhaustive]
+// An input is moved once into the scheduler and never kept in bulk: boxing the store's answer
+// (a record, at its largest) would cost an allocation on every store call for no saving.
+#[allow(clippy::large_enum_variant)]
 pub enum Input {
     /// An enqueue, `notify` or a manual verb: look for due work.
     Wake,

@@ -498,7 +498,7 @@ impl Scheduler {
             .rate
             .as_mut()
             .map_or(usize::MAX, |rate| rate.available(self.now.mono));
-        let started = round.start(self.pace.window(), allowed);
+        let started = round.start(self.pace.window(), allowed, self.now.mono);
         if let Some(rate) = &mut self.rate {
             rate.started(started.len(), self.now.mono);
         }

@@ -63,12 +63,13 @@ impl Scheduler {
     }
 
     pub(super) fn reported(&mut self, id: RecordId, report: Report) {
-        let Some(record) = self.round.as_mut().and_then(|round| round.finish(id)) else {
+        let Some((record, started)) = self.round.as_mut().and_then(|round| round.finish(id)) else {
             return;
         };
         if !matches!(report, Report::Outcome(Outcome::Delivered)) {
             self.sizing.not_delivered();
         }
+        let abandoned = matches!(report, Report::Abandoned);
         let write = match report {
             Report::Abandoned => Write::release(&record),
             Report::Panicked => {
@@ -79,11 +80,19 @@ impl Scheduler {
             Report::Outcome(Outcome::NoAnswer { error }) => self.no_answer(&record, &error),
             Report::Outcome(Outcome::Halt { reason }) => {
                 // Not the record's fault: nothing is spent, and only the first refusal
-                // halts (one event, one line); the others are released.
+                // halts (one event, one line); the others are released, the refusal kept in
+                // their history.
+                let write = Write::silent(machine::refused(&record, &reason, self.now.wall));
                 self.halt_now(id, reason);
-                Write::release(&record)
+                write
             }
             Report::Outcome(outcome) => self.server_answered(&record, outcome),
+        };
+        // Every end but an abandoned one added an attempt: it took this long.
+        let write = if abandoned {
+            write
+        } else {
+            write.took(self.now.mono.saturating_sub(started))
         };
         self.writes.push(write);
         self.commit_soon();

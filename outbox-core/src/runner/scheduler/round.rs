@@ -8,7 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::event::Event;
-use crate::machine::{self, Step, Transition};
+use crate::machine::{self, Change, Step, Transition};
 use crate::policy::RetryPolicy;
 use crate::record::{Lease, Millis, Record, RecordId};
 
@@ -23,6 +23,15 @@ impl Write {
     /// A claimed record given back without an attempt.
     pub(super) fn release(record: &Record) -> Self {
         Write::silent(machine::release(record))
+    }
+
+    /// The write with how long the delivery took set on the attempt it adds (a write that
+    /// adds none, such as a delivered record's removal, is unchanged).
+    pub(super) fn took(mut self, ms: Millis) -> Self {
+        if let Change::Update(progress) = &mut self.transition.change {
+            progress.history.set_took(ms);
+        }
+        self
     }
 
     /// A transition nobody is told of.
@@ -103,8 +112,9 @@ pub(super) struct Round {
     pub(super) lease: Lease,
     /// Claimed, not yet started.
     queue: VecDeque<Record>,
-    /// Being delivered: the records without their payloads.
-    running: HashMap<RecordId, Record>,
+    /// Being delivered: the records without their payloads, with when each started
+    /// (monotonic milliseconds, for the attempt's duration).
+    running: HashMap<RecordId, (Record, Millis)>,
     /// The claim was full: more may be due right away.
     pub(super) full: bool,
     /// A suspect record goes alone (see the crash-loop guard).
@@ -165,10 +175,10 @@ impl Round {
     }
 
     /// Starts deliveries up to the round's concurrency and `window`, at most `allowed` of them
-    /// (the rate limit's word): the records to deliver,
+    /// (the rate limit's word), at monotonic time `now`: the records to deliver,
     /// with their payloads (the round keeps them without: the scheduler decides on schedules
     /// and counters, never on bytes).
-    pub(super) fn start(&mut self, window: usize, allowed: usize) -> Vec<Record> {
+    pub(super) fn start(&mut self, window: usize, allowed: usize, now: Millis) -> Vec<Record> {
         let mut started = Vec::new();
         while !self.cut_short
             && self.running.len() < self.concurrency.min(window)
@@ -182,13 +192,14 @@ impl Round {
                 payload,
                 ..held.clone()
             });
-            self.running.insert(held.id, held);
+            self.running.insert(held.id, (held, now));
         }
         started
     }
 
-    /// The record of a delivery that ended, if this round delivers it.
-    pub(super) fn finish(&mut self, id: RecordId) -> Option<Record> {
+    /// The record of a delivery that ended, if this round delivers it, with the monotonic
+    /// time its delivery started.
+    pub(super) fn finish(&mut self, id: RecordId) -> Option<(Record, Millis)> {
         self.running.remove(&id)
     }
 }
@@ -240,30 +251,30 @@ mod tests {
     fn deliveries_start_up_to_the_smaller_of_concurrency_and_window() {
         let queue = (1..=5).map(record).collect();
         let mut round = Round::new(lease(), queue, true, false, 3);
-        let started = round.start(2, usize::MAX);
+        let started = round.start(2, usize::MAX, 0);
         assert_eq!(started.len(), 2);
         assert_eq!(started[0].payload, b"x", "the delivery carries the payload");
         assert_eq!(round.held(), 5);
         assert!(round
             .finish(RecordId(1))
-            .is_some_and(|r| r.payload.is_empty()));
-        assert_eq!(round.start(8, 1).len(), 1, "the rate limit allows one");
+            .is_some_and(|(r, _)| r.payload.is_empty()));
+        assert_eq!(round.start(8, 1, 0).len(), 1, "the rate limit allows one");
         assert_eq!(
-            round.start(8, usize::MAX).len(),
+            round.start(8, usize::MAX, 0).len(),
             1,
             "concurrency 3: one more"
         );
         assert_eq!(round.ids().count(), 4);
-        assert_eq!(round.start(8, 0).len(), 0);
+        assert_eq!(round.start(8, 0, 0).len(), 0);
     }
 
     #[test]
     fn a_cut_round_starts_nothing_and_gives_back_the_waiting_records() {
         let mut round = Round::new(lease(), (1..=3).map(record).collect(), false, false, 1);
-        assert_eq!(round.start(1, usize::MAX).len(), 1);
+        assert_eq!(round.start(1, usize::MAX, 0).len(), 1);
         let released = round.cut();
         assert_eq!(released.len(), 2);
-        assert!(round.start(1, usize::MAX).is_empty());
+        assert!(round.start(1, usize::MAX, 0).is_empty());
         assert!(round.finish(RecordId(1)).is_some());
         assert!(round.is_over());
     }
@@ -271,7 +282,7 @@ mod tests {
     #[test]
     fn a_solo_round_delivers_one_at_a_time() {
         let mut round = Round::new(lease(), (1..=2).map(record).collect(), false, true, 8);
-        assert_eq!(round.start(8, 2).len(), 1);
+        assert_eq!(round.start(8, 2, 0).len(), 1);
     }
 
     #[test]
