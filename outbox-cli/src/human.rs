@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use chrono::{Local, TimeZone};
-use outbox_core::{Millis, Record, Tombstone};
+use outbox_core::{Attempt, History, Millis, Record, Tombstone};
 
 use crate::escape::{visible, visible_lines};
 use crate::view::{Listing, StatsView};
@@ -356,6 +356,20 @@ pub fn record(r: &Record, now: Millis) -> String {
         "last error",
         r.last_error.as_deref().map_or_else(|| "-".into(), shown),
     );
+    field("history", history_head(&r.history));
+    if !r.history.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {:>2}  {:<19}  {:<11}  {:<6}  {:<8}  error",
+            "#", "ended", "class", "status", "took"
+        );
+    }
+    for (n, attempt) in r.history.attempts().iter().enumerate() {
+        let _ = writeln!(out, "{}", attempt_line(n + 1, attempt));
+    }
+    let mut field = |name: &str, value: String| {
+        let _ = writeln!(out, "{name:<15}{value}");
+    };
     let revision = crate::revision::of(r);
     field(
         "revision",
@@ -364,6 +378,35 @@ pub fn record(r: &Record, now: Millis) -> String {
     out.push('\n');
     out.push_str(&payload(&r.payload));
     out
+}
+
+/// The head of a record's history in `show`: how many attempts are kept.
+fn history_head(history: &History) -> String {
+    match history.len() {
+        _ if history.is_unreadable() => {
+            "unreadable (the stored history is damaged; the next attempt starts a new one)".into()
+        }
+        0 => "no attempts yet".into(),
+        1 => "1 attempt".into(),
+        n if n == History::LIMIT => format!("the last {n} attempts, oldest first"),
+        n => format!("{n} attempts, oldest first"),
+    }
+}
+
+/// One attempt in `show`, under its header: its number, when it ended, its class, the
+/// status, how long the sink took and the error (escaped, whole).
+fn attempt_line(n: usize, a: &Attempt) -> String {
+    let status = a.status.map_or_else(|| "-".into(), |s| s.to_string());
+    let took = a.took_ms.map_or_else(
+        || "-".into(),
+        |ms| span_precise(std::time::Duration::from_millis(ms)),
+    );
+    format!(
+        "  {n:>2}  {:<19}  {:<11}  {status:<6}  {took:<8}  {}",
+        local(a.at),
+        a.class.as_str(),
+        shown(&a.error)
+    )
 }
 
 /// The `show` report for a discarded record.

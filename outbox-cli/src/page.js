@@ -123,11 +123,31 @@ async function loadList() {
   document.getElementById("first").disabled = view.after === "";
 }
 
+// The record's last attempts, oldest first: when each ended, its class, the status, how long
+// the sink took and the error (as text, never as markup).
+function history(r) {
+  if (r.history_unreadable) return el("p", { className: "attempts" }, "history: unreadable (damaged on disk; the next attempt starts a new one)");
+  if (!r.history || r.history.length === 0) return el("p", { className: "attempts" }, "history: no attempts yet");
+  const table = el("table", { className: "attempts" },
+    el("caption", {}, "last " + r.history.length + " attempts, oldest first"),
+    el("tr", {}, ...["#", "ended", "class", "status", "took", "error"].map((h) => el("th", {}, h))));
+  r.history.forEach((a, i) => {
+    table.append(el("tr", {},
+      el("td", {}, String(i + 1)),
+      el("td", {}, when(a.at)),
+      el("td", {}, a.class),
+      el("td", {}, a.status === null ? "-" : String(a.status)),
+      el("td", {}, a.took_ms === null ? "-" : a.took_ms + " ms"),
+      el("td", {}, a.error)));
+  });
+  return table;
+}
+
 async function showDetail(id) {
   const detail = document.getElementById("detail");
   try {
     const r = await getJson("/api/records/" + id);
-    const fields = Object.entries(r).filter(([key]) => key !== "payload");
+    const fields = Object.entries(r).filter(([key]) => !["payload", "history", "history_unreadable"].includes(key));
     const dl = el("dl", {});
     for (const [key, value] of fields) {
       const text = key.endsWith("_at") || key === "lease_until" ? when(value) : value ?? "-";
@@ -137,7 +157,7 @@ async function showDetail(id) {
     if (r.payload_encoding === "utf-8") {
       try { payload = JSON.stringify(JSON.parse(payload), null, 2); } catch (_) { /* plain text */ }
     }
-    detail.replaceChildren(el("h2", {}, "record #" + r.id), dl, ...actions(r),
+    detail.replaceChildren(el("h2", {}, "record #" + r.id), dl, ...actions(r), history(r),
       r.state === "discarded" ? "" : el("pre", {}, payload));
     detail.hidden = false;
   } catch (err) {

@@ -1,7 +1,7 @@
 //! What the read commands report, as plain values: the `--json` shapes (documented in the crate
 //! docs) and the input of the human-readable output and of the web page.
 
-use outbox_core::{ListQuery, Millis, Record, RecordId, Stats, Store, Tombstone};
+use outbox_core::{Attempt, ListQuery, Millis, Record, RecordId, Stats, Store, Tombstone};
 use serde::Serialize;
 
 use crate::cli::StateFilter;
@@ -181,12 +181,45 @@ impl From<&Record> for RecordView {
     }
 }
 
+/// One attempt of a record, as `show --json` and the page give it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct AttemptView {
+    /// When the delivery ended.
+    pub at: Millis,
+    /// `no answer`, `later`, `rejected`, `conflict`, `refused` or `interrupted`.
+    pub class: &'static str,
+    /// The server's status, when it gave one.
+    pub status: Option<u16>,
+    /// The error text (at most 512 bytes).
+    pub error: String,
+    /// How long the sink took, in milliseconds, when measured.
+    pub took_ms: Option<u64>,
+}
+
+impl From<&Attempt> for AttemptView {
+    fn from(a: &Attempt) -> Self {
+        AttemptView {
+            at: a.at,
+            class: a.class.as_str(),
+            status: a.status,
+            error: a.error.clone(),
+            took_ms: a.took_ms,
+        }
+    }
+}
+
 /// One record with its payload (`show --json`).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct RecordDetail {
     #[serde(flatten)]
     #[allow(missing_docs)]
     pub record: RecordView,
+    /// The last attempts, oldest first.
+    pub history: Vec<AttemptView>,
+    /// `true` when the stored history could not be read (it shows as empty); left out
+    /// otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub history_unreadable: bool,
     /// `utf-8` when the payload is UTF-8 text (JSON included), else `hex`.
     pub payload_encoding: &'static str,
     /// The payload as text, or as lowercase hex digits.
@@ -210,6 +243,8 @@ impl From<&Record> for RecordDetail {
         };
         RecordDetail {
             record: r.into(),
+            history: r.history.attempts().iter().map(AttemptView::from).collect(),
+            history_unreadable: r.history.is_unreadable(),
             payload_encoding,
             payload,
         }

@@ -343,6 +343,11 @@ async fn without_the_token_nothing_is_served_and_the_page_only_reads_unless_told
         return;
     }
     let (bare, with_token) = (format!("http://127.0.0.1:{port}/"), server.url.clone());
+    let attempts_of_9 = record(&path, 9).await.unwrap().history.len();
+    assert!(
+        attempts_of_9 > 0,
+        "the seed gives record 9 attempts to show"
+    );
     tokio::task::spawn_blocking(move || {
         let mut browser = Browser::launch();
         // Without the token the browser gets the refusal and no page.
@@ -373,6 +378,13 @@ async fn without_the_token_nothing_is_served_and_the_page_only_reads_unless_told
             "document.getElementById('detail').innerText",
         );
         assert!(detail.as_str().unwrap().contains("record #9"), "{detail}");
+        assert!(!detail.as_str().unwrap().contains("[object"), "{detail}");
+        // The attempts are a table of their own: a header row and one row each.
+        assert_eq!(
+            browser.eval(&page, "document.querySelectorAll('#detail table.attempts tr').length"),
+            json!(attempts_of_9 + 1),
+            "{detail}"
+        );
         assert_eq!(
             browser.eval(&page, "document.querySelectorAll('#detail button').length"),
             json!(0)

@@ -105,3 +105,103 @@ async fn reads_and_verbs_work_beside_a_running_application() {
     assert!(started.elapsed().as_secs() < 10);
     app.close().await;
 }
+
+/// The must-show: a record that failed with 503, 503, a timeout and 422 is shown with
+/// its four attempts in order, each with its time, class, status, how long it took and its
+/// error; eleven attempts show the last ten, the oldest dropped.
+#[tokio::test]
+async fn show_lists_each_attempt_in_order_and_keeps_the_last_ten() {
+    use outbox_core::{machine, NewRecord, Outcome, RetryPolicy, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let store = SqliteStore::create(&path, SqliteConfig::default())
+        .await
+        .unwrap();
+    let ids = store
+        .enqueue(vec![NewRecord::new(b"{}".to_vec()).with_key("note-7")], 0)
+        .await
+        .unwrap();
+    let policy = RetryPolicy::default().with_max_attempts(100);
+    let mut rng = outbox_core::fastrand::Rng::with_seed(3);
+    let mut now = support::NOW - 20 * 3_600_000;
+    let replies = [
+        Outcome::transient("HTTP 503 Service Unavailable", None),
+        Outcome::transient("HTTP 503 Service Unavailable", None),
+        Outcome::no_answer("timed out after 30s"),
+        Outcome::rejected("HTTP 422 Unprocessable Entity: title is empty"),
+    ];
+    for outcome in replies {
+        now += 3_600_000;
+        fail(&store, &policy, &mut rng, outcome, now).await;
+        if now > support::NOW - 17 * 3_600_000 {
+            // The 422 rejected it; a person requeues it so it can fail again below.
+            let rejected = store.get(ids[0]).await.unwrap().unwrap();
+            let requeue = machine::requeue(&rejected, now).unwrap();
+            store.apply(vec![requeue]).await.unwrap();
+        }
+    }
+    let id = ids[0].0.to_string();
+    let shown = support::ok(&["show", path.to_str().unwrap(), &id]);
+    let history: Vec<&str> = shown
+        .lines()
+        .skip_while(|l| !l.starts_with("history"))
+        .take(6)
+        .collect();
+    assert_eq!(
+        history,
+        [
+            "history        4 attempts, oldest first",
+            "   #  ended                class        status  took      error",
+            "   1  2026-11-30 14:15:00  later        503     -         HTTP 503 Service Unavailable",
+            "   2  2026-11-30 15:15:00  later        503     -         HTTP 503 Service Unavailable",
+            "   3  2026-11-30 16:15:00  no answer    -       -         timed out after 30s",
+            "   4  2026-11-30 17:15:00  rejected     422     -         HTTP 422 Unprocessable Entity: title is empty",
+        ],
+        "{shown}"
+    );
+
+    // Seven more: the eleventh drops the first.
+    for _ in 0..7 {
+        now += 3_600_000;
+        let outcome = Outcome::transient("HTTP 502 Bad Gateway", None);
+        fail(&store, &policy, &mut rng, outcome, now).await;
+    }
+    let json = support::show(&path, ids[0].0);
+    let attempts = json["history"].as_array().unwrap();
+    assert_eq!(attempts.len(), 10);
+    assert_eq!(attempts[0]["error"], "HTTP 503 Service Unavailable");
+    assert_eq!(attempts[0]["at"], support::NOW - 18 * 3_600_000);
+    assert_eq!(attempts[3]["class"], "later");
+    assert_eq!(attempts[9]["status"], 502);
+    let shown = support::ok(&["show", path.to_str().unwrap(), &id]);
+    assert!(
+        shown.contains("history        the last 10 attempts, oldest first"),
+        "{shown}"
+    );
+    store.close().await;
+}
+
+/// Claims the one waiting record of `store` and reports `outcome` for it, ended at `at`.
+async fn fail(
+    store: &SqliteStore,
+    policy: &outbox_core::RetryPolicy,
+    rng: &mut outbox_core::fastrand::Rng,
+    outcome: outbox_core::Outcome,
+    at: u64,
+) {
+    use outbox_core::{machine, Claim, Lease, Store};
+    // Claimed far ahead, so whatever backoff the last report drew has passed.
+    let later = support::NOW + 1_000 * 86_400_000;
+    let claim = Claim {
+        now: later,
+        limit: 1,
+        lease: Lease {
+            token: at,
+            until: later + 60_000,
+        },
+    };
+    let claimed = store.claim(claim).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let step = machine::on_outcome(&claimed[0], &outcome, policy, at, rng);
+    store.apply(vec![step.transition]).await.unwrap();
+}
