@@ -40,7 +40,8 @@ pub use options::{
 pub use outbox::{open_http_outbox, open_outbox, EventListener, ListFilter, ListenerError, Outbox};
 pub use sink::{classify_delivery, Delivery, DeliverySink, HttpOptions, SinkError};
 pub use types::{
-    Link, OutboxEvent, OutboxRecord, OutboxStats, OutboxTombstone, RecordState, Write,
+    Link, OutboxAttempt, OutboxEvent, OutboxRecord, OutboxStats, OutboxTombstone, RecordState,
+    Write,
 };
 
 uniffi::setup_scaffolding!();

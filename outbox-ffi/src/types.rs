@@ -1,7 +1,9 @@
 //! What crosses the boundary: a write to enqueue, a record, the stats, a tombstone and the
 //! events, as plain values with ids as integers and times as wall-clock milliseconds.
 
-use outbox_core::{Event, LinkState, NewRecord, Record, RecordId, State, Stats, Tombstone};
+use outbox_core::{
+    Attempt, Event, LinkState, NewRecord, Record, RecordId, State, Stats, Tombstone,
+};
 
 use crate::error::millis;
 
@@ -69,6 +71,9 @@ pub struct Write {
     /// The entity version the write was made against (sent as `If-Match` by the HTTP sink).
     #[uniffi(default = None)]
     pub expecting: Option<String>,
+    /// Not delivered before this wall-clock time (milliseconds since the Unix epoch).
+    #[uniffi(default = None)]
+    pub not_before: Option<u64>,
 }
 
 impl Write {
@@ -80,6 +85,7 @@ impl Write {
             key: None,
             replacing: None,
             expecting: None,
+            not_before: None,
         }
     }
 
@@ -97,6 +103,9 @@ impl Write {
         }
         if let Some(version) = self.expecting {
             record = record.expecting(version);
+        }
+        if let Some(at) = self.not_before {
+            record = record.not_before(at);
         }
         record
     }
@@ -141,6 +150,47 @@ pub struct OutboxRecord {
     pub expected_version: Option<String>,
     /// Its coalescing key.
     pub replaces: Option<String>,
+    /// The time it is not delivered before, if it was enqueued with one.
+    pub not_before: Option<u64>,
+    /// Its last attempts, oldest first (at most 10).
+    pub history: Vec<OutboxAttempt>,
+    /// True when the stored history could not be read (it shows as empty).
+    pub history_unreadable: bool,
+}
+
+/// One delivery of a record that did not deliver it (see [`outbox_core::Attempt`]).
+///
+/// ```
+/// use outbox_core::{Attempt, AttemptClass};
+/// use outbox_ffi::OutboxAttempt;
+///
+/// let a = OutboxAttempt::from(&Attempt::new(9, AttemptClass::Later, "HTTP 503"));
+/// assert_eq!((a.outcome_class.as_str(), a.status), ("later", Some(503)));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, uniffi::Record)]
+pub struct OutboxAttempt {
+    /// When the delivery ended (wall-clock milliseconds).
+    pub at: u64,
+    /// `no answer`, `later`, `rejected`, `conflict`, `refused` or `interrupted`.
+    pub outcome_class: String,
+    /// The server's status, when it gave one.
+    pub status: Option<u16>,
+    /// The error text (at most 512 bytes).
+    pub error: String,
+    /// How long the sink took, in milliseconds, when measured.
+    pub took_ms: Option<u64>,
+}
+
+impl From<&Attempt> for OutboxAttempt {
+    fn from(a: &Attempt) -> Self {
+        OutboxAttempt {
+            at: a.at,
+            outcome_class: a.class.as_str().to_owned(),
+            status: a.status,
+            error: a.error.clone(),
+            took_ms: a.took_ms,
+        }
+    }
 }
 
 impl From<Record> for OutboxRecord {
@@ -160,6 +210,14 @@ impl From<Record> for OutboxRecord {
             last_error: record.last_error,
             expected_version: record.expected_version,
             replaces: record.replaces,
+            not_before: record.not_before,
+            history: record
+                .history
+                .attempts()
+                .iter()
+                .map(OutboxAttempt::from)
+                .collect(),
+            history_unreadable: record.history.is_unreadable(),
         }
     }
 }

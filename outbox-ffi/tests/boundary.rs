@@ -108,6 +108,12 @@ async fn a_sink_raising_an_error_leaves_its_reason_on_the_record() {
         record.last_error.as_deref(),
         Some("the sink raised: the sink failed: socket factory missing")
     );
+    let classes: Vec<(&str, Option<u16>)> = record
+        .history
+        .iter()
+        .map(|a| (a.outcome_class.as_str(), a.status))
+        .collect();
+    assert_eq!(classes, [("no answer", None)], "the attempt is kept");
     outbox.shutdown(2_000).await.unwrap();
 }
 
@@ -306,4 +312,54 @@ fn every_core_error_keeps_its_name() {
         }),
         OutboxError::Corrupted { .. }
     ));
+}
+
+/// Counts deliveries; every one is accepted.
+struct Counts(AtomicU32);
+
+impl DeliverySink for Counts {
+    fn deliver(&self, _record: OutboxRecord) -> Result<Delivery, SinkError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(answer(200))
+    }
+}
+
+/// A write held for a day is pending with that time on the record, and a write without one
+/// beside it is delivered while the held one waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_held_until_later_waits_for_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox.db").to_string_lossy().into_owned();
+    let sink = Arc::new(Counts(AtomicU32::new(0)));
+    let outbox = open_outbox(path, fast(), sink.clone()).await.unwrap();
+    let now = outbox_core::Clock::now(&outbox_core::SystemClock);
+    let later = now + 86_400_000;
+    let held = outbox
+        .enqueue(Write {
+            not_before: Some(later),
+            ..Write::new(b"reminder".to_vec())
+        })
+        .await
+        .unwrap();
+    let plain = outbox.enqueue(Write::new(b"now".to_vec())).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the plain write was never delivered"
+        );
+        if let Some(OutboxEvent::Delivered { id }) = outbox.next_event(100).await.unwrap() {
+            assert_eq!(id, plain, "only the write without a time goes");
+            break;
+        }
+    }
+    let record = outbox.get(held).await.unwrap().expect("the held write");
+    assert_eq!(record.state, RecordState::Pending);
+    assert_eq!(
+        (record.not_before, record.next_attempt_at),
+        (Some(later), Some(later))
+    );
+    assert!(record.history.is_empty() && !record.history_unreadable);
+    assert_eq!(sink.0.load(Ordering::SeqCst), 1);
+    outbox.shutdown(2_000).await.unwrap();
 }

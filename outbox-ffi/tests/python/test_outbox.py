@@ -91,6 +91,13 @@ class OutboxTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(waiting.next_attempt_at, event.at)
         self.assertEqual(waiting.attempts, 1)
         self.assertIn("HTTP 503: maintenance", waiting.last_error)
+        # The attempt is kept on the record: its class, the status and the server's words.
+        self.assertEqual(len(waiting.history), 1)
+        attempt = waiting.history[0]
+        self.assertEqual((attempt.outcome_class, attempt.status), ("later", 503))
+        self.assertIn("HTTP 503: maintenance", attempt.error)
+        self.assertIsNotNone(attempt.took_ms)
+        self.assertFalse(waiting.history_unreadable)
         self.assertEqual((await outbox.stats()).retrying, 1)
 
         await wait_event(outbox, lambda e: e.is_delivered() and e.id == record)
@@ -116,6 +123,10 @@ class OutboxTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(rejected.attempts, 1)
         self.assertIsNone(rejected.next_attempt_at)
         self.assertEqual(rejected.last_error, "HTTP 422: title is required")
+        self.assertEqual(
+            [(a.outcome_class, a.status, a.error) for a in rejected.history],
+            [("rejected", 422, "HTTP 422: title is required")],
+        )
         stats = await outbox.stats()
         self.assertEqual((stats.rejected, stats.pending, stats.delivered), (1, 0, 0))
         listed = await outbox.list(o.ListFilter(state=o.RecordState.REJECTED))
