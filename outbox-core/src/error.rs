@@ -78,6 +78,19 @@ pub enum Error {
         /// Configured maximum.
         max: usize,
     },
+    /// The store holds as much as its [`Cap`](crate::Cap) allows: nothing of the batch was
+    /// enqueued and nothing queued was touched. Deliveries, discards and prunes free room.
+    #[error("the outbox is full: {used} of at most {max} {limit} held, {adding} more refused")]
+    QueueFull {
+        /// The limit the enqueue would pass.
+        limit: crate::CapLimit,
+        /// Its configured maximum.
+        max: u64,
+        /// What the store holds now.
+        used: u64,
+        /// What the refused enqueue would have added.
+        adding: u64,
+    },
     /// The storage was opened read-only, or the medium refuses writes.
     #[error("the outbox storage is read-only")]
     ReadOnly {

@@ -42,6 +42,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cap;
 pub mod clock;
 pub mod config;
 pub mod error;
@@ -68,6 +69,7 @@ pub mod store;
 pub mod tower;
 pub mod unreadable;
 
+pub use cap::{Cap, CapLimit, Usage};
 pub use clock::{Clock, ManualClock, SteppedClock, SystemClock, TokioClock};
 pub use config::{RateLimit, RunnerConfig};
 pub use error::{BoxError, Error, Result};

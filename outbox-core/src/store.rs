@@ -124,6 +124,10 @@ pub struct Stats {
     /// Pending records held by a not-before time ([`NewRecord::not_before`]) and not claimed
     /// since: a part of `pending` (see [`Record::is_scheduled`]).
     pub scheduled: u64,
+    /// Payload bytes of every record the store holds (rejected ones included; a row set
+    /// aside as unreadable is not counted): with the record counts, what a size cap counts
+    /// (see [`Stats::usage`]).
+    pub payload_bytes: u64,
     /// Enqueue time of the oldest record still owed a delivery (pending, retrying, in flight
     /// or needs-attention).
     pub oldest_created_at: Option<Millis>,
@@ -169,6 +173,7 @@ impl Stats {
         if record.is_scheduled() {
             self.scheduled += 1;
         }
+        self.payload_bytes += record.payload.len() as u64;
         match record.state {
             State::Pending => self.pending += 1,
             State::Retrying => self.retrying += 1,
@@ -181,6 +186,21 @@ impl Stats {
                 self.oldest_created_at
                     .map_or(record.created_at, |t| t.min(record.created_at)),
             );
+        }
+    }
+
+    /// What the store holds, as a size cap counts it ([`Cap`](crate::Cap)): every record,
+    /// rejected ones included (they occupy the storage until pruned), and their payload bytes.
+    ///
+    /// ```
+    /// use outbox_core::{Stats, Usage};
+    /// let stats = Stats { pending: 2, rejected: 1, discarded: 5, payload_bytes: 30, ..Stats::default() };
+    /// assert_eq!(stats.usage(), Usage { records: 3, bytes: 30 });
+    /// ```
+    pub fn usage(&self) -> crate::Usage {
+        crate::Usage {
+            records: self.undelivered() + self.rejected,
+            bytes: self.payload_bytes,
         }
     }
 

@@ -25,8 +25,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use outbox_core::{
-    Applied, Change, Claim, Enqueued, ErrorCount, Guard, Halt, Lease, ListQuery, Millis, NewRecord,
-    Record, RecordId, Result, Round, State, Stats, Store, Tombstone, Transition,
+    Applied, Cap, Change, Claim, Enqueued, ErrorCount, Guard, Halt, Lease, ListQuery, Millis,
+    NewRecord, Record, RecordId, Result, Round, State, Stats, Store, Tombstone, Transition, Usage,
     DEFAULT_MAX_PAYLOAD,
 };
 
@@ -64,6 +64,35 @@ impl MemoryStore {
         self
     }
 
+    /// Holds every later enqueue to `cap` (see [`Cap`]): one that would pass it is refused
+    /// with [`Error::QueueFull`](outbox_core::Error::QueueFull) and changes nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_core::{Cap, Error, NewRecord, Store};
+    /// use outbox_memory::MemoryStore;
+    ///
+    /// let store = MemoryStore::new().with_cap(Cap::none().with_max_records(1));
+    /// store.enqueue(vec![NewRecord::new(b"a".to_vec())], 0).await?;
+    /// let refused = store.enqueue(vec![NewRecord::new(b"b".to_vec())], 0).await;
+    /// assert!(matches!(refused, Err(Error::QueueFull { .. })));
+    /// assert_eq!(store.stats().await?.pending, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_cap(self, cap: Cap) -> Self {
+        self.set_cap(cap);
+        self
+    }
+
+    /// Sets the size cap of a store already in use (see [`MemoryStore::with_cap`]); what it
+    /// holds stays, later enqueues are held to the new cap.
+    pub fn set_cap(&self, cap: Cap) {
+        self.lock().cap = cap;
+    }
+
     /// The largest payload `enqueue` accepts.
     pub fn max_payload(&self) -> usize {
         self.max_payload
@@ -76,8 +105,10 @@ impl MemoryStore {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Inner {
+    /// The size cap enqueues are held to.
+    cap: Cap,
     last_id: u64,
     records: BTreeMap<RecordId, Record>,
     /// Claimable-kind records (pending or retrying heads) by `(next_attempt_at, id)`.
@@ -98,6 +129,14 @@ struct Inner {
 }
 
 impl Inner {
+    /// What the store holds, as a size cap counts it.
+    fn usage(&self) -> Usage {
+        Usage {
+            records: self.records.len() as u64,
+            bytes: self.records.values().map(|r| r.payload.len() as u64).sum(),
+        }
+    }
+
     fn is_head(&self, record: &Record) -> bool {
         match &record.group {
             None => true,
@@ -333,12 +372,25 @@ impl Store for MemoryStore {
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         NewRecord::validate_all(&records, self.max_payload)?;
         let mut inner = self.lock();
+        let cap = inner.cap;
+        // Under a cap the batch is written on the state as it was, then measured, and undone
+        // when it would pass the cap: the reference store keeps the rule's plain shape.
+        let before = (!cap.is_none()).then(|| (inner.clone(), inner.usage()));
         let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
         for (index, new) in records.into_iter().enumerate() {
             let (id, replaced) = inner.enqueue(new, now);
             enqueued.ids.push(id);
             if replaced {
                 enqueued.superseded.push(index);
+            }
+        }
+        if let Some((saved, used)) = before {
+            let after = inner.usage();
+            let records = after.records.saturating_sub(used.records);
+            let bytes = after.bytes.saturating_sub(used.bytes);
+            if let Err(full) = cap.admit(used, records, bytes) {
+                *inner = saved;
+                return Err(full);
             }
         }
         Ok(enqueued)

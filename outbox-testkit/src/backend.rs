@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use outbox_core::{Error, RecordId, Result, Store, DEFAULT_MAX_PAYLOAD};
+use outbox_core::{Cap, Error, RecordId, Result, Store, DEFAULT_MAX_PAYLOAD};
 
 /// What a backend can do. Scenarios that need a capability the backend lacks are reported as
 /// skipped, by name, with the reason.
 ///
 /// ```
 /// use outbox_testkit::Capabilities;
-/// let caps = Capabilities { persistent: true, shared: false, unreadable_rows: false };
+/// let caps = Capabilities { persistent: true, shared: false, unreadable_rows: false, size_cap: true };
 /// assert!(caps.persistent);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,6 +24,8 @@ pub struct Capabilities {
     /// [`Backend::plant_unreadable`] can make a stored record undecodable, as an old app
     /// version or a bit flip would (a store of decoded values, like memory, cannot).
     pub unreadable_rows: bool,
+    /// [`Backend::open_capped`] opens a store with a size cap ([`Cap`]).
+    pub size_cap: bool,
 }
 
 /// A storage backend under test.
@@ -54,6 +56,20 @@ pub trait Backend: Send + Sync + 'static {
     /// that one byte more is refused. Defaults to [`DEFAULT_MAX_PAYLOAD`].
     fn max_payload(&self) -> usize {
         DEFAULT_MAX_PAYLOAD
+    }
+
+    /// Opens the existing store at `location` with the size cap `cap` (as `open` does
+    /// otherwise). Backends that declare [`Capabilities::size_cap`] implement it; the default
+    /// refuses.
+    async fn open_capped(&self, location: &str, cap: Cap) -> Result<Arc<dyn Store>> {
+        let _ = (location, cap);
+        Err(Error::Backend {
+            detail: format!(
+                "backend {} cannot open a store with a size cap",
+                self.name()
+            ),
+            source: None,
+        })
     }
 
     /// Makes the record `id` of the store at `location` undecodable, with no handle of the

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use outbox_core::{Error, RecordId, Result, Store};
+use outbox_core::{Cap, Error, RecordId, Result, Store};
 
 use crate::backend::{Backend, Capabilities};
 
@@ -29,6 +29,7 @@ use crate::backend::{Backend, Capabilities};
 ///         persistent: true,
 ///         shared: false,
 ///         unreadable_rows: false,
+///         size_cap: false,
 ///     };
 ///
 ///     async fn create(path: &Path) -> Result<()> {
@@ -72,6 +73,16 @@ pub trait FileStore: Send + Sync + 'static {
 
     /// Opens the existing store at `path`.
     async fn open(path: &Path) -> Result<Arc<dyn Store>>;
+
+    /// Opens the existing store at `path` with the size cap `cap` (see
+    /// [`Backend::open_capped`]); the default refuses.
+    async fn open_capped(path: &Path, cap: Cap) -> Result<Arc<dyn Store>> {
+        let _ = (path, cap);
+        Err(Error::Backend {
+            detail: format!("{} cannot open a store with a size cap", Self::NAME),
+            source: None,
+        })
+    }
 }
 
 /// The [`Backend`] of a [`FileStore`]: each `create` makes a new file in one temporary
@@ -131,5 +142,9 @@ impl<F: FileStore> Backend for Files<F> {
 
     async fn plant_unreadable(&self, location: &str, id: RecordId) -> Result<String> {
         F::plant_unreadable(Path::new(location), id).await
+    }
+
+    async fn open_capped(&self, location: &str, cap: Cap) -> Result<Arc<dyn Store>> {
+        F::open_capped(Path::new(location), cap).await
     }
 }

@@ -43,6 +43,10 @@ pub enum Capability {
     ///
     /// [`Backend::plant_unreadable`]: crate::Backend::plant_unreadable
     UnreadableRows,
+    /// The backend opens a store with a size cap ([`Backend::open_capped`]).
+    ///
+    /// [`Backend::open_capped`]: crate::Backend::open_capped
+    SizeCap,
 }
 
 impl Capability {
@@ -50,7 +54,7 @@ impl Capability {
     ///
     /// ```
     /// use outbox_testkit::{Capabilities, Capability};
-    /// let caps = Capabilities { persistent: true, shared: false, unreadable_rows: false };
+    /// let caps = Capabilities { persistent: true, shared: false, unreadable_rows: false, size_cap: false };
     /// assert!(Capability::Persistent.declared_by(caps));
     /// assert!(!Capability::Shared.declared_by(caps));
     /// ```
@@ -59,6 +63,7 @@ impl Capability {
             Capability::Persistent => caps.persistent,
             Capability::Shared => caps.shared,
             Capability::UnreadableRows => caps.unreadable_rows,
+            Capability::SizeCap => caps.size_cap,
         }
     }
 }
@@ -79,6 +84,7 @@ impl Capability {
             Capability::UnreadableRows => {
                 "it plants a stored row the backend cannot decode, which a store of decoded values cannot hold"
             }
+            Capability::SizeCap => "it opens a store with a size cap",
         }
     }
 }
@@ -89,6 +95,7 @@ impl fmt::Display for Capability {
             Capability::Persistent => "persistent",
             Capability::Shared => "shared",
             Capability::UnreadableRows => "unreadable rows",
+            Capability::SizeCap => "a size cap",
         })
     }
 }

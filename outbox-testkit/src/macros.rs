@@ -27,6 +27,8 @@ macro_rules! __with_scenarios {
                 "503, 503, a timeout, 422: four attempts in order (time, class, status, error) read by `get`, `list` and the claim; a requeue keeps them; an interrupted delivery is one more";
             store history_bounded () 60
                 "twelve attempts keep the last ten, oldest dropped first; a 2,000-byte error kept as its first 512 bytes at most";
+            store queue_full_refuses_and_touches_nothing (SizeCap) 60
+                "a cap of 1,000 records refuses the 1,001st with `QueueFull` (limit, usage, addition) and changes nothing; a batch that does not fit is refused whole; a replacing write adds nothing; a rejected record counts until pruned; a 100-byte cap the same; `stats` shows the usage";
             store paging () 60
                 "`list` by `after`/`limit`/state/group; tombstone pages";
             store payload_limit () 60

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use outbox_core::{Error, Result, Store};
+use outbox_core::{Cap, Error, Result, Store};
 use outbox_memory::MemoryStore;
 
 use crate::backend::{Backend, Capabilities};
@@ -46,7 +46,10 @@ impl Backend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
+        Capabilities {
+            size_cap: true,
+            ..Capabilities::default()
+        }
     }
 
     async fn create(&self) -> Result<String> {
@@ -60,6 +63,21 @@ impl Backend for MemoryBackend {
         let stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
         match stores.get(location) {
             Some(store) => Ok(store.clone()),
+            None => Err(Error::NotFound {
+                path: location.to_owned(),
+            }),
+        }
+    }
+
+    /// The store of `location`, held to `cap` from now on (a memory store has no other
+    /// handle to open: the cap is set on the one store).
+    async fn open_capped(&self, location: &str, cap: Cap) -> Result<Arc<dyn Store>> {
+        let stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
+        match stores.get(location) {
+            Some(store) => {
+                store.set_cap(cap);
+                Ok(store.clone())
+            }
             None => Err(Error::NotFound {
                 path: location.to_owned(),
             }),

@@ -25,6 +25,7 @@ use outbox_core::{
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, Failure, Scenario, ScenarioResult};
 
+mod cap;
 mod clock;
 mod contract;
 mod events;
@@ -43,6 +44,7 @@ mod stats;
 mod unreadable;
 mod writes;
 
+pub use cap::queue_full_refuses_and_touches_nothing;
 pub use clock::{
     runner_halt_survives_restart, runner_step_back_across_restart, runner_step_back_while_waiting,
 };

@@ -77,6 +77,8 @@ pub async fn stats_exact(backend: &dyn Backend) -> ScenarioResult {
         superseded: 0,
         held: 2,
         scheduled: 0,
+        // rj, n1, n2, n3, rt, fl and pn, two bytes each (the rejected rj included).
+        payload_bytes: 14,
         oldest_created_at: Some(T0),
         next_due: Some(T0 + 7_000),
         halt: None,
@@ -125,6 +127,7 @@ pub async fn stats_exact(backend: &dyn Backend) -> ScenarioResult {
         pending: 2,
         retrying: 0,
         delivered: 6,
+        payload_bytes: 6,
         oldest_created_at: Some(T0 + 10),
         next_due: Some(T0 + 10),
         ..expected

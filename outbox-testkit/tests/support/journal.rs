@@ -421,6 +421,7 @@ impl Backend for JournalBackend {
             persistent: true,
             shared: false,
             unreadable_rows: false,
+            size_cap: false,
         }
     }
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{
-    machine, Applied, Change, Claim, Enqueued, Guard, Halt, History, Lease, ListQuery, Millis,
+    machine, Applied, Cap, Change, Claim, Enqueued, Guard, Halt, History, Lease, ListQuery, Millis,
     NewRecord, Progress, Record, RecordId, Result, Round, State, Stats, Store, StoreLayer,
     Tombstone, Transition, DEFAULT_MAX_PAYLOAD,
 };
@@ -88,6 +88,9 @@ enum Kind {
     HistoryUnread,
     HistoryFullStopsAppending,
     RequeueClearsHistory,
+    CapIgnored,
+    CapOffByOne,
+    CapPartialBatch,
 }
 
 /// The sound store, the row every scenario must pass.
@@ -467,6 +470,24 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         meant_for: &["history_kept_with_each_outcome"],
         kind: Kind::RequeueClearsHistory,
     },
+    Mutant {
+        name: "cap_ignored",
+        bug: "the size cap is not checked: a full store takes every enqueue",
+        meant_for: &["queue_full_refuses_and_touches_nothing"],
+        kind: Kind::CapIgnored,
+    },
+    Mutant {
+        name: "cap_off_by_one",
+        bug: "the size cap refuses the write that would fill it exactly",
+        meant_for: &["queue_full_refuses_and_touches_nothing"],
+        kind: Kind::CapOffByOne,
+    },
+    Mutant {
+        name: "cap_partial_batch",
+        bug: "a batch that does not fit writes the records that do, then reports QueueFull",
+        meant_for: &["queue_full_refuses_and_touches_nothing"],
+        kind: Kind::CapPartialBatch,
+    },
 ];
 
 /// State of one location that outlives its handles (what a file would hold).
@@ -505,7 +526,29 @@ impl Backend for MutantBackend {
             persistent: true,
             shared: false,
             unreadable_rows: false,
+            size_cap: true,
         }
+    }
+
+    async fn open_capped(&self, location: &str, cap: Cap) -> Result<Arc<dyn Store>> {
+        let store = self.open(location).await?;
+        let inner = {
+            let locations = self.locations.lock().unwrap();
+            locations.get(location).map(|loc| Arc::clone(&loc.store))
+        };
+        let lower = |max: Option<u64>| max.map(|m| m.saturating_sub(1));
+        let cap = match self.mutant.kind {
+            Kind::CapIgnored => Cap::none(),
+            Kind::CapOffByOne => Cap {
+                max_records: lower(cap.max_records),
+                max_bytes: lower(cap.max_bytes),
+            },
+            _ => cap,
+        };
+        if let Some(inner) = inner {
+            inner.set_cap(cap);
+        }
+        Ok(store)
     }
 
     async fn create(&self) -> Result<String> {
@@ -932,6 +975,20 @@ impl StoreLayer for Layer {
 
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         match self.kind {
+            Kind::CapPartialBatch if records.len() > 1 => {
+                match self.inner.enqueue(records.clone(), now).await {
+                    Err(full @ outbox_core::Error::QueueFull { .. }) => {
+                        // Writes what fits, one by one, then reports the refusal.
+                        for record in records {
+                            if self.inner.enqueue(vec![record], now).await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(full)
+                    }
+                    other => other,
+                }
+            }
             Kind::NotBeforeIgnored => {
                 let records = records
                     .into_iter()
