@@ -33,18 +33,22 @@ pub(crate) const REFRESH_SQL: &str = "UPDATE records SET claimable = (
                 ORDER BY h.id LIMIT 1)
         FROM json_each(?2) AS g)";
 
-/// The rows a batch of transitions names (the JSON array `?1`), with their group membership.
-/// The payload is read as an empty blob: no transition reads or writes it (a tombstone keeps
-/// no payload), and reading it would copy every delivered record's payload once more.
+/// The rows a batch of transitions names (the JSON array `?1`), with their group membership
+/// and their payload's length. The payload is read as an empty blob: no transition reads or
+/// writes it (a tombstone keeps no payload), and reading it would copy every delivered
+/// record's payload once more; its length (which SQLite keeps in the row's header) is what a
+/// delivery or a discard takes off the payload bytes counter.
 const LOAD_SQL: &str = "SELECT id, grp, x'', key, created_at, state, attempts, unanswered, \
      interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
-     expected_version, replaces, not_before, history, member FROM records \
+     expected_version, replaces, not_before, history, member, length(payload) FROM records \
      WHERE id IN (SELECT value FROM json_each(?1))";
 
-/// A row as a transition sees it: the record, and whether it still holds its group's order.
+/// A row as a transition sees it: the record, whether it still holds its group's order, and
+/// its payload's length in bytes (the record's payload itself is not read).
 struct Entry {
     record: Record,
     member: bool,
+    bytes: i64,
 }
 
 /// The net effect of a batch of transitions, worked out on the rows in memory and then
@@ -73,15 +77,24 @@ impl Batch {
         let mut stmt = conn.prepare_cached(LOAD_SQL).map_err(db)?;
         let raws = stmt
             .query_map([ids], |row| {
-                Ok((RawRecord::from_row(row)?, row.get(COLUMN_COUNT)?))
+                Ok((
+                    RawRecord::from_row(row)?,
+                    row.get(COLUMN_COUNT)?,
+                    row.get::<_, Option<i64>>(COLUMN_COUNT + 1)?.unwrap_or(0),
+                ))
             })
             .map_err(db)?
-            .collect::<rusqlite::Result<Vec<(RawRecord, bool)>>>()
+            .collect::<rusqlite::Result<Vec<(RawRecord, bool, i64)>>>()
             .map_err(db)?;
         let mut batch = Batch::default();
-        for (raw, member) in raws {
+        for (raw, member, bytes) in raws {
             let record = raw.into_record()?;
-            batch.rows.insert(record.id, Some(Entry { record, member }));
+            let entry = Entry {
+                record,
+                member,
+                bytes,
+            };
+            batch.rows.insert(entry.record.id, Some(entry));
         }
         Ok(batch)
     }
@@ -117,6 +130,7 @@ impl Batch {
             Change::Delivered => {
                 if let Some(gone) = self.remove(id) {
                     self.tally.leave_mark(&mark(&gone.record));
+                    self.tally.bytes(-gone.bytes);
                 }
                 self.tally.delivered(1);
             }
@@ -127,6 +141,7 @@ impl Batch {
             } => {
                 if let Some(entry) = self.remove(id) {
                     self.tally.leave_mark(&mark(&entry.record));
+                    self.tally.bytes(-entry.bytes);
                     self.tally.buried(1);
                     let tombstone = Tombstone::of(entry.record, reason, at, attempts);
                     self.tombstones.push(tombstone);
@@ -232,7 +247,8 @@ impl Batch {
 /// Rewrites the progress of rows in one statement.
 fn rewrite<'a>(conn: &Connection, entries: impl Iterator<Item = &'a Entry>) -> Result<()> {
     let mut json = String::from("[");
-    for (i, Entry { record: r, member }) in entries.enumerate() {
+    for (i, entry) in entries.enumerate() {
+        let (r, member) = (&entry.record, entry.member);
         if i > 0 {
             json.push(',');
         }
@@ -253,7 +269,7 @@ fn rewrite<'a>(conn: &Connection, entries: impl Iterator<Item = &'a Entry>) -> R
             Some(error) => json_text(&mut json, error),
             None => json.push_str("null"),
         }
-        let _ = write!(json, ",{},", u8::from(*member));
+        let _ = write!(json, ",{},", u8::from(member));
         // The history as hex (`unhex` turns it back into the blob), `null` for none.
         if r.history.is_empty() {
             json.push_str("null]");
@@ -366,7 +382,7 @@ mod tests {
     #[test]
     fn the_load_reads_the_record_columns_in_order_but_the_payload() {
         let expected = format!(
-            "SELECT {}, member FROM",
+            "SELECT {}, member, length(payload) FROM",
             crate::ops::columns!().replace("payload", "x''")
         );
         let load = LOAD_SQL.split_whitespace().collect::<Vec<_>>().join(" ");

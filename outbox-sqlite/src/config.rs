@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::DEFAULT_MAX_PAYLOAD;
+use outbox_core::{Cap, DEFAULT_MAX_PAYLOAD};
 
 /// What a committed write survives. Every level runs SQLite in WAL mode; they differ in when
 /// SQLite calls `fsync` (the `synchronous` pragma).
@@ -106,6 +106,8 @@ impl Durability {
 ///   [`Error::Corrupted`](outbox_core::Error) before anything is written to it. It reads the
 ///   whole file once: turn it off for very large files that are opened often.
 /// - `max_group_commit`: 1024, the most writes that share one transaction.
+/// - `cap`: [`Cap::none()`], no limit on the records or payload bytes held (see
+///   [`SqliteConfig::with_cap`]).
 ///
 /// ```
 /// use std::time::Duration;
@@ -133,6 +135,8 @@ pub struct SqliteConfig {
     pub check_on_open: bool,
     /// The most writes committed together in one transaction.
     pub max_group_commit: usize,
+    /// The most records and payload bytes the store holds (see [`SqliteConfig::with_cap`]).
+    pub cap: Cap,
 }
 
 impl Default for SqliteConfig {
@@ -145,6 +149,7 @@ impl Default for SqliteConfig {
             size_limit: None,
             check_on_open: true,
             max_group_commit: 1024,
+            cap: Cap::none(),
         }
     }
 }
@@ -189,6 +194,49 @@ impl SqliteConfig {
     /// Sets the most writes that share one transaction (at least 1).
     pub fn max_group_commit(mut self, writes: usize) -> Self {
         self.max_group_commit = writes;
+        self
+    }
+
+    /// Holds the store to a size cap ([`Cap`]): at most so many records (every one the file
+    /// holds, rejected ones included, until pruned) and so many payload bytes. An enqueue that
+    /// would pass it is refused with [`Error::QueueFull`](outbox_core::Error::QueueFull),
+    /// naming the limit, the usage and what it would have added; none of its records is
+    /// written and nothing already queued is touched. A write that replaces a waiting one
+    /// ([`NewRecord::replacing`](outbox_core::NewRecord::replacing)) counts only what it adds.
+    ///
+    /// The check runs inside the enqueue's own write transaction on every path, so it is exact
+    /// with several stores or processes on one file; in a caller's transaction
+    /// ([`SqliteStore::enqueue_in`](crate::SqliteStore::enqueue_in) and the sqlx and diesel
+    /// drivers) the refused enqueue leaves that transaction usable, and the caller's own
+    /// writes in it can still commit. Every handle writing to a file should be opened with the
+    /// same cap. Deliveries, discards and prunes make room; `stats()` shows the usage
+    /// ([`Stats::usage`](outbox_core::Stats::usage)). Without a cap the store counts nothing
+    /// extra per enqueue.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_core::{Cap, CapLimit, Error, NewRecord, Store};
+    /// use outbox_sqlite::{SqliteConfig, SqliteStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let config = SqliteConfig::default().with_cap(Cap::none().with_max_records(2));
+    /// let store = SqliteStore::create(dir.path().join("outbox.db"), config).await?;
+    /// let two = vec![NewRecord::new(b"a".to_vec()), NewRecord::new(b"b".to_vec())];
+    /// store.enqueue(two, 1_000).await?;
+    ///
+    /// let refused = store.enqueue(vec![NewRecord::new(b"c".to_vec())], 1_000).await;
+    /// assert!(matches!(
+    ///     refused,
+    ///     Err(Error::QueueFull { limit: CapLimit::Records, max: 2, used: 2, adding: 1 })
+    /// ));
+    /// let stats = store.stats().await?;
+    /// assert_eq!((stats.pending, stats.payload_bytes), (2, 2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_cap(mut self, cap: Cap) -> Self {
+        self.cap = cap;
         self
     }
 }

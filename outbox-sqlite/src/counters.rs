@@ -6,13 +6,16 @@
 //! `error_counts` holds the number of records carrying each error among those retrying,
 //! needing attention or rejected (the states of
 //! [`ErrorCount::STATES`](outbox_core::ErrorCount::STATES)); an error whose count reaches zero
-//! loses its row.
+//! loses its row. Under `payload_bytes` (schema version 7) it holds the payload bytes of the
+//! records the state counters count (rejected ones included, a row set aside not): what stats
+//! report and a size cap ([`Cap`](outbox_core::Cap)) reads.
 //!
 //! Every write that moves a record between states works out its net change as a [`Tally`]
 //! and writes it with one statement for the states and one per error that changed: the
 //! enqueue (whose statements every driver runs, so a caller's own transaction keeps them
-//! too), the claim, a batch of transitions, the set-aside and discard of an unreadable row
-//! and the prune. The state counters share `meta`'s page with the id counter and the
+//! too; it adds the payloads it writes, less those a coalescing write replaced), the claim, a
+//! batch of transitions (a delivery or a discard removes its record's payload bytes), the
+//! set-aside and discard of an unreadable row and the prune. The state counters share `meta`'s page with the id counter and the
 //! delivered count, which an enqueue and a delivery write anyway, so they add no page to a
 //! commit. Triggers would keep them as well, but SQLite runs a trigger as a sub-program with
 //! its own allocations for every row, which cost a drained record about five microseconds
@@ -35,6 +38,9 @@ const COUNTER_SQL: &str = "UPDATE meta SET value = value + ?2 WHERE name = ?1";
 
 /// The names of the state counters in `meta`, by state code.
 const STATE_NAMES: [&str; 5] = ["state 0", "state 1", "state 2", "state 3", "state 4"];
+
+/// The name of the payload bytes counter in `meta`.
+pub(crate) const PAYLOAD_BYTES: &str = "payload_bytes";
 
 /// Adds `?2` to the count of the error `?1`.
 const ERROR_SQL: &str = "INSERT INTO error_counts (error, n) VALUES (?1, ?2) \
@@ -83,6 +89,7 @@ pub(crate) struct Tally {
     states: [i64; 5],
     tombstones: i64,
     delivered: i64,
+    bytes: i64,
     errors: BTreeMap<Vec<u8>, i64>,
 }
 
@@ -105,6 +112,11 @@ impl Tally {
     /// A record enters the counters of `mark`.
     pub(crate) fn enter_mark(&mut self, mark: &Mark) {
         self.enter(mark.0, mark.1.as_deref());
+    }
+
+    /// `n` payload bytes were written (negative: removed with their records).
+    pub(crate) fn bytes(&mut self, n: i64) {
+        self.bytes += n;
     }
 
     /// `n` tombstones were written (negative: pruned).
@@ -134,6 +146,7 @@ impl Tally {
         }
         self.tombstones += other.tombstones;
         self.delivered += other.delivered;
+        self.bytes += other.bytes;
         for (error, n) in other.errors {
             *self.errors.entry(error).or_default() += n;
         }
@@ -153,6 +166,7 @@ impl Tally {
             .chain([
                 ("tombstones", self.tombstones),
                 ("delivered", self.delivered),
+                (PAYLOAD_BYTES, self.bytes),
             ])
             .filter(|&(_, n)| n != 0)
     }
@@ -204,8 +218,9 @@ mod tests {
         tally.enter(Some(1), Some(b"503"));
         tally.leave(Some(2), None);
         tally.buried(2);
+        tally.bytes(-7);
         let named: Vec<_> = tally.named().collect();
-        assert_eq!(named, [("tombstones", 2)]);
+        assert_eq!(named, [("tombstones", 2), ("payload_bytes", -7)]);
         assert_eq!(tally.errors.get(b"503".as_slice()), Some(&0));
     }
 }

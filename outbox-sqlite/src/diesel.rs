@@ -31,8 +31,9 @@ impl SqliteStore {
     /// diesel's closure error must come from diesel's own errors; a boxed error takes both.
     ///
     /// # Errors
-    /// As [`SqliteStore::enqueue_sqlx`]: a bad batch is refused with the core's typed error
-    /// before anything is written, and the closure may go on to commit its business write.
+    /// As [`SqliteStore::enqueue_sqlx`]: a bad batch, or one past a size cap
+    /// ([`Error::QueueFull`]), is refused with the core's typed error and nothing of it is
+    /// written, and the closure may go on to commit its business write.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -86,12 +87,13 @@ impl SqliteStore {
             ));
         }
         let groups = records.iter().map(|r| r.group.clone()).collect();
-        let max_payload = self.config().max_payload;
+        let config = self.config();
         let enqueued = enqueue::at_once(enqueue::caller(
             &mut Diesel(conn),
             records,
             now,
-            max_payload,
+            config.max_payload,
+            config.cap,
         ))?;
         Ok(PendingEnqueue::new(enqueued, groups))
     }

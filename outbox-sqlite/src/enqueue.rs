@@ -6,11 +6,16 @@
 //! A caller's transaction is checked first ([`caller`]): the batch as every enqueue checks it,
 //! then the file's header, so a database the store never created, or one of a newer schema, is
 //! refused with a typed error before anything is written.
+//!
+//! Under a size cap ([`Cap`]) every enqueue, on every path, reads what the file holds from the
+//! counters in `meta` inside its own transaction (SQLite serializes writers, so the count is
+//! exact) and asks [`Cap::admit`] about the batch's net addition before it keeps anything (see
+//! [`insert_many`]). Without a cap none of that runs.
 
 use std::collections::HashSet;
 use std::future::Future;
 
-use outbox_core::{Enqueued, Error, Millis, NewRecord, RecordId, Result};
+use outbox_core::{Cap, Enqueued, Error, Millis, NewRecord, RecordId, Result, Usage};
 use rusqlite::Connection;
 
 use crate::error::{corrupt, db};
@@ -33,8 +38,27 @@ const SUPERSEDE_SQL: &str =
     "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4, created_at = ?5, \
      next_attempt_at = ?6, not_before = ?7 WHERE id = ?1";
 
-/// Counts the fresh records among the pending (see [`counters`](crate::counters)).
-const PENDING_SQL: &str = "UPDATE meta SET value = value + ?1 WHERE name = 'state 0'";
+/// Counts the fresh records among the pending (`?1`) and the payload bytes the enqueue added
+/// (`?2`, less what coalescing writes replaced; see [`counters`](crate::counters)): two rows of
+/// `meta`, each found by its key, in one statement.
+const COUNT_SQL: &str = "UPDATE meta SET value = value + \
+     CASE name WHEN 'state 0' THEN ?1 ELSE ?2 END WHERE name IN ('state 0', 'payload_bytes')";
+
+/// The records a size cap counts: every state's counter (a counter driven below zero by hand
+/// counts as zero, as stats read it).
+const HELD_RECORDS_SQL: &str = "SELECT coalesce(sum(max(value, 0)), 0) AS value FROM meta \
+     WHERE name IN ('state 0', 'state 1', 'state 2', 'state 3', 'state 4')";
+
+/// The payload bytes a size cap counts.
+const HELD_BYTES_SQL: &str =
+    "SELECT coalesce(sum(max(value, 0)), 0) AS value FROM meta WHERE name = 'payload_bytes'";
+
+/// Around an enqueue under a cap whose net addition is known only once it is written (some of
+/// its records may replace waiting ones): undone when the cap refuses it, so none of the batch
+/// is kept and the transaction it runs in (a caller's own, say) stays usable.
+const CAP_SAVEPOINT_SQL: &str = "SAVEPOINT outbox_cap";
+const CAP_RELEASE_SQL: &str = "RELEASE outbox_cap";
+const CAP_UNDO_SQL: &str = "ROLLBACK TO outbox_cap";
 
 /// Counts the writes merged by coalescing.
 const SUPERSEDED_SQL: &str = "INSERT INTO meta (name, value) VALUES ('superseded', ?1) \
@@ -139,16 +163,18 @@ async fn done<E: Execute>(ex: &mut E, sql: &'static str, params: Vec<Param<'_>>)
 
 /// The enqueue inside a caller's transaction, whichever driver holds it: the batch checked
 /// ([`NewRecord::validate_all`]), the file checked to be an outbox of this build's schema
-/// ([`check`]), then the records inserted ([`insert`]). A refusal writes nothing.
+/// ([`check`]), then the records inserted ([`insert`]) and held to `cap`. A refusal writes
+/// nothing, and leaves the caller's transaction as it was, free to commit its own writes.
 pub(crate) async fn caller<E: Execute>(
     ex: &mut E,
     records: Vec<NewRecord>,
     now: Millis,
     max_payload: usize,
+    cap: Cap,
 ) -> Result<Enqueued> {
     NewRecord::validate_all(&records, max_payload)?;
     check(ex).await?;
-    insert(ex, records, now).await
+    insert(ex, records, now, cap).await
 }
 
 /// Refuses a transaction on a database that is not an outbox of this build's schema.
@@ -194,35 +220,117 @@ async fn take_ids<E: Execute>(ex: &mut E, n: usize) -> Result<u64> {
 /// replaces the latest record with that key where
 /// [`Record::replaceable_by`](outbox_core::Record::replaceable_by) allows it (see
 /// [`coalesce`]); every other record is inserted fresh. A batch without coalescing keys takes
-/// its ids in one step and runs no query but its inserts (and the group-head lookups).
+/// its ids in one step and runs no query but its inserts (and the group-head lookups). Held to
+/// `cap` as [`insert_many`] says.
 pub(crate) async fn insert<E: Execute>(
     ex: &mut E,
     records: Vec<NewRecord>,
     now: Millis,
+    cap: Cap,
 ) -> Result<Enqueued> {
-    let mut enqueued = insert_many(ex, &[(records.as_slice(), now)]).await?;
+    let mut enqueued = insert_many(ex, &[(records.as_slice(), now)], cap).await?;
     Ok(enqueued.pop().unwrap_or_default())
 }
 
 /// Enqueues several callers' batches in one go, in order, each due at its own time, with one
 /// answer per batch: as [`insert`] of each in turn would, but taking the ids of them all in one
 /// step (when none coalesces) and counting the new pending records once. The group-commit
-/// writer merges the enqueues waiting together through this.
+/// writer merges the enqueues waiting together through this (and, when the cap refuses them
+/// together, runs each alone, so only those that do not fit are refused).
+///
+/// Under a cap, what the file holds is read from the counters first. When the batches would
+/// fit even if every record were fresh and every payload added, they are written as without a
+/// cap; when they would not and none coalesces, that is their net addition and they are
+/// refused before anything is written. Otherwise (a coalescing write may add nothing) they are
+/// written inside a savepoint, their net addition counted, and the savepoint undone if the
+/// cap refuses it.
 pub(crate) async fn insert_many<E: Execute>(
     ex: &mut E,
     batches: &[(&[NewRecord], Millis)],
+    cap: Cap,
 ) -> Result<Vec<Enqueued>> {
+    let total: usize = batches.iter().map(|(records, _)| records.len()).sum();
+    if total == 0 || cap.is_none() {
+        return Ok(write(ex, batches).await?.0);
+    }
+    let used = usage(ex).await?;
+    let bytes: u64 = batches
+        .iter()
+        .flat_map(|(records, _)| records.iter())
+        .map(|r| r.payload.len() as u64)
+        .sum();
+    match cap.admit(used, total as u64, bytes) {
+        Ok(()) => Ok(write(ex, batches).await?.0),
+        Err(full) if !coalesces(batches) => Err(full),
+        Err(_) => written_if_admitted(ex, batches, cap, used).await,
+    }
+}
+
+/// What the file holds, as a size cap counts it, from the counters in `meta`.
+async fn usage<E: Execute>(ex: &mut E) -> Result<Usage> {
+    let read = |values: Vec<i64>| values.first().map_or(0, |&n| n.max(0) as u64);
+    let records = read(ints(ex, HELD_RECORDS_SQL, Vec::new()).await?);
+    let bytes = read(ints(ex, HELD_BYTES_SQL, Vec::new()).await?);
+    Ok(Usage { records, bytes })
+}
+
+/// Whether a record of the batches has a coalescing key.
+fn coalesces(batches: &[(&[NewRecord], Millis)]) -> bool {
+    batches
+        .iter()
+        .any(|(records, _)| records.iter().any(|r| r.replaces.is_some()))
+}
+
+/// Writes the batches inside a savepoint and keeps them if their net addition to `used` is
+/// within `cap`; otherwise (or if a statement fails) undoes them and returns the error.
+async fn written_if_admitted<E: Execute>(
+    ex: &mut E,
+    batches: &[(&[NewRecord], Millis)],
+    cap: Cap,
+    used: Usage,
+) -> Result<Vec<Enqueued>> {
+    done(ex, CAP_SAVEPOINT_SQL, Vec::new()).await?;
+    let kept = async {
+        let (answers, added) = write(ex, batches).await?;
+        let bytes = u64::try_from(added.bytes).unwrap_or(0);
+        cap.admit(used, added.records, bytes)?;
+        done(ex, CAP_RELEASE_SQL, Vec::new()).await?;
+        Ok(answers)
+    }
+    .await;
+    if kept.is_err() {
+        for sql in [CAP_UNDO_SQL, CAP_RELEASE_SQL] {
+            if let Err(err) = done(ex, sql, Vec::new()).await {
+                // SQLite may have rolled the whole transaction back already (a full disk can).
+                tracing::warn!(error = %err, "could not undo a refused outbox enqueue");
+            }
+        }
+    }
+    kept
+}
+
+/// What batches added to the file, net: fresh records, and payload bytes (fewer, even below
+/// zero, when coalescing writes replaced larger payloads).
+#[derive(Debug, Default)]
+struct Added {
+    records: u64,
+    bytes: i64,
+}
+
+/// Writes the batches (see [`insert_many`]) with no cap, and counts what they added.
+async fn write<E: Execute>(
+    ex: &mut E,
+    batches: &[(&[NewRecord], Millis)],
+) -> Result<(Vec<Enqueued>, Added)> {
     let total: usize = batches.iter().map(|(records, _)| records.len()).sum();
     let mut answers = Vec::with_capacity(batches.len());
     if total == 0 {
         answers.resize_with(batches.len(), Enqueued::default);
-        return Ok(answers);
+        return Ok((answers, Added::default()));
     }
     // Without coalescing every record gets a fresh id, known up front; with it, a fresh id is
     // taken as each record turns out to need one, so ids still grow in enqueue order.
-    let coalescing = batches
-        .iter()
-        .any(|(records, _)| records.iter().any(|r| r.replaces.is_some()));
+    let coalescing = coalesces(batches);
     let mut next = if coalescing {
         None
     } else {
@@ -230,14 +338,15 @@ pub(crate) async fn insert_many<E: Execute>(
     };
     // Groups that already have a member, in the file or earlier in these batches.
     let mut held: HashSet<&str> = HashSet::new();
-    let (mut fresh, mut merged) = (0, 0);
+    let (mut fresh, mut merged, mut bytes) = (0, 0, 0);
     for &(records, now) in batches {
         let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
         for (index, record) in records.iter().enumerate() {
-            if let Some(id) = coalesce(ex, record, now).await? {
+            if let Some((id, grown)) = coalesce(ex, record, now).await? {
                 // The replaced record keeps its place: its group had a member already.
                 enqueued.ids.push(id);
                 enqueued.superseded.push(index);
+                bytes += grown;
                 continue;
             }
             let id = match &mut next {
@@ -275,23 +384,30 @@ pub(crate) async fn insert_many<E: Execute>(
             done(ex, INSERT_SQL, params).await?;
             enqueued.ids.push(RecordId(id));
             fresh += 1;
+            bytes += count(record.payload.len());
         }
         merged += enqueued.superseded.len();
         answers.push(enqueued);
     }
-    if fresh > 0 {
-        done(ex, PENDING_SQL, vec![Param::Int(count(fresh))]).await?;
+    if fresh > 0 || bytes != 0 {
+        let params = vec![Param::Int(count(fresh)), Param::Int(bytes)];
+        done(ex, COUNT_SQL, params).await?;
     }
     if merged > 0 {
         done(ex, SUPERSEDED_SQL, vec![Param::Int(count(merged))]).await?;
     }
-    Ok(answers)
+    let added = Added {
+        records: fresh as u64,
+        bytes,
+    };
+    Ok((answers, added))
 }
 
 /// Replaces the latest record with `new`'s coalescing key by `new` when
 /// [`Record::replaceable_by`](outbox_core::Record::replaceable_by) allows it and returns its
-/// id; otherwise `None`, and `new` is to be inserted. A record without a coalescing key costs
-/// no query.
+/// id and how many payload bytes the replacement added (below zero when the new payload is
+/// the smaller); otherwise `None`, and `new` is to be inserted. A record without a coalescing
+/// key costs no query.
 ///
 /// The latest record is the last entry of the coalescing index for the key; whether it is the
 /// last of its group is a range of the group index.
@@ -299,7 +415,7 @@ async fn coalesce<E: Execute>(
     ex: &mut E,
     new: &NewRecord,
     now: Millis,
-) -> Result<Option<RecordId>> {
+) -> Result<Option<(RecordId, i64)>> {
     let Some(key) = new.replaces.as_deref() else {
         return Ok(None);
     };
@@ -318,7 +434,9 @@ async fn coalesce<E: Execute>(
     if !latest.replaceable_by(new, last_of_group) {
         return Ok(None);
     }
+    let before = count(latest.payload.len());
     latest.supersede(new.clone(), now);
+    let grown = count(latest.payload.len()) - before;
     let params = vec![
         Param::Int(ms(latest.id.0)),
         Param::Blob(&latest.payload),
@@ -329,7 +447,7 @@ async fn coalesce<E: Execute>(
         Param::OptInt(latest.not_before.map(ms)),
     ];
     done(ex, SUPERSEDE_SQL, params).await?;
-    Ok(Some(latest.id))
+    Ok(Some((latest.id, grown)))
 }
 
 /// Runs a future whose every step is ready at once (a synchronous driver's: rusqlite's, or

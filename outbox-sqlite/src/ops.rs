@@ -13,8 +13,8 @@
 //! A claim is one statement over its batch; transitions are in [`apply`](crate::apply).
 
 use outbox_core::{
-    Claim, Enqueued, Halt, History, Lease, ListQuery, Millis, NewRecord, Record, RecordId, Result,
-    State, Stats, Tombstone,
+    Cap, Claim, Enqueued, Halt, History, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
+    Result, State, Stats, Tombstone,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -258,19 +258,31 @@ pub(crate) fn get(conn: &Connection, id: RecordId) -> Result<Option<Record>> {
     Ok(records(conn, &sql, [ms(id.0)])?.pop())
 }
 
-/// Enqueues records due at `now` on `conn` (in the transaction it holds); the caller
-/// validated them. The one enqueue, [`enqueue::insert`], run by rusqlite.
-pub(crate) fn insert(conn: &Connection, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
-    enqueue::at_once(enqueue::insert(&mut Rusqlite(conn), records, now))
+/// Enqueues records due at `now` on `conn` (in the transaction it holds), held to `cap`; the
+/// caller validated them. The one enqueue, [`enqueue::insert`], run by rusqlite.
+pub(crate) fn enqueue(
+    conn: &Connection,
+    records: Vec<NewRecord>,
+    now: Millis,
+    cap: Cap,
+) -> Result<Enqueued> {
+    enqueue::at_once(enqueue::insert(&mut Rusqlite(conn), records, now, cap))
 }
 
-/// Enqueues several callers' batches, each due at its own time, in one go (see
+/// [`enqueue`] without a cap.
+#[cfg(test)]
+pub(crate) fn insert(conn: &Connection, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
+    enqueue(conn, records, now, Cap::none())
+}
+
+/// Enqueues several callers' batches, each due at its own time, in one go, held to `cap` (see
 /// [`enqueue::insert_many`]), run by rusqlite.
 pub(crate) fn insert_many(
     conn: &Connection,
     batches: &[(&[NewRecord], Millis)],
+    cap: Cap,
 ) -> Result<Vec<Enqueued>> {
-    enqueue::at_once(enqueue::insert_many(&mut Rusqlite(conn), batches))
+    enqueue::at_once(enqueue::insert_many(&mut Rusqlite(conn), batches, cap))
 }
 
 /// Claims up to `limit` due records under the lease, in `(next_attempt_at, id)` order.
@@ -320,7 +332,7 @@ pub(crate) fn claim_counted(
     }
     drop(rows);
     drop(stmt);
-    unreadable::set_aside(conn, &unreadable)?;
+    unreadable::set_aside(conn, &unreadable, tally)?;
     // RETURNING gives the rows in no promised order.
     claimed.sort_by_key(|r| (r.next_attempt_at, r.id));
     Ok(claimed)
@@ -468,7 +480,7 @@ pub(crate) fn next_due(conn: &Connection) -> Result<Option<Millis>> {
 }
 
 /// Every counter of `meta` (a handful of rows): the records in each state, the delivered, the
-/// merged writes and the tombstones.
+/// merged writes, the tombstones and the payload bytes held.
 pub(crate) const COUNTERS_SQL: &str = "SELECT name, value FROM meta";
 
 /// The held records: the members of each group whose head needs attention, heads excluded.
@@ -519,6 +531,7 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
             "delivered" => &mut stats.delivered,
             "superseded" => &mut stats.superseded,
             "tombstones" => &mut stats.discarded,
+            counters::PAYLOAD_BYTES => &mut stats.payload_bytes,
             _ => match name
                 .strip_prefix("state ")
                 .and_then(|code| code.parse::<u8>().ok())
@@ -560,7 +573,7 @@ pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
         let mut stmt = conn
             .prepare_cached(
                 "DELETE FROM records WHERE state = 4 AND last_attempt_at < ?1 \
-                 RETURNING last_error",
+                 RETURNING last_error, length(payload)",
             )
             .map_err(db)?;
         let mut rows = stmt.query([ms(older_than)]).map_err(db)?;
@@ -570,6 +583,7 @@ pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
                 _ => None,
             };
             tally.leave(Some(i64::from(State::Rejected.code())), error);
+            tally.bytes(-row.get::<_, Option<i64>>(1).map_err(db)?.unwrap_or(0));
             rejected += 1;
         }
     }

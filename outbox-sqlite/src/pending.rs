@@ -84,7 +84,7 @@ impl PendingEnqueue {
 impl SqliteStore {
     /// Enqueues records inside the caller's own transaction, so a business write and its
     /// outbox records commit (or roll back) together: the path to use with a running
-    /// [`Outbox`](outbox_core::Outbox). Commit with the returned [`PendingEnqueue`]'s
+    /// [`Outbox`]. Commit with the returned [`PendingEnqueue`]'s
     /// [`commit(tx, &outbox)`](PendingEnqueue::commit): once the transaction is committed, the
     /// records' `Enqueued` events (`Superseded` for a replacement) go out and the runner
     /// wakes and delivers them, with no call to `Outbox::notify`. A transaction rolled back,
@@ -137,12 +137,17 @@ impl SqliteStore {
     /// Enqueues records inside the caller's own transaction, so a business write and its
     /// outbox records commit (or roll back) together. Returns their ids, and which of them
     /// replaced an earlier waiting write: a record with a coalescing key
-    /// ([`NewRecord::replacing`]) coalesces here as in [`Store::enqueue`], inside the caller's
-    /// transaction, so the replacement commits or rolls back with it too.
+    /// ([`NewRecord::replacing`]) coalesces here as in
+    /// [`Store::enqueue`](outbox_core::Store::enqueue), inside the caller's transaction, so the
+    /// replacement commits or rolls back with it too.
+    ///
+    /// Under a size cap ([`SqliteConfig::with_cap`](crate::SqliteConfig::with_cap)) an enqueue
+    /// that would pass it fails with [`Error::QueueFull`](outbox_core::Error::QueueFull) and
+    /// writes nothing: the caller's transaction stays usable, and its own writes can commit.
     ///
     /// This is a blocking call on the caller's connection, like the rest of its transaction.
     /// The records become visible, and due, when the caller commits. Nothing tells the
-    /// runner: with a running [`Outbox`](outbox_core::Outbox), use
+    /// runner: with a running [`Outbox`], use
     /// [`SqliteStore::enqueue_pending`] instead, whose commit announces the records and wakes
     /// the runner. After this call, wake it yourself
     /// with [`Outbox::notify`](outbox_core::Outbox::notify) (no `Enqueued` event is sent) or
@@ -201,12 +206,13 @@ impl SqliteStore {
         records: Vec<NewRecord>,
         now: Millis,
     ) -> Result<Enqueued> {
-        let max_payload = self.config().max_payload;
+        let config = self.config();
         enqueue::at_once(enqueue::caller(
             &mut Rusqlite(tx),
             records,
             now,
-            max_payload,
+            config.max_payload,
+            config.cap,
         ))
     }
 }

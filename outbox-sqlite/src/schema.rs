@@ -46,7 +46,10 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 ///   deadline index: a record held for later costs a claim nothing.
 /// - 7: each record keeps its last attempts (`history`, the bytes of
 ///   [`History::encode`](outbox_core::History::encode), `NULL` for none and on the records
-///   already there).
+///   already there), and `meta` counts the payload bytes of the records the state counters
+///   count (`payload_bytes`: every readable record, rejected ones included; filled from the
+///   rows already there and kept by the store's writes as the other counters are): stats
+///   report it and a size cap ([`Cap`](outbox_core::Cap)) reads it.
 pub const SCHEMA_VERSION: u32 = 7;
 
 /// The tables every version has.
@@ -480,11 +483,18 @@ fn to_v6(conn: &Connection) -> Result<()> {
 }
 
 /// Version 7: the last attempts of each record (`history`, `NULL` on the records already
-/// there: their history starts with their next attempt).
+/// there: their history starts with their next attempt), and the payload bytes counter (see
+/// [`counters`](crate::counters)), filled afresh from the rows inside the step's transaction,
+/// so a step run again converges on the same count.
 fn to_v7(conn: &Connection) -> Result<()> {
     if !has_column(conn, "records", "history")? {
         conn.execute_batch("ALTER TABLE records ADD COLUMN history BLOB")
             .map_err(db)?;
     }
-    Ok(())
+    conn.execute_batch(
+        "INSERT OR REPLACE INTO meta (name, value)
+            VALUES ('payload_bytes', (SELECT coalesce(sum(length(payload)), 0) FROM records
+                                      WHERE NOT (state = 2 AND lease_until IS NULL)));",
+    )
+    .map_err(db)
 }

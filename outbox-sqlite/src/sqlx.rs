@@ -33,7 +33,9 @@ impl SqliteStore {
     /// transaction can still commit or roll back. [`Error::NotAnOutbox`] for a database the
     /// store never created, [`Error::SchemaTooNew`] for one of a newer schema,
     /// [`Error::InvalidConfig`] for one not yet migrated or a connection outside a
-    /// transaction.
+    /// transaction. Under a size cap ([`SqliteConfig::with_cap`](crate::SqliteConfig::with_cap))
+    /// an enqueue that would pass it is [`Error::QueueFull`]: nothing of it is written, and
+    /// your transaction can still commit its own writes.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -76,8 +78,9 @@ impl SqliteStore {
             ));
         }
         let groups = records.iter().map(|r| r.group.clone()).collect();
-        let max_payload = self.config().max_payload;
-        let enqueued = enqueue::caller(&mut Sqlx(conn), records, now, max_payload).await?;
+        let config = self.config();
+        let (max_payload, cap) = (config.max_payload, config.cap);
+        let enqueued = enqueue::caller(&mut Sqlx(conn), records, now, max_payload, cap).await?;
         Ok(PendingEnqueue::new(enqueued, groups))
     }
 }

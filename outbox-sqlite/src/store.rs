@@ -350,7 +350,7 @@ impl Store for SqliteStore {
             // Nothing to make durable: no transaction, no sync.
             return Ok(Enqueued::default());
         }
-        self.writer.enqueue(records, now).await
+        self.writer.enqueue(records, now, self.config.cap).await
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {

@@ -15,7 +15,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use crate::counters::{Mark, Tally};
 use crate::error::db;
 use crate::json::json_ids;
-use crate::ops::{columns, ms, RawRecord};
+use crate::ops::{columns, ms, RawRecord, COLUMN_COUNT};
 
 /// The names of the columns of [`columns!`], in its order, for reasons.
 const NAMES: [&str; 17] = [
@@ -103,12 +103,22 @@ pub(crate) fn rows(
 }
 
 /// Sets claimed rows that cannot be decoded aside (see the module documentation) and makes
-/// the next record of each of their groups claimable.
-pub(crate) fn set_aside(conn: &Connection, rows: &[Unreadable]) -> Result<()> {
+/// the next record of each of their groups claimable. Their payload bytes leave the counter
+/// in `tally` as the rows leave the state counters (the caller takes them out of those).
+pub(crate) fn set_aside(conn: &Connection, rows: &[Unreadable], tally: &mut Tally) -> Result<()> {
     if rows.is_empty() {
         return Ok(());
     }
     let ids = json_ids(rows.iter().map(|row| ms(row.id.0)));
+    let bytes: i64 = conn
+        .prepare_cached(
+            "SELECT coalesce(sum(length(payload)), 0) FROM records \
+             WHERE id IN (SELECT value FROM json_each(?1))",
+        )
+        .map_err(db)?
+        .query_row([&ids], |row| row.get(0))
+        .map_err(db)?;
+    tally.bytes(-bytes);
     conn.prepare_cached(
         "UPDATE records SET lease_token = NULL, lease_until = NULL, member = 0, claimable = 0 \
          WHERE id IN (SELECT value FROM json_each(?1))",
@@ -185,7 +195,11 @@ fn counted(row: &Row<'_>) -> rusqlite::Result<Mark> {
 /// Removes the row `id` if it cannot be decoded, keeping a tombstone with its group and key
 /// as far as they read and its attempts if they do; returns whether it went.
 pub(crate) fn discard(conn: &Connection, id: RecordId, now: Millis) -> Result<bool> {
-    let sql = concat!("SELECT ", columns!(), " FROM records WHERE id = ?1");
+    let sql = concat!(
+        "SELECT ",
+        columns!(),
+        ", length(payload) FROM records WHERE id = ?1"
+    );
     let found = conn
         .prepare_cached(sql)
         .map_err(db)?
@@ -200,16 +214,21 @@ pub(crate) fn discard(conn: &Connection, id: RecordId, now: Millis) -> Result<bo
                         .ok()
                         .and_then(|n| u32::try_from(n).ok()),
                     counted(row)?,
+                    row.get::<_, Option<i64>>(COLUMN_COUNT)?.unwrap_or(0),
                 )),
             })
         })
         .optional()
         .map_err(db)?
         .flatten();
-    let Some((unreadable, group, key, attempts, mark)) = found else {
+    let Some((unreadable, group, key, attempts, mark, bytes)) = found else {
         return Ok(false);
     };
     let mut tally = Tally::default();
+    // A row set aside left the counters, its payload bytes too, when it was set aside.
+    if mark.0.is_some() {
+        tally.bytes(-bytes);
+    }
     tally.leave_mark(&mark);
     tally.buried(1);
     tally.write(conn)?;

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 
-use outbox_core::{Enqueued, Error, Millis, NewRecord, Result};
+use outbox_core::{Cap, Enqueued, Error, Millis, NewRecord, Result};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
@@ -73,6 +73,8 @@ trait Job: Send {
 pub(crate) struct Enqueue {
     records: Vec<NewRecord>,
     now: Millis,
+    /// The store's size cap, the same for every enqueue of a store.
+    cap: Cap,
     reply: oneshot::Sender<Result<Enqueued>>,
 }
 
@@ -100,7 +102,7 @@ impl Job for EnqueueJob {
             });
         };
         Box::new(Done {
-            result: ops::insert(conn, enqueue.records, enqueue.now),
+            result: ops::enqueue(conn, enqueue.records, enqueue.now, enqueue.cap),
             reply: enqueue.reply,
         })
     }
@@ -266,13 +268,20 @@ impl Writer {
         self.send(work, Kind::Grows).await
     }
 
-    /// Enqueues `records` due at `now` in the next group commit (validated by the caller) and
-    /// returns their ids once committed; enqueues waiting together run as one insert.
-    pub(crate) async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
+    /// Enqueues `records` due at `now` in the next group commit (validated by the caller),
+    /// held to `cap`, and returns their ids once committed; enqueues waiting together run as
+    /// one insert.
+    pub(crate) async fn enqueue(
+        &self,
+        records: Vec<NewRecord>,
+        now: Millis,
+        cap: Cap,
+    ) -> Result<Enqueued> {
         let (reply, answer) = oneshot::channel();
         let job = EnqueueJob(Some(Enqueue {
             records,
             now,
+            cap,
             reply,
         }));
         self.queue
@@ -542,7 +551,8 @@ fn run_merged(
         .iter()
         .map(|e| (e.records.as_slice(), e.now))
         .collect();
-    let merged = ops::insert_many(conn, &batches)
+    let cap = group.first().map_or_else(Cap::none, |e| e.cap);
+    let merged = ops::insert_many(conn, &batches, cap)
         .and_then(|answers| control(conn, "RELEASE job").map(|()| answers));
     drop(batches);
     match merged {
@@ -802,10 +812,19 @@ mod tests {
 
     /// An enqueue of `records` at `now`, with the receiver of its answer.
     fn enqueue(records: Vec<NewRecord>) -> (Box<dyn Job>, oneshot::Receiver<Result<Enqueued>>) {
+        capped(records, Cap::none())
+    }
+
+    /// An enqueue of `records` at `now` held to `cap`, with the receiver of its answer.
+    fn capped(
+        records: Vec<NewRecord>,
+        cap: Cap,
+    ) -> (Box<dyn Job>, oneshot::Receiver<Result<Enqueued>>) {
         let (reply, answer) = oneshot::channel();
         let job = EnqueueJob(Some(Enqueue {
             records,
             now: 1_000,
+            cap,
             reply,
         }));
         (Box::new(job), answer)
@@ -867,6 +886,33 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .expect("rows");
         assert_eq!(claimable, [1, 2]);
+    }
+
+    #[test]
+    fn enqueues_waiting_together_past_the_cap_are_refused_alone() {
+        let mut conn = outbox();
+        let cap = Cap::none().with_max_records(3);
+        let one = |body: &[u8]| NewRecord::new(body.to_vec());
+        let (a, mut ra) = capped(vec![one(b"a")], cap);
+        let (b, mut rb) = capped(vec![one(b"b1"), one(b"b2")], cap);
+        let (c, mut rc) = capped(vec![one(b"c")], cap);
+        commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0), false);
+        assert!(ra.try_recv().expect("answered").is_ok());
+        assert!(rb.try_recv().expect("answered").is_ok());
+        let refused = rc.try_recv().expect("answered");
+        assert!(
+            matches!(
+                refused,
+                Err(Error::QueueFull {
+                    limit: outbox_core::CapLimit::Records,
+                    max: 3,
+                    used: 3,
+                    adding: 1
+                })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(pending(&conn), (3, 3));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use outbox_core::{Error, RecordId, Result, Store};
+use outbox_core::{Cap, Error, RecordId, Result, Store};
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use outbox_testkit::{Capabilities, FileStore, Files};
 
@@ -17,6 +17,7 @@ impl FileStore for Sqlite {
         persistent: true,
         shared: true,
         unreadable_rows: true,
+        size_cap: true,
     };
 
     async fn create(path: &Path) -> Result<()> {
@@ -44,6 +45,11 @@ impl FileStore for Sqlite {
         Ok(Arc::new(
             SqliteStore::open(path, SqliteConfig::default()).await?,
         ))
+    }
+
+    async fn open_capped(path: &Path, cap: Cap) -> Result<Arc<dyn Store>> {
+        let config = SqliteConfig::default().with_cap(cap);
+        Ok(Arc::new(SqliteStore::open(path, config).await?))
     }
 }
 

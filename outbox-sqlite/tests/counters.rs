@@ -46,6 +46,9 @@ fn recount(path: &Path) -> (Stats, Vec<(String, u64)>) {
             .unwrap_or(0)
     };
     stats.discarded = one("SELECT count(*) FROM tombstones") as u64;
+    stats.payload_bytes = one(
+        "SELECT sum(length(payload)) FROM records WHERE NOT (state = 2 AND lease_until IS NULL)",
+    ) as u64;
     stats.held = one("WITH heads AS (
             SELECT grp, min(id) AS head FROM records WHERE member = 1 GROUP BY grp)
         SELECT count(*) FROM records AS r
@@ -87,6 +90,7 @@ async fn check(store: &SqliteStore, step: &str) {
             s.discarded,
             s.held,
             s.oldest_created_at,
+            s.payload_bytes,
         )
     };
     assert_eq!(fields(&stats), fields(&expected), "after {step}");
@@ -155,7 +159,12 @@ async fn counters_equal_a_recount_after_every_kind_of_write() {
             .replacing("doc/body")
     };
     store.enqueue(vec![edit("v1")], 1_100).await.expect("edit");
-    store.enqueue(vec![edit("v2")], 1_200).await.expect("edit");
+    store
+        .enqueue(vec![edit("v2, longer")], 1_200)
+        .await
+        .expect("edit");
+    check(&store, "a larger replacement").await;
+    store.enqueue(vec![edit("v3")], 1_300).await.expect("edit");
     check(&store, "coalescing").await;
 
     let claimed = store

@@ -2,8 +2,8 @@
 //! 5, not the crate's own migration code), filled, and upgraded by `open` with nothing lost:
 //! ids still above every id ever handed out, the current indexes, no halt, no precondition,
 //! coalescing key or not-before time on the records already there, no merged writes counted,
-//! and stats' counters filled from the rows that were there (and kept by the writes after the
-//! upgrade).
+//! and stats' counters (the payload bytes among them) filled from the rows that were there (and
+//! kept by the writes after the upgrade).
 
 use std::path::Path;
 
@@ -412,6 +412,11 @@ async fn check_upgraded(store: &SqliteStore, records: &[Record]) {
     assert_eq!(stats.discarded, 1);
     assert_eq!(stats.delivered, 7);
     assert_eq!(stats.superseded, 0, "no merged writes before the upgrade");
+    let payloads: u64 = records.iter().map(|r| r.payload.len() as u64).sum();
+    assert_eq!(
+        stats.payload_bytes, payloads,
+        "the payload bytes counted from the rows that were there"
+    );
     assert_eq!(stats.held, 1);
     assert_eq!(
         stats.scheduled, 0,
@@ -544,6 +549,9 @@ async fn upgraded_with_nothing_lost(path: &Path, records: &[Record]) {
         ),
         (4, 1, 3, 1, 1, 2)
     );
+    // And the payload bytes: `new` came and went, `next` and the edit `v2` stayed.
+    let payloads: u64 = records.iter().map(|r| r.payload.len() as u64).sum();
+    assert_eq!(stats.payload_bytes, payloads + 4 + 2);
     let record = store
         .get(RecordId(12))
         .await
