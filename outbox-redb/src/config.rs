@@ -1,6 +1,7 @@
-//! How a [`RedbStore`](crate::RedbStore) commits: durability, payload limit and redb settings.
+//! How a [`RedbStore`](crate::RedbStore) commits: durability, payload limit, size cap and redb
+//! settings.
 
-use outbox_core::DEFAULT_MAX_PAYLOAD;
+use outbox_core::{Cap, DEFAULT_MAX_PAYLOAD};
 
 /// What a returned write promises. Applies to every write the store commits itself (enqueue,
 /// claim, apply, round, renew, halt, prune); [`RedbStore::enqueue_in`](crate::RedbStore::enqueue_in)
@@ -52,6 +53,7 @@ impl Durability {
 /// - `cache_size`: 16 MiB of redb page cache: the working set of an outbox is its due index and
 ///   the records at the head of the queue, not the whole file (redb's own default is 1 GiB).
 /// - `max_batch`: 1024 requests per group commit, which bounds the size of one transaction.
+/// - `cap`: [`Cap::none`], no size cap (see [`RedbConfig::with_cap`]).
 ///
 /// Claims are committed as durably as every other write. A claim carries no acknowledged
 /// write, but it is what counts a delivery that killed the process: a claim lost in a crash
@@ -82,6 +84,9 @@ pub struct RedbConfig {
     pub cache_size: usize,
     /// The most write requests one group commit takes.
     pub max_batch: usize,
+    /// The most records and payload bytes the file holds: an enqueue that would pass it is
+    /// refused with [`outbox_core::Error::QueueFull`] (see [`RedbConfig::with_cap`]).
+    pub cap: Cap,
 }
 
 impl Default for RedbConfig {
@@ -93,6 +98,7 @@ impl Default for RedbConfig {
             quick_repair: false,
             cache_size: 16 * 1024 * 1024,
             max_batch: 1024,
+            cap: Cap::none(),
         }
     }
 }
@@ -109,6 +115,46 @@ impl RedbConfig {
     /// for a second sync per commit (see the defaults).
     pub const fn with_quick_repair(mut self, on: bool) -> Self {
         self.quick_repair = on;
+        self
+    }
+
+    /// Sets [`RedbConfig::cap`]: the most records (rejected ones included, until pruned) and
+    /// payload bytes the file holds. Each enqueue, [`RedbStore::enqueue_in`] and
+    /// [`RedbStore::enqueue_pending`] included, is measured in its own write transaction
+    /// against what the file holds ([`Cap::admit`]; redb runs one writer at a time, so the
+    /// count is exact); one that would pass the cap is refused with
+    /// [`Error::QueueFull`](outbox_core::Error::QueueFull), having written nothing and
+    /// touched nothing already queued. A write that replaces a waiting record through
+    /// coalescing adds no record, only the difference of the payloads. The usage is read
+    /// from counters, not from the records, and no cap costs nothing. The cap is not stored
+    /// in the file: each open sets its own.
+    ///
+    /// [`RedbStore::enqueue_in`]: crate::RedbStore::enqueue_in
+    /// [`RedbStore::enqueue_pending`]: crate::RedbStore::enqueue_pending
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_core::{Cap, CapLimit, Error, NewRecord, Store};
+    /// use outbox_redb::{RedbConfig, RedbStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let config = RedbConfig::default().with_cap(Cap::none().with_max_records(2));
+    /// let store = RedbStore::create(dir.path().join("outbox.redb"), config).await?;
+    /// let two = vec![NewRecord::new(b"a".to_vec()), NewRecord::new(b"b".to_vec())];
+    /// store.enqueue(two, 1_000).await?;
+    /// let refused = store.enqueue(vec![NewRecord::new(b"c".to_vec())], 1_000).await;
+    /// assert!(matches!(
+    ///     refused,
+    ///     Err(Error::QueueFull { limit: CapLimit::Records, max: 2, used: 2, adding: 1 })
+    /// ));
+    /// let stats = store.stats().await?;
+    /// assert_eq!((stats.pending, stats.payload_bytes), (2, 2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub const fn with_cap(mut self, cap: Cap) -> Self {
+        self.cap = cap;
         self
     }
 

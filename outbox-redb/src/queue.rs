@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 
 use outbox_core::{
-    Applied, Change, Claim, Enqueued, Error, ErrorCount, Guard, Halt, Lease, ListQuery, Millis,
-    NewRecord, Record, RecordId, Result, State, Stats, Tombstone, Transition,
+    Applied, Cap, Change, Claim, Enqueued, Error, ErrorCount, Guard, Halt, Lease, ListQuery,
+    Millis, NewRecord, Record, RecordId, Result, State, Stats, Tombstone, Transition,
 };
 use redb::{
     ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, WriteTransaction,
@@ -20,12 +20,14 @@ use crate::error::from_redb;
 
 mod read;
 mod unreadable;
+mod usage;
 
 use crate::schema::{
-    COALESCING, DUE, GROUPS, LEASES, META, META_DELIVERED, META_LAST_ID, META_SUPERSEDED, QUEUED,
-    RECORDS, RUNNER, RUNNER_HALT, TOMBSTONES,
+    COALESCING, DUE, GROUPS, LEASES, META, META_DELIVERED, META_LAST_ID, META_PAYLOAD_BYTES,
+    META_SUPERSEDED, QUEUED, RECORDS, RUNNER, RUNNER_HALT, TOMBSTONES,
 };
 pub(crate) use read::ReadTables;
+use usage::{Bytes, Undo};
 
 /// `Result<T, redb error>` → `Result<T, outbox error>`.
 trait Engine<T> {
@@ -87,6 +89,9 @@ pub(crate) struct Tables<'t> {
     runner: Table<'t, &'static str, &'static [u8]>,
     /// Set by the first write: a transaction that wrote nothing need not be committed.
     changed: bool,
+    /// Payload bytes the running operation added and removed, for the `payload_bytes`
+    /// counter, which the operation moves once at its end ([`Tables::settle_bytes`]).
+    bytes: Bytes,
 }
 
 impl<'t> Tables<'t> {
@@ -103,6 +108,7 @@ impl<'t> Tables<'t> {
             meta: txn.open_table(META).engine()?,
             runner: txn.open_table(RUNNER).engine()?,
             changed: false,
+            bytes: Bytes::default(),
         })
     }
 
@@ -254,6 +260,7 @@ impl<'t> Tables<'t> {
     /// Removes `record` (as loaded from the table) with its index entries.
     fn remove(&mut self, record: &Record) -> Result<()> {
         self.changed = true;
+        self.bytes.remove(record.payload.len());
         self.unindex(record)?;
         self.records.remove(record.id.0).engine()?;
         if let Some(key) = record.replaces.as_deref() {
@@ -266,12 +273,27 @@ impl<'t> Tables<'t> {
     /// records they coalesce with (see [`Tables::coalesce`]). The caller has validated it
     /// ([`NewRecord::validate_all`]); payloads are encoded from the borrowed batch, not copied
     /// into records first. A record without a coalescing key costs no lookup.
-    pub(crate) fn enqueue(&mut self, records: &[NewRecord], now: Millis) -> Result<Enqueued> {
+    ///
+    /// Under a `cap`, the batch is written, its net addition measured (records and payload
+    /// bytes held after it, less those held before) and put to [`Cap::admit`]; a refusal
+    /// undoes every write of the batch ([`Undo`]) and returns [`Error::QueueFull`], leaving the
+    /// transaction as it found it, still usable. Without a cap nothing is measured or kept.
+    pub(crate) fn enqueue(
+        &mut self,
+        records: &[NewRecord],
+        now: Millis,
+        cap: Cap,
+    ) -> Result<Enqueued> {
+        let mut undo = if cap.is_none() {
+            None
+        } else {
+            Some(Undo::start(self)?)
+        };
         let mut last_id = self.meta(META_LAST_ID)?.unwrap_or(0);
         let mut enqueued = Enqueued::fresh(Vec::with_capacity(records.len()));
         for (position, new) in records.iter().enumerate() {
             if let Some(key) = new.replaces.as_deref() {
-                if let Some(id) = self.coalesce(key, new, now)? {
+                if let Some(id) = self.coalesce(key, new, now, undo.as_mut())? {
                     enqueued.ids.push(id);
                     enqueued.superseded.push(position);
                     continue;
@@ -293,8 +315,15 @@ impl<'t> Tables<'t> {
                 ..Record::fresh(id, new.group.clone(), Vec::new(), String::new(), now)
             };
             self.put_bytes(id, &codec::encode_new(&shell, new))?;
+            self.bytes.add(new.payload.len());
             self.index(&shell)?;
+            if let Some(undo) = undo.as_mut() {
+                undo.inserted(id);
+            }
             enqueued.ids.push(id);
+        }
+        if let Some(undo) = undo {
+            undo.admit(self, cap)?;
         }
         if enqueued.superseded.len() < records.len() {
             self.set_meta(META_LAST_ID, last_id)?;
@@ -305,6 +334,7 @@ impl<'t> Tables<'t> {
             let merged = enqueued.superseded.len() as u64;
             self.set_meta(META_SUPERSEDED, total.saturating_add(merged))?;
         }
+        self.settle_bytes()?;
         Ok(enqueued)
     }
 
@@ -313,7 +343,14 @@ impl<'t> Tables<'t> {
     /// inserted instead. The lookup is a seek in the `coalescing` index, and one in `groups`
     /// for a grouped record. The record's state stays; its deadline moves only for the new
     /// write's not-before time ([`Record::supersede`]), and its index entries move with it.
-    fn coalesce(&mut self, key: &str, new: &NewRecord, now: Millis) -> Result<Option<RecordId>> {
+    /// With an `undo` log (under a cap), the record as it was goes into it.
+    fn coalesce(
+        &mut self,
+        key: &str,
+        new: &NewRecord,
+        now: Millis,
+        undo: Option<&mut Undo>,
+    ) -> Result<Option<RecordId>> {
         let Some(latest) = self.latest_by_key(key)? else {
             return Ok(None);
         };
@@ -330,6 +367,11 @@ impl<'t> Tables<'t> {
         }
         // The batch is borrowed (a write may run again), so the replacement is a copy.
         self.unindex(&record)?;
+        self.bytes.remove(record.payload.len());
+        self.bytes.add(new.payload.len());
+        if let Some(undo) = undo {
+            undo.replaced(record.clone());
+        }
         record.supersede(new.clone(), now);
         self.put(&record)?;
         self.index(&record)?;
@@ -401,6 +443,7 @@ impl<'t> Tables<'t> {
             let total = self.meta(META_DELIVERED)?.unwrap_or(0);
             self.set_meta(META_DELIVERED, total.saturating_add(delivered))?;
         }
+        self.settle_bytes()?;
         Ok(applied)
     }
 
@@ -504,6 +547,7 @@ impl<'t> Tables<'t> {
         for record in &rejected {
             self.remove(record)?;
         }
+        self.settle_bytes()?;
         let mut old = Vec::new();
         for entry in self.tombstones.iter().engine()? {
             let (id, bytes) = entry.engine()?;

@@ -9,7 +9,7 @@
 //! | `coalescing` | (coalescing key, id) → () | every record with a coalescing key (`replaces`): the latest record of a key is the last entry of its range |
 //! | `leases` | (lease until, id) → () | in-flight records: lease recovery |
 //! | `tombstones` | id → encoded tombstone | discarded records until pruned |
-//! | `meta` | name → u64 | `schema_version`, `last_id`, `delivered`, `superseded` |
+//! | `meta` | name → u64 | `schema_version`, `last_id`, `delivered`, `superseded`, `payload_bytes` |
 //! | `runner` | name → encoded value | `halt`: the runner's persisted halt, absent when running |
 //!
 //! Version history: 1 had no `leases` table and stored records in layout 1; 2 adds the `leases`
@@ -19,10 +19,22 @@
 //! records in layout 4, with the time a record is not to be delivered before (`not_before`).
 //! Its deadline stays the key of the `due` and `queued` indexes, so a record held for later
 //! costs a claim nothing. 6 (current) stores records in layout 5, with the record's last
-//! attempts (its history, in the bytes of [`outbox_core::History::encode`]); no table or
-//! index changes. A file of version 5 upgrades to 6 as every earlier version does: in one
-//! write transaction that rewrites each record in layout 5 (with an empty history) and
-//! rebuilds the indexes. A file newer than 6 is refused.
+//! attempts (its history, in the bytes of [`outbox_core::History::encode`]), and adds the
+//! `payload_bytes` counter; no table or index changes. A file of version 5 upgrades to 6 as
+//! every earlier version does: in one write transaction that rewrites each record in layout 5
+//! (with an empty history), rebuilds the indexes and sets `payload_bytes` from the records. A
+//! file newer than 6 is refused.
+//!
+//! `payload_bytes` is the sum of the payload lengths of every record in `records` (rejected
+//! ones included; tombstones hold no payload): what a size cap ([`outbox_core::Cap`]) counts,
+//! with the length of `records`, and what `stats` reports as `payload_bytes`: neither reads a
+//! record for it.
+//! Every write that adds, replaces or removes a record's payload moves it in the same
+//! transaction. A version-6 file written before the counter existed gets it at its next
+//! writable open, from the records (setting it is idempotent: a file that has it keeps it).
+//! A record whose bytes stop decoding keeps its bytes counted until it is discarded
+//! ([`outbox_core::Store::discard_unreadable`]), which sets the counter again from the
+//! records that decode.
 
 use outbox_core::{Error, Result};
 use redb::{ReadableDatabase, TableDefinition, TableError, WriteTransaction};
@@ -47,6 +59,7 @@ pub(crate) const META_VERSION: &str = "schema_version";
 pub(crate) const META_LAST_ID: &str = "last_id";
 pub(crate) const META_DELIVERED: &str = "delivered";
 pub(crate) const META_SUPERSEDED: &str = "superseded";
+pub(crate) const META_PAYLOAD_BYTES: &str = "payload_bytes";
 pub(crate) const RUNNER_HALT: &str = "halt";
 
 /// What a file holds, as seen before anything is written to it.
@@ -99,6 +112,7 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     tables.set_meta(META_LAST_ID, 0)?;
     tables.set_meta(META_DELIVERED, 0)?;
     tables.set_meta(META_SUPERSEDED, 0)?;
+    tables.set_meta(META_PAYLOAD_BYTES, 0)?;
     Ok(())
 }
 
@@ -108,12 +122,18 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 /// which is right whatever indexes the earlier version had. Tables an earlier version lacked
 /// (`leases`, `queued`, `coalescing`, `runner`) are created empty by opening them; a halt is
 /// never invented. Records of an earlier layout have no expected version, no coalescing
-/// key, no not-before time and an empty history, and a missing counter (`delivered`,
-/// `superseded`) starts at 0. The records are rewritten even when only the layout changed
-/// (5 to 6): a converged file then holds only current-layout records, one invariant for every
-/// reader, at the cost of one rewrite of each queued record per upgrade.
+/// key, no not-before time and an empty history, a missing counter (`delivered`,
+/// `superseded`) starts at 0, and `payload_bytes` is set from the records. The records are
+/// rewritten even when only the layout changed (5 to 6): a converged file then holds only
+/// current-layout records, one invariant for every reader, at the cost of one rewrite of each
+/// queued record per upgrade. A current file without `payload_bytes` (written at version 6
+/// before the counter existed) gets it from the records, and one that has it is left alone.
 pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     if from >= SCHEMA_VERSION {
+        let mut tables = Tables::open(txn)?;
+        if tables.meta(META_PAYLOAD_BYTES)?.is_none() {
+            tables.count_payload_bytes()?;
+        }
         return Ok(());
     }
     // Indexes are rebuilt from scratch; dropping them first also removes any stale entry.
@@ -125,8 +145,10 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     let mut tables = Tables::open(txn)?;
     let records = tables.all_records()?;
     let mut last_id = tables.meta(META_LAST_ID)?.unwrap_or(0);
+    let mut payload_bytes = 0u64;
     for record in &records {
         tables.put(record)?;
+        payload_bytes = payload_bytes.saturating_add(record.payload.len() as u64);
         last_id = last_id.max(record.id.0);
         if let (Some(group), true) = (&record.group, record.state.holds_group()) {
             tables.join_group(group, record.id)?;
@@ -144,6 +166,7 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
         }
     }
     tables.set_meta(META_LAST_ID, last_id)?;
+    tables.set_meta(META_PAYLOAD_BYTES, payload_bytes)?;
     tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))?;
     Ok(())
 }

@@ -305,7 +305,9 @@ impl RedbStore {
     ///
     /// Refuses a payload over the configured maximum with [`Error::PayloadTooLarge`] and a
     /// bad group key, coalescing key or expected version with [`Error::InvalidGroup`], having
-    /// written nothing of the batch.
+    /// written nothing of the batch. Under a size cap ([`RedbConfig::cap`]), a batch that
+    /// would pass it is refused with [`Error::QueueFull`]: nothing of it is written and your
+    /// transaction stays usable, so your own writes in it can still commit.
     ///
     /// Like the rest of your transaction, this is blocking redb work: call it where you run
     /// that transaction (a blocking thread or `spawn_blocking`), not on an async worker.
@@ -341,7 +343,7 @@ impl RedbStore {
             return Err(Error::ReadOnly { source: None });
         }
         NewRecord::validate_all(&records, self.config.max_payload)?;
-        Tables::open(txn)?.enqueue(&records, now)
+        Tables::open(txn)?.enqueue(&records, now, self.config.cap)
     }
 
     /// The redb database, for the caller's own transactions ([`RedbStore::enqueue_in`]);
@@ -435,7 +437,8 @@ impl Store for RedbStore {
         if records.is_empty() {
             return Ok(Enqueued::default());
         }
-        self.write(move |t| t.enqueue(&records, now)).await
+        let cap = self.config.cap;
+        self.write(move |t| t.enqueue(&records, now, cap)).await
     }
 
     async fn claim(&self, claim: Claim) -> Result<Vec<Record>> {

@@ -10,7 +10,9 @@
 //! Each write stays atomic on its own: if one write of a batch fails, the transaction is
 //! aborted and every write of the batch runs again in a transaction of its own, so a failed
 //! write leaves nothing and does not take the others down with it. A write may therefore run
-//! more than once; it borrows what it writes from its closure instead of consuming it.
+//! more than once; it borrows what it writes from its closure instead of consuming it. An
+//! enqueue refused by the size cap ([`Error::QueueFull`]) is not a failure of the batch: it
+//! has taken back its own writes, so the others commit as they ran.
 //!
 //! A batch that changed nothing (a claim with nothing due, an apply whose guards all failed, a
 //! renew of leases no longer held, a prune with nothing old) is aborted rather than committed:
@@ -31,7 +33,7 @@ use crate::queue::Tables;
 /// A write waiting for the writer thread, with the caller's answer channel.
 trait Job: Send {
     /// Runs the write in `tables`, keeping its result (replacing that of an earlier run);
-    /// false when it failed.
+    /// false when it failed and left writes the transaction must not commit.
     fn run(&mut self, tables: &mut Tables<'_>) -> bool;
     /// Answers the caller: its own error if its last run failed, else `commit`'s error if the
     /// transaction did not commit, else its result.
@@ -51,7 +53,8 @@ where
 {
     fn run(&mut self, tables: &mut Tables<'_>) -> bool {
         let result = (self.work)(tables);
-        let ok = result.is_ok();
+        // An enqueue refused by the size cap took its writes back: the others may commit.
+        let ok = matches!(result, Ok(_) | Err(Error::QueueFull { .. }));
         self.result = Some(result);
         ok
     }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use outbox_core::{Error, RecordId, Result, Store};
+use outbox_core::{Cap, Error, RecordId, Result, Store};
 use outbox_redb::{RedbConfig, RedbStore};
 use outbox_testkit::{Capabilities, FileStore, Files};
 
@@ -18,6 +18,7 @@ impl FileStore for Redb {
         persistent: true,
         shared: false,
         unreadable_rows: true,
+        size_cap: true,
     };
 
     async fn create(path: &Path) -> Result<()> {
@@ -54,6 +55,11 @@ impl FileStore for Redb {
         Ok(Arc::new(
             RedbStore::open(path, RedbConfig::default()).await?,
         ))
+    }
+
+    async fn open_capped(path: &Path, cap: Cap) -> Result<Arc<dyn Store>> {
+        let config = RedbConfig::default().with_cap(cap);
+        Ok(Arc::new(RedbStore::open(path, config).await?))
     }
 }
 

@@ -248,6 +248,7 @@ fn downgrade_to_version_3(path: &Path, records: &[Record]) {
         }
         let mut meta = txn.open_table(META).unwrap();
         assert!(meta.remove("superseded").unwrap().is_some());
+        assert!(meta.remove("payload_bytes").unwrap().is_some());
         meta.insert("schema_version", 3).unwrap();
     }
     assert!(txn.delete_table(COALESCING).unwrap());
@@ -267,10 +268,9 @@ fn downgrade_to_version_4(path: &Path, records: &[Record]) {
             assert_eq!(r.not_before, None);
             table.insert(r.id.0, encode_v3(r).as_slice()).unwrap();
         }
-        txn.open_table(META)
-            .unwrap()
-            .insert("schema_version", 4)
-            .unwrap();
+        let mut meta = txn.open_table(META).unwrap();
+        assert!(meta.remove("payload_bytes").unwrap().is_some());
+        meta.insert("schema_version", 4).unwrap();
     }
     txn.commit().unwrap();
 }
@@ -288,10 +288,9 @@ fn downgrade_to_version_5(path: &Path, records: &[Record]) {
         for r in records {
             table.insert(r.id.0, encode_v4(r).as_slice()).unwrap();
         }
-        txn.open_table(META)
-            .unwrap()
-            .insert("schema_version", 5)
-            .unwrap();
+        let mut meta = txn.open_table(META).unwrap();
+        assert!(meta.remove("payload_bytes").unwrap().is_some());
+        meta.insert("schema_version", 5).unwrap();
     }
     txn.commit().unwrap();
 }
@@ -332,16 +331,25 @@ async fn all(store: &RedbStore) -> Vec<Record> {
 }
 
 fn stored_version(path: &Path) -> u64 {
+    stored_meta(path, "schema_version").expect("a schema version")
+}
+
+/// The counter `name` of the `meta` table, read with no store open.
+fn stored_meta(path: &Path, name: &str) -> Option<u64> {
     let db = redb::Database::open(path).unwrap();
     let txn = db.begin_read().unwrap();
-    let version = txn
+    let value = txn
         .open_table(META)
         .unwrap()
-        .get("schema_version")
+        .get(name)
         .unwrap()
-        .unwrap()
-        .value();
-    version
+        .map(|v| v.value());
+    value
+}
+
+/// The payload bytes of `records`, as the `payload_bytes` counter must hold them.
+fn payload_bytes(records: &[Record]) -> u64 {
+    records.iter().map(|r| r.payload.len() as u64).sum()
 }
 
 #[tokio::test]
@@ -620,6 +628,7 @@ async fn a_version_5_file_converges_with_empty_histories() {
     drop(store);
     downgrade_to_version_5(&path, &records);
     assert!(stored_layouts(&path).iter().all(|&(_, layout)| layout == 4));
+    assert_eq!(stored_meta(&path, "payload_bytes"), None);
     let before = bytes(&path);
 
     let err = RedbStore::open_read_only(&path, RedbConfig::default())
@@ -642,9 +651,15 @@ async fn a_version_5_file_converges_with_empty_histories() {
         "every record survives, with an empty history"
     );
     assert!(upgraded.iter().all(|r| !r.history.is_unreadable()));
-    assert_eq!(store.stats().await.unwrap().scheduled, 1);
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.scheduled, stats.payload_bytes), (1, 11));
     drop(store);
     assert_eq!(stored_version(&path), u64::from(SCHEMA_VERSION));
+    assert_eq!(
+        stored_meta(&path, "payload_bytes"),
+        Some(payload_bytes(&records)),
+        "the byte counter is set from the records"
+    );
     assert!(
         stored_layouts(&path).iter().all(|&(_, layout)| layout == 5),
         "every record rewritten in the current layout"
@@ -677,5 +692,58 @@ async fn a_version_5_file_converges_with_empty_histories() {
     assert_eq!((record.history.len(), &record.history), (1, &expected));
     drop(store);
     assert_eq!(stored_version(&path), u64::from(SCHEMA_VERSION));
+    drop(dir);
+}
+
+#[tokio::test]
+async fn a_version_6_file_without_the_byte_counter_gets_it_once() {
+    let (dir, path, store) = fresh().await;
+    let batch = vec![
+        NewRecord::new(b"alpha".to_vec()),
+        NewRecord::new(b"be".to_vec()).in_group("g"),
+        NewRecord::new(vec![7; 300]).replacing("doc"),
+    ];
+    store.enqueue(batch, 500).await.unwrap();
+    let records = all(&store).await;
+    drop(store);
+    // A file written at version 6 before the counter existed.
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        assert_eq!(
+            txn.open_table(META)
+                .unwrap()
+                .remove("payload_bytes")
+                .unwrap()
+                .map(|v| v.value()),
+            Some(307)
+        );
+        txn.commit().unwrap();
+    }
+
+    // A reader cannot set it, and counts the records instead.
+    let reader = RedbStore::open_read_only(&path, RedbConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(reader.stats().await.unwrap().payload_bytes, 307);
+    drop(reader);
+    assert_eq!(stored_meta(&path, "payload_bytes"), None);
+
+    let store = open(&path).await.unwrap();
+    assert_eq!(
+        all(&store).await,
+        records,
+        "the records are left as they were"
+    );
+    assert_eq!(store.stats().await.unwrap().payload_bytes, 307);
+    store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], 600)
+        .await
+        .unwrap();
+    drop(store);
+    assert_eq!(stored_meta(&path, "payload_bytes"), Some(308));
+    // Opening again keeps the counter as the writes left it.
+    drop(open(&path).await.unwrap());
+    assert_eq!(stored_meta(&path, "payload_bytes"), Some(308));
     drop(dir);
 }

@@ -159,12 +159,26 @@ impl ReadTables {
             halt: self.halt()?,
             ..Stats::default()
         };
+        let mut every_record_read = true;
         for entry in self.records.iter().engine()? {
             let (id, bytes) = entry.engine()?;
             // A record that does not decode is not counted (see `unreadable`).
-            if let Ok(record) = codec::decode_record(id.value(), bytes.value()) {
-                stats.add(&record);
+            match codec::decode_record(id.value(), bytes.value()) {
+                Ok(record) => stats.add(&record),
+                Err(_) => every_record_read = false,
             }
+        }
+        // The bytes come from the counter, as the cap reads them. While a record does not
+        // decode, the counter still holds the payload it was written with, which the records
+        // counted here leave out: the bytes of the records read are reported instead. A file
+        // opened read-only before a writable open gave it the counter is counted the same way.
+        let counter = self
+            .meta
+            .get(META_PAYLOAD_BYTES)
+            .engine()?
+            .map(|v| v.value());
+        if let (Some(counted), true) = (counter, every_record_read) {
+            stats.payload_bytes = counted;
         }
         // Members of a group are stored in (group, id) order, so a group's head comes first.
         let mut current: Option<(String, bool)> = None;

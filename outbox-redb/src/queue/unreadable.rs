@@ -7,7 +7,8 @@
 //! tell), so `next_due` stops reporting it and the group's next record becomes the head.
 //! [`ReadTables::unreadable`] finds every such record by reading each one;
 //! [`Tables::discard_unreadable`] removes one with every index entry that names it, keeping a
-//! tombstone with its group.
+//! tombstone with its group, and sets the `payload_bytes` counter again from the records that
+//! decode (the discarded record's payload was counted when it was written).
 
 use outbox_core::{Error, Millis, RecordId, Result, Tombstone, Unreadable};
 use redb::ReadableTable;
@@ -113,6 +114,8 @@ impl Tables<'_> {
         self.tombstones
             .insert(id.0, codec::encode_tombstone(&tombstone).as_slice())
             .engine()?;
+        // Its payload was counted when it was written and cannot be read back to subtract.
+        self.count_payload_bytes()?;
         Ok(true)
     }
 }
