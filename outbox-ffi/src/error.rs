@@ -90,6 +90,18 @@ pub enum OutboxError {
         /// The record id.
         id: u64,
     },
+    /// The outbox holds as much as its size cap allows: nothing of the write was queued.
+    #[error("the outbox is full: {used} of at most {max} {limit} held, {adding} more refused")]
+    QueueFull {
+        /// `records` or `payload bytes`: the limit the write would pass.
+        limit: String,
+        /// Its configured maximum.
+        max: u64,
+        /// What the outbox holds now.
+        used: u64,
+        /// What the refused write would have added.
+        adding: u64,
+    },
     /// The record is being delivered right now.
     #[error("record {id} is in flight")]
     RecordInFlight {
@@ -191,6 +203,17 @@ impl From<Error> for OutboxError {
                 detail: with_source("full", source.as_ref()),
             },
             Error::InvalidConfig(detail) => OutboxError::InvalidConfig { detail },
+            Error::QueueFull {
+                limit,
+                max,
+                used,
+                adding,
+            } => OutboxError::QueueFull {
+                limit: limit.to_string(),
+                max,
+                used,
+                adding,
+            },
             Error::NoSuchRecord(id) => OutboxError::NoSuchRecord { id: id.0 },
             Error::RecordInFlight(id) => OutboxError::RecordInFlight { id: id.0 },
             Error::RecordRejected(id) => OutboxError::RecordRejected { id: id.0 },

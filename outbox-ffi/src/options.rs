@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use outbox_core::http::{Classifier, Forbidden};
-use outbox_core::{Backoff, Ceiling, ConflictResolution, Jitter, RetryPolicy, RunnerConfig};
+use outbox_core::{Backoff, Cap, Ceiling, ConflictResolution, Jitter, RetryPolicy, RunnerConfig};
 use outbox_sqlite::SqliteConfig;
 
 use crate::error::{millis, OutboxError};
@@ -198,6 +198,12 @@ pub struct OpenOptions {
     pub max_payload_bytes: u64,
     /// A cap on the file's size; an enqueue past it raises `StorageFull`. `None` for none.
     pub size_limit_bytes: Option<u64>,
+    /// The most records the outbox holds (rejected ones included); an enqueue past it raises
+    /// `QueueFull` and queues nothing. `None` for no limit.
+    pub max_records: Option<u64>,
+    /// The most payload bytes the outbox holds; an enqueue past it raises `QueueFull`.
+    /// `None` for no limit.
+    pub max_bytes: Option<u64>,
 }
 
 /// The options with the core's documented defaults: the default [`RetryPolicy`] and
@@ -265,6 +271,8 @@ pub fn default_options() -> OpenOptions {
         online: true,
         max_payload_bytes: sqlite.max_payload as u64,
         size_limit_bytes: sqlite.size_limit,
+        max_records: sqlite.cap.max_records,
+        max_bytes: sqlite.cap.max_bytes,
     }
 }
 
@@ -356,9 +364,14 @@ impl OpenOptions {
             usize::try_from(self.max_payload_bytes).map_err(|_| OutboxError::InvalidConfig {
                 detail: format!("max_payload_bytes {} is too large", self.max_payload_bytes),
             })?;
+        let cap = Cap {
+            max_records: self.max_records,
+            max_bytes: self.max_bytes,
+        };
         Ok(SqliteConfig::default()
             .max_payload(max_payload)
-            .size_limit(self.size_limit_bytes))
+            .size_limit(self.size_limit_bytes)
+            .with_cap(cap))
     }
 }
 

@@ -263,6 +263,10 @@ pub struct OutboxStats {
     pub superseded: u64,
     /// Records held behind a needs-attention record of their group.
     pub held: u64,
+    /// Pending records waiting for their not-before time.
+    pub scheduled: u64,
+    /// Payload bytes of every record held (what a size cap counts).
+    pub payload_bytes: u64,
     /// Enqueue time of the oldest record still owed a delivery.
     pub oldest_created_at: Option<u64>,
     /// The earliest deadline of a claimable record.
@@ -287,6 +291,8 @@ impl From<Stats> for OutboxStats {
             delivered: stats.delivered,
             superseded: stats.superseded,
             held: stats.held,
+            scheduled: stats.scheduled,
+            payload_bytes: stats.payload_bytes,
             oldest_created_at: stats.oldest_created_at,
             next_due: stats.next_due,
             halt_reason: stats.halt.as_ref().map(|halt| halt.reason.clone()),

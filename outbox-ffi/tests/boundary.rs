@@ -230,6 +230,20 @@ fn every_core_error_keeps_its_name() {
             Error::PayloadTooLarge { size: 5, max: 4 },
             OutboxError::PayloadTooLarge { size: 5, max: 4 },
         ),
+        (
+            Error::QueueFull {
+                limit: outbox_core::CapLimit::Records,
+                max: 1_000,
+                used: 1_000,
+                adding: 1,
+            },
+            OutboxError::QueueFull {
+                limit: "records".into(),
+                max: 1_000,
+                used: 1_000,
+                adding: 1,
+            },
+        ),
         (Error::NoSuchRecord(id), OutboxError::NoSuchRecord { id: 7 }),
         (
             Error::RecordInFlight(id),
@@ -361,5 +375,33 @@ async fn a_write_held_until_later_waits_for_its_time() {
     );
     assert!(record.history.is_empty() && !record.history_unreadable);
     assert_eq!(sink.0.load(Ordering::SeqCst), 1);
+    outbox.shutdown(2_000).await.unwrap();
+}
+
+/// A cap of two records: the third write raises `QueueFull` naming the limit and the usage,
+/// and nothing of it is queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_outbox_raises_queue_full_and_queues_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox.db").to_string_lossy().into_owned();
+    let mut options = fast();
+    options.online = false; // nothing is delivered: the two records stay
+    options.max_records = Some(2);
+    let sink = Arc::new(Counts(AtomicU32::new(0)));
+    let outbox = open_outbox(path, options, sink).await.unwrap();
+    outbox.enqueue(Write::new(b"a".to_vec())).await.unwrap();
+    outbox.enqueue(Write::new(b"bb".to_vec())).await.unwrap();
+    let refused = outbox.enqueue(Write::new(b"c".to_vec())).await;
+    assert_eq!(
+        refused.unwrap_err(),
+        OutboxError::QueueFull {
+            limit: "records".into(),
+            max: 2,
+            used: 2,
+            adding: 1
+        }
+    );
+    let stats = outbox.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.payload_bytes), (2, 3));
     outbox.shutdown(2_000).await.unwrap();
 }
