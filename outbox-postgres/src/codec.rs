@@ -166,6 +166,7 @@ impl RawRecord {
                 .as_deref()
                 .map(History::decode)
                 .unwrap_or_default(),
+            trace: None,
         };
         record.lease = match (state, self.lease_token, self.lease_until) {
             (State::InFlight, Some(token), Some(until)) => Some(Lease {

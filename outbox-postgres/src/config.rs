@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{Error, Result, DEFAULT_MAX_PAYLOAD};
+use outbox_core::{Cap, Error, Result, DEFAULT_MAX_PAYLOAD};
 
 use crate::schema::check_schema_name;
 
@@ -35,6 +35,8 @@ use crate::schema::check_schema_name;
 /// - `runner_clock`: **false**: every runner judges leases and deadlines by the database
 ///   server's clock ([`PgStore::clock`](crate::PgStore::clock)), with no wiring, so hosts
 ///   whose clocks disagree still agree on whose lease has expired.
+/// - `cap`: **none** ([`Cap::none`]): no limit on what the outbox holds, and enqueues pay
+///   nothing for counting. See [`PgConfig::with_cap`].
 ///
 /// The store's sessions also run with `jit = off` (their statements are short index lookups,
 /// which JIT compilation only slows down); a URL's `options` can turn it back on.
@@ -76,6 +78,8 @@ pub struct PgConfig {
     pub keepalive_idle: Option<Duration>,
     /// When true, the store names no clock of its own (see [`PgConfig::with_runner_clock`]).
     pub runner_clock: bool,
+    /// The most records and payload bytes the outbox holds (see [`PgConfig::with_cap`]).
+    pub cap: Cap,
 }
 
 /// How the store's connections (its pool and its listener) protect their traffic.
@@ -135,7 +139,40 @@ impl PgConfig {
             lock_timeout: Some(Duration::from_secs(5)),
             keepalive_idle: Some(Duration::from_secs(30)),
             runner_clock: false,
+            cap: Cap::none(),
         }
+    }
+
+    /// Holds every enqueue of this store to `cap` ([`Cap`]): one that would take the records
+    /// the outbox holds (every state, rejected ones too) or their payload bytes past a limit
+    /// is refused with [`Error::QueueFull`] naming the limit and the usage, before any of its
+    /// records is written; nothing already queued is touched. Inside your own transaction
+    /// (`enqueue_pending`, `enqueue_in`, the sqlx and diesel paths) the refusal leaves the
+    /// transaction usable: your own writes can still commit.
+    ///
+    /// The check is exact across processes and hosts: every capped enqueue first takes the
+    /// outbox's one *turn* (a row it updates, held until its transaction ends), then reads
+    /// the counts the triggers keep, then decides. The cost is that capped enqueues run one
+    /// at a time per outbox: a transaction that enqueued holds the turn until it commits, so
+    /// commit promptly (the store's own enqueues wait for it up to `lock_timeout`).
+    /// Deliveries, claims and reports never take the turn. In a REPEATABLE READ or
+    /// SERIALIZABLE transaction, an enqueue whose snapshot predates another capped enqueue's
+    /// commit fails with a serialization error ([`Error::Unavailable`]; retry the
+    /// transaction) rather than decide on counts it cannot see. Every process that enqueues
+    /// must be given the same cap: one opened without a cap neither takes the turn nor checks.
+    ///
+    /// ```
+    /// use outbox_core::Cap;
+    /// use outbox_postgres::PgConfig;
+    ///
+    /// let config = PgConfig::new("host=127.0.0.1 user=postgres dbname=test", "device_outbox")
+    ///     .with_cap(Cap::none().with_max_records(1_000).with_max_bytes(64 << 20));
+    /// assert_eq!(config.cap.max_records, Some(1_000));
+    /// config.validate().unwrap();
+    /// ```
+    pub fn with_cap(mut self, cap: Cap) -> Self {
+        self.cap = cap;
+        self
     }
 
     /// Lets each runner on this store judge leases and deadlines by the clock it is built with

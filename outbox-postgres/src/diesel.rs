@@ -39,9 +39,12 @@ impl PgStore {
     /// (no `From` between the two crates' errors can be written here).
     ///
     /// # Errors
-    /// A bad batch is refused with the core's typed error before any statement is sent, so
-    /// the closure may go on and commit its business write, or return the error to roll
-    /// back. [`Error::InvalidConfig`] when `conn` is not inside a transaction.
+    /// A bad batch is refused with the core's typed error before any statement is sent, so the
+    /// closure may go on and commit its business write, or return the error to roll back. An
+    /// enqueue past the store's size cap ([`Error::QueueFull`], see
+    /// [`PgConfig::with_cap`](crate::PgConfig::with_cap)) is refused before any of its records is
+    /// written, with the same effect. [`Error::InvalidConfig`] when `conn` is not inside a
+    /// transaction.
     ///
     /// ```no_run
     /// # fn demo(store: outbox_postgres::PgStore, outbox: outbox_core::Outbox, conn: &mut diesel::PgConnection) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -176,6 +179,15 @@ struct TailRow {
     id: Option<i64>,
 }
 
+/// What a size cap counts (`cap`).
+#[derive(QueryableByName)]
+struct UsageRow {
+    #[diesel(sql_type = BigInt)]
+    records: i64,
+    #[diesel(sql_type = BigInt)]
+    bytes: i64,
+}
+
 /// The record columns by name ([`RECORD_COLUMNS`](crate::codec::RECORD_COLUMNS)).
 #[derive(QueryableByName)]
 struct RecordRow {
@@ -269,6 +281,13 @@ macro_rules! run_batch {
                 ),
                 Shape::Records => Answer::Records(
                     q.load::<RecordRow>($conn)$($wait)*.map_err(error)?.into_iter().map(RawRecord::from).collect(),
+                ),
+                Shape::Usage => Answer::Usage(
+                    q.load::<UsageRow>($conn)$($wait)*
+                        .map_err(error)?
+                        .into_iter()
+                        .map(|r| (r.records, r.bytes))
+                        .collect(),
                 ),
             });
         }

@@ -13,8 +13,9 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 
-use outbox_core::{Enqueued, Millis, NewRecord, Result, State};
+use outbox_core::{Cap, Enqueued, Millis, NewRecord, Result, State};
 
+use crate::cap;
 use crate::coalesce::{self, Slot};
 use crate::codec::{self, millis, RawRecord};
 use crate::error::corrupt;
@@ -54,6 +55,8 @@ pub(crate) enum Shape {
     Tails,
     /// The record columns ([`RECORD_COLUMNS`](crate::codec::RECORD_COLUMNS)).
     Records,
+    /// Two `bigint` columns, `records` and `bytes`: what a size cap counts.
+    Usage,
 }
 
 /// One statement: its text, its parameters (`$1` first) and what it returns.
@@ -65,7 +68,7 @@ pub(crate) struct Stmt<'a> {
 }
 
 impl<'a> Stmt<'a> {
-    fn new(sql: &'a str, params: Vec<Param<'a>>, shape: Shape) -> Self {
+    pub(crate) fn new(sql: &'a str, params: Vec<Param<'a>>, shape: Shape) -> Self {
         Stmt { sql, params, shape }
     }
 }
@@ -78,16 +81,18 @@ pub(crate) enum Answer {
     Groups(Vec<String>),
     Tails(Vec<(String, Option<i64>)>),
     Records(Vec<RawRecord>),
+    Usage(Vec<(i64, i64)>),
 }
 
 /// What an enqueue needs of its outbox: the statements, the channel its `NOTIFY` goes to, the
-/// seeds of its lock keys and its payload limit.
+/// seeds of its lock keys, its payload limit and its size cap.
 pub(crate) struct Target<'a> {
     pub(crate) sql: &'a Sql,
     pub(crate) channel: &'a str,
     pub(crate) group_seed: i64,
     pub(crate) coalesce_seed: i64,
     pub(crate) max_payload: usize,
+    pub(crate) cap: Cap,
 }
 
 /// Runs statements in the caller's transaction: all a driver has to provide.
@@ -104,7 +109,7 @@ pub(crate) trait Execute: Send {
 }
 
 /// The answers of a batch, taken in order.
-struct Answers(std::vec::IntoIter<Answer>);
+pub(crate) struct Answers(std::vec::IntoIter<Answer>);
 
 impl Answers {
     fn next(&mut self) -> Result<Answer> {
@@ -117,7 +122,7 @@ impl Answers {
         self.next().map(drop)
     }
 
-    fn ids(&mut self) -> Result<Vec<i64>> {
+    pub(crate) fn ids(&mut self) -> Result<Vec<i64>> {
         match self.next()? {
             Answer::Ids(ids) => Ok(ids),
             other => Err(mismatch("ids", &other)),
@@ -142,6 +147,13 @@ impl Answers {
         match self.next()? {
             Answer::Records(records) => Ok(records),
             other => Err(mismatch("records", &other)),
+        }
+    }
+
+    pub(crate) fn usage(&mut self) -> Result<Vec<(i64, i64)>> {
+        match self.next()? {
+            Answer::Usage(rows) => Ok(rows),
+            other => Err(mismatch("usage", &other)),
         }
     }
 }
@@ -192,34 +204,39 @@ pub(crate) async fn enqueue<E: Execute>(
         return enqueue_coalescing(core, ex, records, now).await;
     }
     let sql = core.sql;
-    ex.prepare(&[
-        &sql.lock_named_groups,
+    let mut texts = cap::texts(core);
+    texts.extend([
+        sql.lock_named_groups.as_str(),
         &sql.members,
         &sql.allocate_ids,
         &sql.insert,
         &sql.notify,
-    ])
-    .await?;
+    ]);
+    ex.prepare(&texts).await?;
     let groups = distinct(records.iter().map(|r| r.group.as_deref()));
-    // Group locks come first: a group's ids are then allocated and committed in the same
-    // order, so no runner can see a later record of a group before an earlier one.
-    let mut answers = run(
-        ex,
-        vec![
-            Stmt::new(
-                &sql.lock_named_groups,
-                vec![Param::Texts(groups.clone()), Param::Int(core.group_seed)],
-                Shape::Done,
-            ),
-            Stmt::new(&sql.members, vec![Param::Texts(groups)], Shape::Groups),
-            Stmt::new(
-                &sql.allocate_ids,
-                vec![Param::Int(records.len() as i64)],
-                Shape::Ids,
-            ),
-        ],
-    )
-    .await?;
+    // A capped enqueue takes its turn and reads the usage first (see `cap`). Group locks
+    // come next: a group's ids are then allocated and committed in the same order, so no
+    // runner can see a later record of a group before an earlier one.
+    let mut first = cap::turn(core);
+    first.extend([
+        Stmt::new(
+            &sql.lock_named_groups,
+            vec![Param::Texts(groups.clone()), Param::Int(core.group_seed)],
+            Shape::Done,
+        ),
+        Stmt::new(&sql.members, vec![Param::Texts(groups)], Shape::Groups),
+        Stmt::new(
+            &sql.allocate_ids,
+            vec![Param::Int(records.len() as i64)],
+            Shape::Ids,
+        ),
+    ]);
+    let mut answers = run(ex, first).await?;
+    // Held to the cap before anything is written (see `cap`): a refusal sent no write.
+    if let Some(used) = cap::used(core, &mut answers)? {
+        let (count, bytes) = cap::added(&records);
+        core.cap.admit(used, count, bytes)?;
+    }
     answers.skip()?;
     let mut occupied: BTreeSet<String> = answers.groups()?.into_iter().collect();
     let ids = allocated(answers.ids()?, records.len())?;
@@ -292,8 +309,9 @@ fn notify<'a>(core: &Target<'a>) -> Stmt<'a> {
 ///    the lookup saw them, which is the outcome of this enqueue ordered before whatever
 ///    changes them meanwhile;
 /// 3. the batch decided in memory (`coalesce::decide`, with the core's
-///    [`Record::replaceable_by`](outbox_core::Record::replaceable_by)), then ids allocated
-///    for the fresh records only;
+///    [`Record::replaceable_by`](outbox_core::Record::replaceable_by)), held to the size cap
+///    if there is one (see `cap`: nothing is written yet), then ids allocated for the fresh
+///    records only;
 /// 4. the fresh records inserted and the replaced ones rewritten, each counting the writes
 ///    it absorbed (no shared counter row, which would make every coalescing enqueue and
 ///    every delivering round wait on each other's commit), and the NOTIFY sent, together.
@@ -304,8 +322,9 @@ async fn enqueue_coalescing<E: Execute>(
     now: Millis,
 ) -> Result<Enqueued> {
     let sql = core.sql;
-    ex.prepare(&[
-        &sql.lock_groups_and_keys,
+    let mut texts = cap::texts(core);
+    texts.extend([
+        sql.lock_groups_and_keys.as_str(),
         &sql.group_tails,
         &sql.latest_by_key,
         &sql.lock_candidates,
@@ -313,8 +332,8 @@ async fn enqueue_coalescing<E: Execute>(
         &sql.insert,
         &sql.rewrite,
         &sql.notify,
-    ])
-    .await?;
+    ]);
+    ex.prepare(&texts).await?;
     let groups = distinct(records.iter().map(|r| r.group.as_deref()));
     let coalescing = distinct(records.iter().map(|r| r.replaces.as_deref()));
     let latest = || {
@@ -324,24 +343,23 @@ async fn enqueue_coalescing<E: Execute>(
             Shape::Records,
         )
     };
-    let mut answers = run(
-        ex,
-        vec![
-            Stmt::new(
-                &sql.lock_groups_and_keys,
-                vec![
-                    Param::Texts(groups.clone()),
-                    Param::Int(core.group_seed),
-                    Param::Texts(coalescing.clone()),
-                    Param::Int(core.coalesce_seed),
-                ],
-                Shape::Done,
-            ),
-            Stmt::new(&sql.group_tails, vec![Param::Texts(groups)], Shape::Tails),
-            latest(),
-        ],
-    )
-    .await?;
+    let mut first = cap::turn(core);
+    first.extend([
+        Stmt::new(
+            &sql.lock_groups_and_keys,
+            vec![
+                Param::Texts(groups.clone()),
+                Param::Int(core.group_seed),
+                Param::Texts(coalescing.clone()),
+                Param::Int(core.coalesce_seed),
+            ],
+            Shape::Done,
+        ),
+        Stmt::new(&sql.group_tails, vec![Param::Texts(groups)], Shape::Tails),
+        latest(),
+    ]);
+    let mut answers = run(ex, first).await?;
+    let used = cap::used(core, &mut answers)?;
     answers.skip()?;
     let mut last_members = HashMap::new();
     for (group, id) in answers.tails()? {
@@ -394,7 +412,14 @@ async fn enqueue_coalescing<E: Execute>(
         // A candidate left meanwhile: look again, from a snapshot without it.
         latest_rows = run(ex, vec![latest()]).await?.records()?;
     };
+    // Under a cap, the payload sizes of the records the batch may rewrite, as locked: what
+    // the rewrites change is then known before anything is written.
+    let sizes = used.map(|_| cap::sizes(&candidates));
     let decided = coalesce::decide(records, now, candidates, last_members);
+    if let (Some(used), Some(sizes)) = (used, sizes) {
+        let (count, bytes) = cap::added_by(&decided, &sizes);
+        core.cap.admit(used, count, bytes)?;
+    }
     let fresh_ids = if decided.fresh.is_empty() {
         Vec::new()
     } else {
@@ -562,6 +587,7 @@ mod tests {
             group_seed: 1,
             coalesce_seed: 2,
             max_payload: 1024,
+            cap: Cap::none(),
         };
         let batch = vec![
             NewRecord::new(b"a".to_vec()).in_group("g"),

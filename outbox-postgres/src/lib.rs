@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod cap;
 pub mod clock;
 mod coalesce;
 mod codec;
@@ -14,6 +15,7 @@ mod error;
 mod exists;
 mod leased;
 pub mod listen;
+mod migrations;
 mod ops;
 mod pending;
 mod plan;

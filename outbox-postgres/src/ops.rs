@@ -104,6 +104,7 @@ impl Core {
             group_seed: self.group_seed,
             coalesce_seed: self.coalesce_seed,
             max_payload: self.config.max_payload,
+            cap: self.config.cap,
         }
     }
 
@@ -409,6 +410,7 @@ impl Core {
             halt: halt(row.try_get(10).map_err(pg)?, row.try_get(11).map_err(pg)?)?,
             superseded: n(12)?,
             scheduled: n(13)?,
+            payload_bytes: n(14)?,
             link: None,
         })
     }

@@ -30,6 +30,8 @@ pub(crate) struct Sql {
     pub(crate) lock_candidates: String,
     pub(crate) rewrite: String,
     pub(crate) notify: String,
+    pub(crate) cap_turn: String,
+    pub(crate) usage: String,
     pub(crate) claim: String,
     pub(crate) server_time: String,
     pub(crate) renew: String,
@@ -138,6 +140,18 @@ impl Sql {
                  $7::bigint[], $8::bigint[]) AS u(id, p, k, v, n, d, b) WHERE r.id = u.id"
             ),
             notify: "SELECT pg_notify($1, '')".into(),
+            // A capped enqueue's turn (see `cap`): the one row every capped enqueue updates
+            // first, held until its transaction ends. Returns the count as `id`, one row.
+            cap_turn: format!(
+                "UPDATE {s}.cap_turn SET turns = turns + 1 WHERE id = 1 RETURNING turns AS id"
+            ),
+            // What a size cap counts, added up over the shards (run after the turn, as a
+            // statement of its own, so it reads what the turn's previous holder committed).
+            usage: format!(
+                "SELECT coalesce(sum(pending + retrying + in_flight + attention + rejected), 0)\
+                 ::bigint AS records, coalesce(sum(payload_bytes), 0)::bigint AS bytes \
+                 FROM {s}.tallies"
+            ),
             claim: format!(
                 "WITH picked AS (SELECT id FROM {r} WHERE claimable AND next_attempt_at <= $1 \
                  ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
@@ -263,7 +277,8 @@ impl Sql {
                   ORDER BY next_attempt_at LIMIT 1), \
                  m.halt_reason, m.halt_since, m.superseded + t.superseded + t.absorbed, \
                  (SELECT count(*) FROM {r} WHERE state = 0 \
-                   AND not_before = next_attempt_at) \
+                   AND not_before = next_attempt_at), \
+                 t.payload_bytes \
                  FROM {s}.meta AS m, \
                  (SELECT coalesce(sum(pending), 0)::bigint AS pending, \
                    coalesce(sum(retrying), 0)::bigint AS retrying, \
@@ -273,7 +288,9 @@ impl Sql {
                    coalesce(sum(absorbed), 0)::bigint AS absorbed, \
                    coalesce(sum(discarded), 0)::bigint AS discarded, \
                    coalesce(sum(delivered), 0)::bigint AS delivered, \
-                   coalesce(sum(superseded), 0)::bigint AS superseded FROM {s}.tallies) AS t"
+                   coalesce(sum(superseded), 0)::bigint AS superseded, \
+                   coalesce(sum(payload_bytes), 0)::bigint AS payload_bytes \
+                   FROM {s}.tallies) AS t"
             ),
             next_due: format!(
                 "SELECT next_attempt_at FROM {r} WHERE claimable ORDER BY next_attempt_at LIMIT 1"
@@ -439,6 +456,11 @@ fn answer(shape: Shape, rows: &[Row]) -> Result<Answer> {
                 .map(RawRecord::from_row)
                 .collect::<Result<_>>()?,
         ),
+        Shape::Usage => Answer::Usage(
+            rows.iter()
+                .map(|row| Ok((row.try_get(0).map_err(pg)?, row.try_get(1).map_err(pg)?)))
+                .collect::<Result<_>>()?,
+        ),
     })
 }
 
@@ -484,7 +506,7 @@ impl Execute for Pipelined<'_> {
             });
         }
         // `try_join_all` polls up to 30 futures in their order (a larger set would go to an
-        // unordered set; a batch here holds at most four), so the statements go out, and run,
+        // unordered set; a batch here holds at most five), so the statements go out, and run,
         // in the batch's order, pipelined on the one connection.
         futures::future::try_join_all(runs).await
     }

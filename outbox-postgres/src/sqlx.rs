@@ -36,9 +36,11 @@ impl PgStore {
     /// # Errors
     /// A bad batch (group or coalescing key, idempotency key, payload size) is refused with
     /// the core's typed error before any statement is sent, so your transaction can still
-    /// commit or roll back. [`Error::InvalidConfig`] for a connection that is not inside a
-    /// transaction (each statement would commit on its own). Server errors as every other
-    /// call maps them; after one, PostgreSQL only lets the transaction roll back.
+    /// commit or roll back. An enqueue past the store's size cap ([`Error::QueueFull`], see
+    /// [`PgConfig::with_cap`](crate::PgConfig::with_cap)) is refused before any of its records
+    /// is written, with the same effect. [`Error::InvalidConfig`] for a connection that is
+    /// not inside a transaction (each statement would commit on its own). Server errors as
+    /// every other call maps them; after one, PostgreSQL only lets the transaction roll back.
     ///
     /// ```no_run
     /// # async fn demo(store: outbox_postgres::PgStore, outbox: outbox_core::Outbox, pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
@@ -138,6 +140,11 @@ fn answer(shape: Shape, rows: &[PgRow]) -> std::result::Result<Answer, ::sqlx::E
                 .collect::<Result<_, ::sqlx::Error>>()?,
         ),
         Shape::Records => Answer::Records(rows.iter().map(raw).collect::<Result<_, _>>()?),
+        Shape::Usage => Answer::Usage(
+            rows.iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<_, ::sqlx::Error>>()?,
+        ),
     })
 }
 

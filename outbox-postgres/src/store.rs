@@ -209,11 +209,15 @@ impl PgStore {
     /// also announces the records and wakes this process's runner. Until the commit
     /// the transaction holds a lock on each group it enqueued into (which keeps every group in
     /// id order across concurrent writers) and on each coalescing key (so enqueues of one key
-    /// are decided one after the other); commit promptly. Coalescing is exact at PostgreSQL's
-    /// default isolation, READ COMMITTED, where each statement sees what the previous holder
-    /// of a lock committed; a REPEATABLE READ or SERIALIZABLE transaction sees its own
-    /// snapshot, and may then queue a write beside one it could have replaced, or fail with a
-    /// serialization error that the caller retries.
+    /// are decided one after the other), and on a store with a size cap
+    /// ([`PgConfig::with_cap`](crate::PgConfig::with_cap)) the outbox's turn, which every
+    /// capped enqueue waits for; commit promptly. A capped enqueue that would pass the cap is
+    /// refused with [`Error::QueueFull`](outbox_core::Error::QueueFull) before writing
+    /// anything: the transaction stays usable and your own writes can still commit.
+    /// Coalescing is exact at PostgreSQL's default isolation, READ COMMITTED, where each
+    /// statement sees what the previous holder of a lock committed; a REPEATABLE READ or
+    /// SERIALIZABLE transaction sees its own snapshot, and may then queue a write beside one
+    /// it could have replaced, or fail with a serialization error that the caller retries.
     ///
     /// ```no_run
     /// # async fn demo(store: outbox_postgres::PgStore, client: &mut tokio_postgres::Client) -> outbox_core::Result<()> {

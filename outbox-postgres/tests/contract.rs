@@ -5,7 +5,9 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{admin, down_to_3, down_to_4, down_to_5, server_ready, Scratch};
+use common::{
+    admin, down_to_3, down_to_4, down_to_5, payload_bytes_recounted, server_ready, Scratch,
+};
 use outbox_core::{
     Attempt, AttemptClass, Change, Claim, Guard, Halt, History, Lease, ListQuery, NewRecord,
     Progress, Record, RecordId, State, Store, Transition,
@@ -475,9 +477,9 @@ async fn a_version_4_schema_is_migrated_and_records_held_for_later_work_on_it() 
     );
 }
 
-/// A schema left at version 5 (no history column) is brought to the current version with
-/// its records kept, each with an empty history; the next failure is then kept, and the step
-/// found half done (the version set back) converges with the history kept.
+/// A schema left at version 5 (no history column, no payload bytes counted) is brought to the
+/// current version with its records kept, each with an empty history; the next failure is then
+/// kept, and the step found half done (the version set back) converges with the history kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_history() {
     if !server_ready() {
@@ -554,6 +556,12 @@ async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_histo
         .collect();
     assert_eq!(after, without_history, "every other field kept");
     assert_eq!(store.stats().await.unwrap(), stats_before);
+    // The payload bytes, which version 5 did not count, are counted from the records.
+    assert_eq!(stats_before.payload_bytes, 13, "\"failed\" and \"waiting\"");
+    assert_eq!(
+        payload_bytes_recounted(&client, s).await,
+        stats_before.payload_bytes
+    );
 
     // The next failure is kept.
     let claimed = store
@@ -591,6 +599,11 @@ async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_histo
     let again = scratch.store().await;
     assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
     assert_eq!(again.get(ids[0]).await.unwrap(), Some(failed));
+    assert_eq!(
+        again.stats().await.unwrap().payload_bytes,
+        13,
+        "counted once"
+    );
 }
 
 /// What versions 3 to 6 added, dropped again: the statements that bring a current schema

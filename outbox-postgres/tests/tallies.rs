@@ -1,13 +1,13 @@
 //! The counts `stats` and `common_errors` read (schema version 4: per-session shards kept by
-//! triggers) against a full recount of the records, the way version 3 counted them: after a
-//! random workload from several sessions at once, after a prune, and across the upgrade from
-//! version 3.
+//! triggers; the payload bytes since version 6) against a full recount of the records, the way
+//! version 3 counted them: after a random workload from several sessions at once, after a prune,
+//! and across the upgrade from version 3.
 
 mod common;
 
 use std::sync::Arc;
 
-use common::{admin, down_to_3, server_ready, Scratch};
+use common::{admin, down_to_3, payload_bytes_recounted, server_ready, Scratch};
 use outbox_core::{
     machine, Change, Claim, ErrorCount, Guard, Lease, ListQuery, NewRecord, Progress, State, Stats,
     Store, Transition,
@@ -89,6 +89,11 @@ async fn assert_counts_exact(store: &PgStore, s: &str, delivered: u64, when: &st
     let stats = store.stats().await.unwrap();
     assert_eq!(reported(&stats), recount(&client, s).await, "{when}");
     assert_eq!(stats.delivered, delivered, "{when}: delivered");
+    assert_eq!(
+        stats.payload_bytes,
+        payload_bytes_recounted(&client, s).await,
+        "{when}: payload bytes"
+    );
     let all = errors_recounted(&client, s).await;
     assert_eq!(
         store.common_errors(usize::MAX).await.unwrap(),
@@ -128,7 +133,8 @@ async fn work(store: PgStore, me: u64, seed: u64, steps: usize) -> u64 {
             0 | 1 => {
                 let batch = (0..rng.usize(1..6))
                     .map(|i| {
-                        let r = NewRecord::new(vec![b'x'; 10]);
+                        // Payloads of varied sizes, so a coalescing rewrite changes the bytes.
+                        let r = NewRecord::new(vec![b'x'; rng.usize(1..40)]);
                         match rng.u8(..4) {
                             0 => r.in_group(format!("g{}", rng.u8(..4))),
                             1 => r.replacing(format!("k{}", rng.u8(..3))),

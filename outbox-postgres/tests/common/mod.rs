@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Error, RecordId, Result, Store};
+use outbox_core::{Cap, Error, RecordId, Result, Store};
 use outbox_postgres::{PgConfig, PgStore};
 use outbox_testkit::{Backend, Capabilities};
 
@@ -201,6 +201,7 @@ impl Backend for PgBackend {
             persistent: true,
             shared: true,
             unreadable_rows: true,
+            size_cap: true,
         }
     }
 
@@ -217,6 +218,13 @@ impl Backend for PgBackend {
     async fn open(&self, location: &str) -> Result<Arc<dyn Store>> {
         Ok(Arc::new(
             PgStore::connect(config(location).with_runner_clock()).await?,
+        ))
+    }
+
+    /// As `open`, with the store's size cap set.
+    async fn open_capped(&self, location: &str, cap: Cap) -> Result<Arc<dyn Store>> {
+        Ok(Arc::new(
+            PgStore::connect(config(location).with_runner_clock().with_cap(cap)).await?,
         ))
     }
 
@@ -307,9 +315,120 @@ pub fn skip_reason() -> Option<String> {
 }
 
 /// What version 6 added, dropped again: the statements that bring a current schema back to
-/// version 5 as that build left it, with no history on any record.
+/// version 5 as that build left it, with no history on any record, no payload bytes counted
+/// and no turn for capped enqueues (the records' trigger function as version 4 wrote it).
 pub fn down_to_5(s: &str) -> String {
-    format!("ALTER TABLE \"{s}\".records DROP COLUMN history;")
+    format!(
+        "{} ALTER TABLE \"{s}\".records DROP COLUMN history; \
+         ALTER TABLE \"{s}\".tallies DROP COLUMN payload_bytes; \
+         DROP TABLE \"{s}\".cap_turn;",
+        TALLY_RECORDS_V4.replace("{s}", &format!("\"{s}\""))
+    )
+}
+
+/// The records' trigger function of versions 4 and 5 (`{s}`: the quoted schema): counts per
+/// state, absorbed writes and failed records, no payload bytes.
+const TALLY_RECORDS_V4: &str = r#"
+CREATE OR REPLACE FUNCTION {s}.tally_records() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    me integer := pg_backend_pid() % 64;
+    d record;
+    zeroed text[];
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        SELECT count(*) FILTER (WHERE state = 0) AS pending,
+            count(*) FILTER (WHERE state = 1) AS retrying,
+            count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL) AS in_flight,
+            count(*) FILTER (WHERE state = 3) AS attention,
+            count(*) FILTER (WHERE state = 4) AS rejected,
+            coalesce(sum(absorbed), 0) AS absorbed,
+            count(*) FILTER (WHERE state IN (1, 3, 4) AND last_error IS NOT NULL) AS failed
+        INTO d FROM new_rows;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT -count(*) FILTER (WHERE state = 0) AS pending,
+            -count(*) FILTER (WHERE state = 1) AS retrying,
+            -count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL) AS in_flight,
+            -count(*) FILTER (WHERE state = 3) AS attention,
+            -count(*) FILTER (WHERE state = 4) AS rejected,
+            -coalesce(sum(absorbed), 0) AS absorbed,
+            count(*) FILTER (WHERE state IN (1, 3, 4) AND last_error IS NOT NULL) AS failed
+        INTO d FROM old_rows;
+    ELSE
+        SELECT coalesce(sum(sign) FILTER (WHERE state = 0), 0) AS pending,
+            coalesce(sum(sign) FILTER (WHERE state = 1), 0) AS retrying,
+            coalesce(sum(sign) FILTER (WHERE state = 2 AND lease_until IS NOT NULL), 0)
+                AS in_flight,
+            coalesce(sum(sign) FILTER (WHERE state = 3), 0) AS attention,
+            coalesce(sum(sign) FILTER (WHERE state = 4), 0) AS rejected,
+            coalesce(sum(sign * absorbed), 0) AS absorbed,
+            count(*) FILTER (WHERE state IN (1, 3, 4) AND last_error IS NOT NULL) AS failed
+        INTO d FROM (SELECT 1 AS sign, state, lease_until, absorbed, last_error FROM new_rows
+            UNION ALL SELECT -1, state, lease_until, absorbed, last_error FROM old_rows) AS x;
+    END IF;
+    IF d.pending = 0 AND d.retrying = 0 AND d.in_flight = 0 AND d.attention = 0
+        AND d.rejected = 0 AND d.absorbed = 0 AND d.failed = 0 THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO {s}.tallies AS t (shard, pending, retrying, in_flight, attention, rejected,
+        absorbed)
+    VALUES (me, d.pending, d.retrying, d.in_flight, d.attention, d.rejected, d.absorbed)
+    ON CONFLICT (shard) DO UPDATE SET pending = t.pending + excluded.pending,
+        retrying = t.retrying + excluded.retrying, in_flight = t.in_flight + excluded.in_flight,
+        attention = t.attention + excluded.attention, rejected = t.rejected + excluded.rejected,
+        absorbed = t.absorbed + excluded.absorbed;
+    IF d.failed = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
+            SELECT me, md5(last_error), last_error, count(*) FROM new_rows
+            WHERE state IN (1, 3, 4) AND last_error IS NOT NULL
+            GROUP BY last_error ORDER BY 2
+            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
+            RETURNING e.digest, e.n)
+        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
+    ELSIF TG_OP = 'DELETE' THEN
+        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
+            SELECT me, md5(last_error), last_error, -count(*) FROM old_rows
+            WHERE state IN (1, 3, 4) AND last_error IS NOT NULL
+            GROUP BY last_error ORDER BY 2
+            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
+            RETURNING e.digest, e.n)
+        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
+    ELSE
+        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
+            SELECT me, md5(last_error), last_error, sum(sign) FROM
+                (SELECT 1 AS sign, state, last_error FROM new_rows
+                 UNION ALL SELECT -1, state, last_error FROM old_rows) AS x
+            WHERE state IN (1, 3, 4) AND last_error IS NOT NULL
+            GROUP BY last_error HAVING sum(sign) <> 0 ORDER BY 2
+            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
+            RETURNING e.digest, e.n)
+        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
+    END IF;
+    IF zeroed IS NOT NULL THEN
+        DELETE FROM {s}.error_tallies WHERE shard = me AND digest = ANY(zeroed) AND n = 0;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+"#;
+
+/// The payload bytes of the records a size cap counts (every record but those set aside as
+/// unreadable), summed from the rows: what `Stats::payload_bytes` must equal.
+pub async fn payload_bytes_recounted(client: &tokio_postgres::Client, s: &str) -> u64 {
+    let bytes: i64 = client
+        .query_one(
+            &format!(
+                "SELECT coalesce(sum(octet_length(payload)), 0)::bigint FROM \"{s}\".records \
+                 WHERE state <> 2 OR lease_until IS NOT NULL"
+            ),
+            &[],
+        )
+        .await
+        .expect("the payload bytes are summed")
+        .get(0);
+    u64::try_from(bytes).expect("a sum of lengths is not negative")
 }
 
 /// What versions 5 and 6 added, dropped again: the statements that bring a current schema
