@@ -91,6 +91,12 @@ pub enum Error {
         /// What the refused enqueue would have added.
         adding: u64,
     },
+    /// A trace context that is not a valid W3C `traceparent`/`tracestate`.
+    #[error("invalid trace context: {reason}")]
+    InvalidTraceContext {
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The storage was opened read-only, or the medium refuses writes.
     #[error("the outbox storage is read-only")]
     ReadOnly {

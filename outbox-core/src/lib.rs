@@ -67,6 +67,7 @@ pub mod state;
 pub mod store;
 #[cfg(feature = "tower")]
 pub mod tower;
+pub mod trace;
 pub mod unreadable;
 
 pub use cap::{Cap, CapLimit, Usage};
@@ -88,6 +89,7 @@ pub use state::State;
 pub use store::{
     Applied, Claim, Enqueued, ErrorCount, Halt, ListQuery, Round, Stats, Store, DEFAULT_MAX_PAYLOAD,
 };
+pub use trace::TraceContext;
 pub use unreadable::Unreadable;
 
 /// Re-exported so a `Sink` implementation needs no direct dependency on `async-trait`.

@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::history::History;
 use crate::state::State;
+use crate::trace::TraceContext;
 
 mod new;
 
@@ -100,6 +101,8 @@ pub struct Record {
     pub not_before: Option<Millis>,
     /// The last attempts, oldest first (see [`History`]).
     pub history: History,
+    /// The trace context of the span the write was made in (see [`crate::trace`]).
+    pub trace: Option<TraceContext>,
 }
 
 impl Record {
@@ -129,6 +132,7 @@ impl Record {
             replaces: None,
             not_before: None,
             history: History::default(),
+            trace: None,
         }
     }
 
@@ -148,6 +152,7 @@ impl Record {
             expected_version: new.expected_version,
             replaces: new.replaces,
             not_before: new.not_before,
+            trace: new.trace,
             next_attempt_at: Some(due),
             ..Record::fresh(id, new.group, new.payload, new.key, now)
         }
@@ -229,6 +234,7 @@ impl Record {
         self.key = new.key;
         self.expected_version = new.expected_version;
         self.not_before = new.not_before;
+        self.trace = new.trace;
         self.created_at = now;
     }
 

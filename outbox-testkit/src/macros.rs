@@ -29,6 +29,8 @@ macro_rules! __with_scenarios {
                 "twelve attempts keep the last ten, oldest dropped first; a 2,000-byte error kept as its first 512 bytes at most";
             store queue_full_refuses_and_touches_nothing (SizeCap) 60
                 "a cap of 1,000 records refuses the 1,001st with `QueueFull` (limit, usage, addition) and changes nothing; a batch that does not fit is refused whole; a replacing write adds nothing; a rejected record counts until pruned; a 100-byte cap the same; `stats` shows the usage";
+            store trace_context_kept () 60
+                "a write's trace context comes back from `get`, `list` and the claim; a replacing write brings its own, or none";
             store paging () 60
                 "`list` by `after`/`limit`/state/group; tombstone pages";
             store payload_limit () 60

@@ -1,6 +1,20 @@
 //! A write to enqueue ([`NewRecord`]), its builder and the checks every store relies on.
 
 use super::Millis;
+use crate::trace::TraceContext;
+
+/// The trace context a new write starts with: the current span's with the `opentelemetry`
+/// feature, none without it.
+fn current_trace() -> Option<TraceContext> {
+    #[cfg(feature = "opentelemetry")]
+    {
+        TraceContext::current()
+    }
+    #[cfg(not(feature = "opentelemetry"))]
+    {
+        None
+    }
+}
 
 /// A write to enqueue: the payload, an optional ordering group and a stable idempotency key;
 /// optionally the entity version it was written against ([`NewRecord::expecting`]) and a key
@@ -33,6 +47,10 @@ pub struct NewRecord {
     /// Wall-clock time before which the record is not delivered. Set with
     /// [`NewRecord::not_before`].
     pub not_before: Option<Millis>,
+    /// The trace context of the span the write was made in (see [`crate::trace`]). Set with
+    /// [`NewRecord::trace_context`]; with the `opentelemetry` feature, [`NewRecord::new`]
+    /// takes the current span's.
+    pub trace: Option<TraceContext>,
 }
 
 impl NewRecord {
@@ -45,7 +63,24 @@ impl NewRecord {
             expected_version: None,
             replaces: None,
             not_before: None,
+            trace: current_trace(),
         }
+    }
+
+    /// Carries the trace context `cx` to the delivery (`HttpSink` sends it as the
+    /// `traceparent` and `tracestate` headers; with the `opentelemetry` feature the delivery
+    /// span links to it). It replaces the context [`NewRecord::new`] took, if any.
+    ///
+    /// ```
+    /// use outbox_core::{NewRecord, Record, RecordId, TraceContext};
+    /// let cx = TraceContext::new("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None)?;
+    /// let record = Record::enqueued(RecordId(1), NewRecord::new(vec![]).trace_context(cx.clone()), 0);
+    /// assert_eq!(record.trace, Some(cx));
+    /// # Ok::<(), outbox_core::Error>(())
+    /// ```
+    pub fn trace_context(mut self, cx: TraceContext) -> Self {
+        self.trace = Some(cx);
+        self
     }
 
     /// Holds the record until the wall-clock time `at` (milliseconds since the Unix epoch): it

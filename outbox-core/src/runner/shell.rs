@@ -136,6 +136,13 @@ pub(crate) async fn run(
                         detail = Empty,
                         took_ms = Empty,
                     );
+                    // The write's own span, perhaps days ago in another process: linked,
+                    // not a parent, as the delivery is a trace of its own.
+                    #[cfg(feature = "opentelemetry")]
+                    if let Some(cx) = &record.trace {
+                        use tracing_opentelemetry::OpenTelemetrySpanExt;
+                        span.add_link(cx.span_context());
+                    }
                     let id = record.id;
                     let delivery = std::panic::AssertUnwindSafe(
                         deliver(Arc::clone(&shared), record).instrument(span),

@@ -41,6 +41,7 @@ mod rounds;
 mod runner;
 mod schedule;
 mod stats;
+mod trace;
 mod unreadable;
 mod writes;
 
@@ -80,6 +81,7 @@ pub use schedule::{
     runner_not_before_across_step_back, runner_not_before_honoured,
 };
 pub use stats::stats_exact;
+pub use trace::trace_context_kept;
 pub use unreadable::unreadable_row_passed_by;
 pub use writes::{
     coalescing_leaves_in_flight_alone, coalescing_replaces_in_place,

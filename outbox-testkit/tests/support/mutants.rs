@@ -91,6 +91,8 @@ enum Kind {
     CapIgnored,
     CapOffByOne,
     CapPartialBatch,
+    TraceDropped,
+    ReplacingKeepsTrace,
 }
 
 /// The sound store, the row every scenario must pass.
@@ -488,6 +490,18 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         meant_for: &["queue_full_refuses_and_touches_nothing"],
         kind: Kind::CapPartialBatch,
     },
+    Mutant {
+        name: "trace_dropped",
+        bug: "the trace context of a write is not stored",
+        meant_for: &["trace_context_kept"],
+        kind: Kind::TraceDropped,
+    },
+    Mutant {
+        name: "replacing_keeps_trace",
+        bug: "a replacing write keeps the trace context of the write it replaced",
+        meant_for: &["trace_context_kept"],
+        kind: Kind::ReplacingKeepsTrace,
+    },
 ];
 
 /// State of one location that outlives its handles (what a file would hold).
@@ -680,6 +694,8 @@ struct Layer {
     delivered_base: AtomicU64,
     /// For `ReadsOneWriteBehind`: every record as it was before the last write.
     before_last_write: Mutex<Option<Vec<Record>>>,
+    /// For `ReplacingKeepsTrace`: the trace context each record was first written with.
+    first_trace: Mutex<HashMap<RecordId, Option<outbox_core::TraceContext>>>,
 }
 
 impl Layer {
@@ -692,6 +708,7 @@ impl Layer {
             uncounted: AtomicU64::new(0),
             delivered_base: AtomicU64::new(0),
             before_last_write: Mutex::default(),
+            first_trace: Mutex::default(),
         }
     }
 
@@ -710,6 +727,14 @@ impl Layer {
         if self.kind == Kind::HistoryUnread {
             for record in &mut records {
                 record.history = History::default();
+            }
+        }
+        if self.kind == Kind::ReplacingKeepsTrace {
+            let first = self.first_trace.lock().unwrap();
+            for record in &mut records {
+                if let Some(trace) = first.get(&record.id) {
+                    record.trace = trace.clone();
+                }
             }
         }
         records
@@ -975,6 +1000,25 @@ impl StoreLayer for Layer {
 
     async fn enqueue(&self, records: Vec<NewRecord>, now: Millis) -> Result<Enqueued> {
         match self.kind {
+            Kind::TraceDropped => {
+                let records = records
+                    .into_iter()
+                    .map(|r| NewRecord { trace: None, ..r })
+                    .collect();
+                self.inner.enqueue(records, now).await
+            }
+            Kind::ReplacingKeepsTrace => {
+                let traces: Vec<_> = records.iter().map(|r| r.trace.clone()).collect();
+                let enqueued = self.inner.enqueue(records, now).await?;
+                let mut first = self.first_trace.lock().unwrap();
+                for (index, (id, trace)) in enqueued.ids.iter().zip(traces).enumerate() {
+                    if !enqueued.replaced(index) {
+                        first.insert(*id, trace);
+                    }
+                }
+                drop(first);
+                Ok(enqueued)
+            }
             Kind::CapPartialBatch if records.len() > 1 => {
                 match self.inner.enqueue(records.clone(), now).await {
                     Err(full @ outbox_core::Error::QueueFull { .. }) => {
