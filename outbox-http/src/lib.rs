@@ -36,5 +36,7 @@ mod sink;
 mod target;
 
 pub use credentials::{CredentialSource, Token};
-pub use sink::{if_match, HttpSink, CREATED_AT, IDEMPOTENCY_KEY, REASON_BYTES};
+pub use sink::{
+    if_match, HttpSink, CREATED_AT, IDEMPOTENCY_KEY, REASON_BYTES, TRACEPARENT, TRACESTATE,
+};
 pub use target::Target;

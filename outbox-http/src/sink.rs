@@ -19,6 +19,14 @@ use crate::target::{elsewhere, redact, redact_text, scrub, Target};
 /// The header that carries each record's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
+/// The W3C header that carries the trace context of the span a record was written in
+/// ([`outbox_core::TraceContext`]), when it has one.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// The W3C header that carries the vendors' part of a record's trace context, when it has
+/// one.
+pub const TRACESTATE: &str = "tracestate";
+
 /// The header that carries when the record was enqueued, in milliseconds since the Unix epoch
 /// on the enqueuing device's clock, so a server can tell a write made a week ago from one made
 /// now.
@@ -66,6 +74,9 @@ type Route = dyn Fn(&Record) -> std::result::Result<Target, String> + Send + Syn
 ///   `If-Match` with that version ([`if_match`]): a server whose entity changed since answers
 ///   412, which is a conflict for the resolver (by default the record waits for a person with
 ///   the reason), never an overwrite and never a retry.
+/// - for a record with a trace context ([`outbox_core::NewRecord::trace_context`], or the
+///   current span's with the core's `opentelemetry` feature), [`TRACEPARENT`] and
+///   [`TRACESTATE`], so the server's span joins the trace the write was made in.
 ///
 /// ## What each failure becomes
 /// - a status: the classifier's outcome, with the first [`REASON_BYTES`] of the body appended
@@ -313,6 +324,15 @@ impl HttpSink {
             let value = HeaderValue::try_from(if_match(version))
                 .map_err(|_| format!("expected version {version:?} is not a valid header value"))?;
             headers.insert(IF_MATCH, value);
+        }
+        if let Some(cx) = &record.trace {
+            // A context is visible ASCII by construction: only a broken invariant is skipped.
+            if let Ok(value) = HeaderValue::try_from(cx.traceparent()) {
+                headers.insert(TRACEPARENT, value);
+            }
+            if let Some(Ok(value)) = cx.tracestate().map(HeaderValue::try_from) {
+                headers.insert(TRACESTATE, value);
+            }
         }
         if let Some(value) = self.credentials.as_ref().and_then(|c| c.authorization()) {
             // The value itself stays out of the reason: it is a secret.
