@@ -40,8 +40,8 @@ pub(crate) const REFRESH_SQL: &str = "UPDATE records SET claimable = (
 /// delivery or a discard takes off the payload bytes counter.
 const LOAD_SQL: &str = "SELECT id, grp, x'', key, created_at, state, attempts, unanswered, \
      interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
-     expected_version, replaces, not_before, history, member, length(payload) FROM records \
-     WHERE id IN (SELECT value FROM json_each(?1))";
+     expected_version, replaces, not_before, history, trace, member, length(payload) \
+     FROM records WHERE id IN (SELECT value FROM json_each(?1))";
 
 /// A row as a transition sees it: the record, whether it still holds its group's order, and
 /// its payload's length in bytes (the record's payload itself is not read).

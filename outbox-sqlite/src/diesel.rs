@@ -10,7 +10,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::{BigInt, Binary, Bool, Nullable, Text};
 use diesel::sqlite::{Sqlite, SqliteConnection};
 use diesel::{QueryableByName, RunQueryDsl};
-use outbox_core::{Error, History, Millis, NewRecord, Result};
+use outbox_core::{Error, History, Millis, NewRecord, Result, TraceContext};
 
 use crate::enqueue::{self, Answer, Execute, Param, Shape, Stmt};
 use crate::ops::RawRecord;
@@ -159,6 +159,9 @@ struct RecordRow {
     not_before: Option<i64>,
     #[diesel(sql_type = Nullable<Binary>)]
     history: Option<Vec<u8>>,
+    /// Read as bytes, so text that is not UTF-8 reads as no context rather than failing.
+    #[diesel(sql_type = Nullable<Binary>)]
+    trace: Option<Vec<u8>>,
 }
 
 impl From<RecordRow> for RawRecord {
@@ -182,6 +185,11 @@ impl From<RecordRow> for RawRecord {
             replaces: r.replaces,
             not_before: r.not_before,
             history: History::decode(&r.history.unwrap_or_default()),
+            trace: r
+                .trace
+                .as_deref()
+                .and_then(|bytes| std::str::from_utf8(bytes).ok())
+                .and_then(TraceContext::decode),
         }
     }
 }

@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 
-use outbox_core::{Cap, Enqueued, Error, Millis, NewRecord, RecordId, Result, Usage};
+use outbox_core::{Cap, Enqueued, Error, Millis, NewRecord, RecordId, Result, TraceContext, Usage};
 use rusqlite::Connection;
 
 use crate::error::{corrupt, db};
@@ -26,17 +26,19 @@ use crate::schema::{APPLICATION_ID, SCHEMA_VERSION};
 const TAKE_IDS_SQL: &str =
     "UPDATE meta SET value = value + ?1 WHERE name = 'last_id' RETURNING value";
 
-/// A fresh record: due at `?10`, its enqueue time or its later not-before time `?11`.
+/// A fresh record: due at `?10`, its enqueue time or its later not-before time `?11`, with
+/// its trace context `?12` ([`TraceContext::encode`](outbox_core::TraceContext::encode)).
 const INSERT_SQL: &str = "INSERT INTO records (id, grp, payload, key, created_at, state, \
-     next_attempt_at, member, claimable, expected_version, replaces, not_before) \
-     VALUES (?1, ?2, ?3, ?4, ?5, 0, ?10, ?6, ?7, ?8, ?9, ?11)";
+     next_attempt_at, member, claimable, expected_version, replaces, not_before, trace) \
+     VALUES (?1, ?2, ?3, ?4, ?5, 0, ?10, ?6, ?7, ?8, ?9, ?11, ?12)";
 
 /// Rewrites a record that a later write of its coalescing key replaced; the new write's
 /// not-before time may move its deadline (see [`Record::supersede`](outbox_core::Record)).
-/// The deadline index is on `next_attempt_at`, so the row moves within it.
+/// The deadline index is on `next_attempt_at`, so the row moves within it. The trace context
+/// becomes the new write's (none when it has none).
 const SUPERSEDE_SQL: &str =
     "UPDATE records SET payload = ?2, key = ?3, expected_version = ?4, created_at = ?5, \
-     next_attempt_at = ?6, not_before = ?7 WHERE id = ?1";
+     next_attempt_at = ?6, not_before = ?7, trace = ?8 WHERE id = ?1";
 
 /// Counts the fresh records among the pending (`?1`) and the payload bytes the enqueue added
 /// (`?2`, less what coalescing writes replaced; see [`counters`](crate::counters)): two rows of
@@ -368,6 +370,7 @@ async fn write<E: Execute>(
                         .is_empty()
                 }
             };
+            let trace = record.trace.as_ref().map(TraceContext::encode);
             let params = vec![
                 Param::Int(ms(id)),
                 Param::OptText(record.group.as_deref()),
@@ -380,6 +383,7 @@ async fn write<E: Execute>(
                 Param::OptText(record.replaces.as_deref()),
                 Param::Int(ms(now.max(record.not_before.unwrap_or(0)))),
                 Param::OptInt(record.not_before.map(ms)),
+                Param::OptText(trace.as_deref()),
             ];
             done(ex, INSERT_SQL, params).await?;
             enqueued.ids.push(RecordId(id));
@@ -437,6 +441,7 @@ async fn coalesce<E: Execute>(
     let before = count(latest.payload.len());
     latest.supersede(new.clone(), now);
     let grown = count(latest.payload.len()) - before;
+    let trace = latest.trace.as_ref().map(TraceContext::encode);
     let params = vec![
         Param::Int(ms(latest.id.0)),
         Param::Blob(&latest.payload),
@@ -445,6 +450,7 @@ async fn coalesce<E: Execute>(
         Param::Int(ms(latest.created_at)),
         Param::OptInt(latest.next_attempt_at.map(ms)),
         Param::OptInt(latest.not_before.map(ms)),
+        Param::OptText(trace.as_deref()),
     ];
     done(ex, SUPERSEDE_SQL, params).await?;
     Ok(Some((latest.id, grown)))

@@ -14,7 +14,7 @@
 
 use outbox_core::{
     Cap, Claim, Enqueued, Halt, History, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, State, Stats, Tombstone,
+    Result, State, Stats, Tombstone, TraceContext,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -30,13 +30,13 @@ macro_rules! columns {
     () => {
         "id, grp, payload, key, created_at, state, attempts, unanswered, interrupted, \
          last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
-         expected_version, replaces, not_before, history"
+         expected_version, replaces, not_before, history, trace"
     };
 }
 pub(crate) use columns;
 
 /// How many columns [`columns!`] names: the index of the first column a query adds after them.
-pub(crate) const COLUMN_COUNT: usize = 18;
+pub(crate) const COLUMN_COUNT: usize = 19;
 
 const COLUMNS: &str = columns!();
 
@@ -163,6 +163,9 @@ pub(crate) struct RawRecord {
     pub(crate) not_before: Option<i64>,
     /// The encoded [`History`] (`NULL` for none); a value of another type reads as damaged.
     pub(crate) history: History,
+    /// The trace context ([`TraceContext::decode`]); damaged text, or a value of another
+    /// type, reads as none.
+    pub(crate) trace: Option<TraceContext>,
 }
 
 impl RawRecord {
@@ -186,6 +189,7 @@ impl RawRecord {
             replaces: row.get(15)?,
             not_before: row.get(16)?,
             history: history_at(row, 17)?,
+            trace: trace_at(row, 18)?,
         })
     }
 
@@ -228,6 +232,7 @@ impl RawRecord {
                 .map(|t| read_ms(t, "not_before"))
                 .transpose()?,
             history: self.history,
+            trace: self.trace,
         })
     }
 }
@@ -240,6 +245,18 @@ pub(crate) fn history_at(row: &Row<'_>, index: usize) -> rusqlite::Result<Histor
         ValueRef::Null => History::default(),
         ValueRef::Blob(bytes) => History::decode(bytes),
         _ => History::decode(DAMAGED),
+    })
+}
+
+/// The trace context in column `index`: text is decoded ([`TraceContext::decode`], damaged
+/// text reads as none), and `NULL` or a value of any other type is none: the record itself
+/// stays readable either way.
+pub(crate) fn trace_at(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<TraceContext>> {
+    Ok(match row.get_ref(index)? {
+        ValueRef::Text(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(TraceContext::decode),
+        _ => None,
     })
 }
 

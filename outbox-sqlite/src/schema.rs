@@ -49,7 +49,10 @@ pub const APPLICATION_ID: i32 = 0x6f62_7831;
 ///   already there), and `meta` counts the payload bytes of the records the state counters
 ///   count (`payload_bytes`: every readable record, rejected ones included; filled from the
 ///   rows already there and kept by the store's writes as the other counters are): stats
-///   report it and a size cap ([`Cap`](outbox_core::Cap)) reads it.
+///   report it and a size cap ([`Cap`](outbox_core::Cap)) reads it. Each record also keeps
+///   the trace context of the span its write was made in (`trace`, the text of
+///   [`TraceContext::encode`](outbox_core::TraceContext::encode), `NULL` for none and on the
+///   records already there).
 pub const SCHEMA_VERSION: u32 = 7;
 
 /// The tables every version has.
@@ -483,13 +486,16 @@ fn to_v6(conn: &Connection) -> Result<()> {
 }
 
 /// Version 7: the last attempts of each record (`history`, `NULL` on the records already
-/// there: their history starts with their next attempt), and the payload bytes counter (see
+/// there: their history starts with their next attempt), its trace context (`trace`, `NULL`
+/// on the records already there: they carry none), and the payload bytes counter (see
 /// [`counters`](crate::counters)), filled afresh from the rows inside the step's transaction,
 /// so a step run again converges on the same count.
 fn to_v7(conn: &Connection) -> Result<()> {
-    if !has_column(conn, "records", "history")? {
-        conn.execute_batch("ALTER TABLE records ADD COLUMN history BLOB")
-            .map_err(db)?;
+    for (column, ty) in [("history", "BLOB"), ("trace", "TEXT")] {
+        if !has_column(conn, "records", column)? {
+            conn.execute_batch(&format!("ALTER TABLE records ADD COLUMN {column} {ty}"))
+                .map_err(db)?;
+        }
     }
     conn.execute_batch(
         "INSERT OR REPLACE INTO meta (name, value)

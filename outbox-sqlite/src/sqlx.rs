@@ -6,7 +6,7 @@
 use ::sqlx::query::Query;
 use ::sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
 use ::sqlx::{AssertSqlSafe, Connection as _, Row as _};
-use outbox_core::{Enqueued, Error, History, Millis, NewRecord, Outbox, Result};
+use outbox_core::{Enqueued, Error, History, Millis, NewRecord, Outbox, Result, TraceContext};
 
 use crate::enqueue::{self, Answer, Execute, Param, Shape, Stmt};
 use crate::ops::RawRecord;
@@ -143,6 +143,12 @@ fn raw(row: &SqliteRow) -> std::result::Result<RawRecord, ::sqlx::Error> {
         replaces: row.try_get(15)?,
         not_before: row.try_get(16)?,
         history: History::decode(&row.try_get::<Option<Vec<u8>>, _>(17)?.unwrap_or_default()),
+        trace: row
+            .try_get::<Option<String>, _>(18)
+            .ok()
+            .flatten()
+            .as_deref()
+            .and_then(TraceContext::decode),
     })
 }
 

@@ -18,7 +18,7 @@ use crate::json::json_ids;
 use crate::ops::{columns, ms, RawRecord, COLUMN_COUNT};
 
 /// The names of the columns of [`columns!`], in its order, for reasons.
-const NAMES: [&str; 17] = [
+const NAMES: [&str; COLUMN_COUNT] = [
     "id",
     "grp",
     "payload",
@@ -36,6 +36,8 @@ const NAMES: [&str; 17] = [
     "expected_version",
     "replaces",
     "not_before",
+    "history",
+    "trace",
 ];
 
 /// Why an engine error left a column undecodable, in words.

@@ -197,6 +197,8 @@ fn expected(id: u64, row: &Row) -> Record {
         not_before: None,
         // Unknown before version 7: the history starts with the next attempt.
         history: outbox_core::History::default(),
+        // Unknown before version 7: the records carry no trace context.
+        trace: None,
     }
 }
 
@@ -390,6 +392,7 @@ fn check_layout(path: &Path) {
         "claimed_from",
         "not_before",
         "history",
+        "trace",
     ] {
         assert!(columns.iter().any(|c| c == column), "{column}: {columns:?}");
     }
@@ -629,6 +632,26 @@ async fn upgraded_with_nothing_lost(path: &Path, records: &[Record]) {
         .map(|a| (a.at, a.status))
         .collect();
     assert_eq!(kept, [(100_001, Some(503))]);
+
+    // The upgraded file keeps trace contexts.
+    let cx = outbox_core::TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("congo=t61rcWkgMzE".into()),
+    )
+    .expect("trace context");
+    let traced = store
+        .enqueue(
+            vec![outbox_core::NewRecord::new(b"traced".to_vec()).trace_context(cx.clone())],
+            5_000,
+        )
+        .await
+        .expect("enqueue");
+    let record = store
+        .get(traced.ids[0])
+        .await
+        .expect("get")
+        .expect("traced");
+    assert_eq!(record.trace, Some(cx));
 }
 
 #[tokio::test]
