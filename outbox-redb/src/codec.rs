@@ -23,6 +23,13 @@
 //! | key | string |
 //! | payload | byte string |
 //! | history | byte string: the bytes of [`History::encode`], empty for no attempts |
+//! | trace | byte string: the text of [`TraceContext::encode`], empty for none |
+//!
+//! Layout 5 is extended with the trace context rather than followed by a layout 6: it came with
+//! schema version 6, which is not released yet, so no released build wrote a layout 5 record
+//! without it, and a layout 6 would only have added a migration and a layout to decode. (A
+//! layout 5 value written by an unreleased build before the trace context existed reads as a
+//! truncated record.)
 //!
 //! Record layout 4 (schema version 5) is the same without `history`, which reads as an empty
 //! history; record layout 3 (schema version 4) also lacks `not_before`, which reads as `None`
@@ -30,11 +37,15 @@
 //! `expected_version` and `replaces`, which read as `None`; record layout 1 (schema version 1)
 //! also lacks `unanswered` and `interrupted`, which read as 0.
 //!
-//! The history is the last field and its bytes are read by [`History::decode`], which never
-//! fails: a damaged history inside an otherwise whole record reads as an empty history that
-//! says so ([`History::is_unreadable`]) and the record stays readable. A history whose length
-//! runs past the end of the value is a truncated record, as for any other field: the row is
-//! unreadable.
+//! Every layout before 5 reads with no trace context.
+//!
+//! The history's bytes are read by [`History::decode`], which never fails: a damaged history
+//! inside an otherwise whole record reads as an empty history that says so
+//! ([`History::is_unreadable`]) and the record stays readable. The trace text is read by
+//! [`TraceContext::decode`] in the same spirit: text that is not UTF-8 or not a context reads
+//! as none, and the rest of the record is intact (the delivery is only not linked). A history
+//! or trace text whose length runs past the end of the value is a truncated record, as for any
+//! other field: the row is unreadable.
 //!
 //! [`decode_record`] reads every earlier layout, but an earlier layout is never left in a file
 //! of the current schema: the migration ([`crate::schema`]) rewrites every record in the
@@ -47,7 +58,9 @@
 //! Halt layout 1 (the `runner` table's `halt` entry, from schema version 3): layout `u8` = 1,
 //! `since` as `u64`, the reason as a string.
 
-use outbox_core::{Error, Halt, History, Lease, NewRecord, Record, RecordId, State, Tombstone};
+use outbox_core::{
+    Error, Halt, History, Lease, NewRecord, Record, RecordId, State, Tombstone, TraceContext,
+};
 
 /// The record layout this build writes.
 pub(crate) const RECORD_LAYOUT: u8 = 5;
@@ -65,6 +78,7 @@ pub(crate) fn encode_record(record: &Record) -> Vec<u8> {
             payload: &record.payload,
             expected_version: record.expected_version.as_deref(),
             replaces: record.replaces.as_deref(),
+            trace: record.trace.as_ref(),
         },
     )
 }
@@ -80,6 +94,7 @@ pub(crate) fn encode_new(shell: &Record, new: &NewRecord) -> Vec<u8> {
             payload: &new.payload,
             expected_version: new.expected_version.as_deref(),
             replaces: new.replaces.as_deref(),
+            trace: new.trace.as_ref(),
         },
     )
 }
@@ -90,6 +105,7 @@ struct Written<'a> {
     payload: &'a [u8],
     expected_version: Option<&'a str>,
     replaces: Option<&'a str>,
+    trace: Option<&'a TraceContext>,
 }
 
 fn encode_parts(record: &Record, written: Written<'_>) -> Vec<u8> {
@@ -98,24 +114,29 @@ fn encode_parts(record: &Record, written: Written<'_>) -> Vec<u8> {
 
 /// Writes `record` in `layout`, field by field as [`decode_record`] reads it: layout 1 has no
 /// `unanswered` and `interrupted`, layouts 1 and 2 no expected version and coalescing key,
-/// layouts 1 to 3 no not-before time, layouts 1 to 4 no history. The not-before time and the
-/// history are the record's own (an enqueue's shell carries the new record's not-before time
-/// and an empty history).
+/// layouts 1 to 3 no not-before time, layouts 1 to 4 no history and no trace context. The
+/// not-before time and the history are the record's own (an enqueue's shell carries the new
+/// record's not-before time and an empty history); the trace context is the writer's.
 fn encode_layout(record: &Record, written: Written<'_>, layout: u8) -> Vec<u8> {
     let Written {
         key,
         payload,
         expected_version,
         replaces,
+        trace,
     } = written;
-    let history = if layout >= 5 {
-        record.history.encode()
+    let (history, trace) = if layout >= 5 {
+        (
+            record.history.encode(),
+            trace.map(TraceContext::encode).unwrap_or_default(),
+        )
     } else {
-        Vec::new()
+        (Vec::new(), String::new())
     };
     let mut out = Writer(Vec::with_capacity(
-        68 + payload.len()
+        72 + payload.len()
             + history.len()
+            + trace.len()
             + key.len()
             + record.group.as_ref().map_or(0, String::len)
             + expected_version.map_or(0, str::len)
@@ -152,6 +173,7 @@ fn encode_layout(record: &Record, written: Written<'_>, layout: u8) -> Vec<u8> {
     out.bytes(payload);
     if layout >= 5 {
         out.bytes(&history);
+        out.bytes(trace.as_bytes());
     }
     out.0
 }
@@ -188,6 +210,7 @@ pub(crate) fn encode_record_as(record: &Record, layout: u8) -> Vec<u8> {
         payload: &record.payload,
         expected_version: record.expected_version.as_deref(),
         replaces: record.replaces.as_deref(),
+        trace: record.trace.as_ref(),
     };
     encode_layout(record, written, layout)
 }
@@ -230,10 +253,17 @@ pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
     let payload = r.bytes()?.to_vec();
     // A truncated history is a truncated record; damaged history bytes are only a damaged
     // history (read as empty and unreadable), the rest of the record is whole.
-    let history = if layout < 5 {
-        History::default()
+    // The same for the trace text: a truncated one is a truncated record, a damaged one (not
+    // UTF-8, or not a context) is only no context.
+    let (history, trace) = if layout < 5 {
+        (History::default(), None)
     } else {
-        History::decode(r.bytes()?)
+        let history = History::decode(r.bytes()?);
+        let trace = std::str::from_utf8(r.bytes()?)
+            .ok()
+            .filter(|text| !text.is_empty())
+            .and_then(TraceContext::decode);
+        (history, trace)
     };
     r.finish()?;
     Ok(Record {
@@ -254,6 +284,7 @@ pub(crate) fn decode_record(id: u64, bytes: &[u8]) -> Result<Record, Error> {
         replaces,
         not_before,
         history,
+        trace,
     })
 }
 

@@ -19,11 +19,12 @@
 //! records in layout 4, with the time a record is not to be delivered before (`not_before`).
 //! Its deadline stays the key of the `due` and `queued` indexes, so a record held for later
 //! costs a claim nothing. 6 (current) stores records in layout 5, with the record's last
-//! attempts (its history, in the bytes of [`outbox_core::History::encode`]), and adds the
-//! `payload_bytes` counter; no table or index changes. A file of version 5 upgrades to 6 as
-//! every earlier version does: in one write transaction that rewrites each record in layout 5
-//! (with an empty history), rebuilds the indexes and sets `payload_bytes` from the records. A
-//! file newer than 6 is refused.
+//! attempts (its history, in the bytes of [`outbox_core::History::encode`]) and its trace
+//! context (the text of [`outbox_core::TraceContext::encode`]), and adds the `payload_bytes`
+//! counter; no table or index changes. A file of version 5 upgrades to 6 as every earlier
+//! version does: in one write transaction that rewrites each record in layout 5 (with an empty
+//! history and no trace context), rebuilds the indexes and sets `payload_bytes` from the
+//! records. A file newer than 6 is refused.
 //!
 //! `payload_bytes` is the sum of the payload lengths of every record in `records` (rejected
 //! ones included; tombstones hold no payload): what a size cap ([`outbox_core::Cap`]) counts,

@@ -9,7 +9,7 @@ use std::path::Path;
 use common::fresh;
 use outbox_core::{
     Attempt, AttemptClass, Change, Claim, Error, Guard, History, ListQuery, NewRecord, Record,
-    RecordId, State, Store, Transition, DEFAULT_MAX_PAYLOAD,
+    RecordId, State, Store, TraceContext, Transition, DEFAULT_MAX_PAYLOAD,
 };
 use outbox_redb::{RedbConfig, RedbStore, SCHEMA_VERSION};
 use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
@@ -276,8 +276,8 @@ fn downgrade_to_version_4(path: &Path, records: &[Record]) {
 }
 
 /// Turns a current file holding `records` into the schema-version-5 layout: records in
-/// layout 4, without a history (whatever history they had is lost, as version 5 never kept
-/// one).
+/// layout 4, without a history or a trace context (whatever they had is lost, as version 5
+/// never kept either).
 fn downgrade_to_version_5(path: &Path, records: &[Record]) {
     let table: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
     let db = redb::Database::open(path).unwrap();
@@ -587,17 +587,23 @@ async fn open_or_create_converges_an_earlier_version_as_open_does() {
     assert_eq!(stored_version(&path), u64::from(SCHEMA_VERSION));
 }
 
-/// A file of the previous schema (5: records without a history) converges: every record reads
-/// back as it was with an empty history, every row is rewritten in the current layout, and a
-/// history written on the converged file survives the next open. A reader refuses it unchanged
-/// until then.
+/// A file of the previous schema (5: records without a history or a trace context) converges:
+/// every record reads back as it was with an empty history and no trace context, every row is
+/// rewritten in the current layout, and a history written on the converged file survives the
+/// next open. A reader refuses it unchanged until then.
 #[tokio::test]
 async fn a_version_5_file_converges_with_empty_histories() {
     let (dir, path, store) = fresh().await;
+    let cx = TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("congo=t61rcWkgMzE".into()),
+    )
+    .unwrap();
     let edit = NewRecord::new(b"e1".to_vec())
         .in_group("g")
         .replacing("doc/body")
-        .expecting("2");
+        .expecting("2")
+        .trace_context(cx);
     let held = NewRecord::new(b"later".to_vec()).not_before(90_000);
     store
         .enqueue(vec![edit, NewRecord::new(b"free".to_vec()), held], 500)
@@ -625,6 +631,7 @@ async fn a_version_5_file_converges_with_empty_histories() {
         .unwrap();
     let records = all(&store).await;
     assert_eq!(records.iter().filter(|r| !r.history.is_empty()).count(), 1);
+    assert_eq!(records.iter().filter(|r| r.trace.is_some()).count(), 1);
     drop(store);
     downgrade_to_version_5(&path, &records);
     assert!(stored_layouts(&path).iter().all(|&(_, layout)| layout == 4));
@@ -642,13 +649,14 @@ async fn a_version_5_file_converges_with_empty_histories() {
         .iter()
         .map(|r| Record {
             history: History::default(),
+            trace: None,
             ..r.clone()
         })
         .collect();
     let upgraded = all(&store).await;
     assert_eq!(
         upgraded, without_history,
-        "every record survives, with an empty history"
+        "every record survives, with an empty history and no trace context"
     );
     assert!(upgraded.iter().all(|r| !r.history.is_unreadable()));
     let stats = store.stats().await.unwrap();

@@ -19,6 +19,13 @@ fn three_attempts() -> History {
     history
 }
 
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// The W3C example context, with a `tracestate`.
+fn context() -> TraceContext {
+    TraceContext::new(TRACEPARENT, Some("congo=t61rcWkgMzE".into())).unwrap()
+}
+
 fn sample() -> Record {
     Record {
         id: RecordId(9),
@@ -41,6 +48,7 @@ fn sample() -> Record {
         replaces: Some("doc-1/body".into()),
         not_before: Some(1_500),
         history: three_attempts(),
+        trace: Some(context()),
     }
 }
 
@@ -61,6 +69,7 @@ fn layout_one_reads_with_zero_new_counters() {
         replaces: None,
         not_before: None,
         history: History::default(),
+        trace: None,
         ..record
     };
     assert_eq!(decoded, Some(expected));
@@ -75,6 +84,7 @@ fn layout_two_reads_without_version_or_coalescing_key() {
         replaces: None,
         not_before: None,
         history: History::default(),
+        trace: None,
         ..record
     };
     assert_eq!(decoded, Some(expected));
@@ -87,6 +97,7 @@ fn layout_three_reads_without_a_not_before_time() {
     let expected = Record {
         not_before: None,
         history: History::default(),
+        trace: None,
         ..record
     };
     assert_eq!(decoded, Some(expected));
@@ -98,6 +109,7 @@ fn layout_four_reads_with_an_empty_history() {
     let decoded = decode_record(9, &encode_record_as(&record, 4)).ok();
     let expected = Record {
         history: History::default(),
+        trace: None,
         ..record
     };
     assert_eq!(decoded, Some(expected));
@@ -123,28 +135,39 @@ fn a_history_of_three_attempts_round_trips() {
     assert_eq!(decoded, record);
     let none = Record {
         history: History::default(),
+        trace: None,
         ..record
     };
     let bytes = encode_record(&none);
     assert_eq!(
-        bytes[bytes.len() - 4..],
-        [0; 4],
-        "no attempts: an empty byte string"
+        bytes[bytes.len() - 8..],
+        [0; 8],
+        "no attempts and no trace context: two empty byte strings"
     );
     assert_eq!(decode_record(9, &bytes).ok(), Some(none));
 }
 
-/// The record's bytes with its (empty) history replaced by `history` bytes.
-fn with_history_bytes(record: &Record, history: &[u8]) -> Vec<u8> {
+/// The record's bytes with its history replaced by `history` bytes and its trace context by
+/// `trace` bytes (the last two fields).
+fn with_tail_bytes(record: &Record, history: &[u8], trace: &[u8]) -> Vec<u8> {
     let empty = Record {
         history: History::default(),
+        trace: None,
         ..record.clone()
     };
     let mut bytes = encode_record(&empty);
-    bytes.truncate(bytes.len() - 4);
-    bytes.extend_from_slice(&(history.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(history);
+    bytes.truncate(bytes.len() - 8);
+    for field in [history, trace] {
+        bytes.extend_from_slice(&(field.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(field);
+    }
     bytes
+}
+
+/// The record's bytes with its history replaced by `history` bytes.
+fn with_history_bytes(record: &Record, history: &[u8]) -> Vec<u8> {
+    let trace = record.trace.as_ref().map(TraceContext::encode);
+    with_tail_bytes(record, history, trace.unwrap_or_default().as_bytes())
 }
 
 #[test]
@@ -173,12 +196,84 @@ fn a_damaged_history_reads_as_unreadable_and_the_record_stays_whole() {
 }
 
 #[test]
+fn a_trace_context_round_trips_and_none_is_an_empty_text() {
+    let record = sample();
+    let bytes = encode_record(&record);
+    let text = format!("{TRACEPARENT}\ncongo=t61rcWkgMzE");
+    assert!(
+        bytes.ends_with(text.as_bytes()),
+        "the stored text is the encoded context"
+    );
+    let decoded = decode_record(9, &bytes).unwrap();
+    assert_eq!(decoded.trace, Some(context()));
+    assert_eq!(
+        decoded.trace.as_ref().map(|cx| cx.tracestate()),
+        Some(Some("congo=t61rcWkgMzE"))
+    );
+    let plain = Record {
+        trace: Some(TraceContext::new(TRACEPARENT, None).unwrap()),
+        ..record.clone()
+    };
+    assert!(encode_record(&plain).ends_with(TRACEPARENT.as_bytes()));
+    assert_eq!(decode_record(9, &encode_record(&plain)).ok(), Some(plain));
+    let none = Record {
+        trace: None,
+        ..record
+    };
+    let bytes = encode_record(&none);
+    assert_eq!(
+        bytes[bytes.len() - 4..],
+        [0; 4],
+        "no context: an empty text"
+    );
+    assert_eq!(decode_record(9, &bytes).ok(), Some(none));
+}
+
+#[test]
+fn a_damaged_trace_context_reads_as_none_and_the_record_stays_whole() {
+    let record = sample();
+    let history = record.history.encode();
+    let expected = Record {
+        trace: None,
+        ..record.clone()
+    };
+    let mut not_utf8 = TRACEPARENT.as_bytes().to_vec();
+    not_utf8[5] = 0xff;
+    let damaged: [&[u8]; 5] = [
+        &not_utf8,
+        b"garbage",
+        b"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        &TRACEPARENT.as_bytes()[..20],
+        b"\n",
+    ];
+    for trace in damaged {
+        let decoded = decode_record(9, &with_tail_bytes(&record, &history, trace));
+        assert_eq!(decoded.ok().as_ref(), Some(&expected), "{trace:?}");
+    }
+    // A trace text whose length runs past the end of the value is a truncated record.
+    let mut truncated = encode_record(&record);
+    truncated.pop();
+    assert!(matches!(
+        decode_record(9, &truncated),
+        Err(Error::Corrupted { .. })
+    ));
+    let mut overlong = with_tail_bytes(&record, &history, b"");
+    let at = overlong.len() - 4;
+    overlong[at..].copy_from_slice(&5u32.to_le_bytes());
+    assert!(matches!(
+        decode_record(9, &overlong),
+        Err(Error::Corrupted { .. })
+    ));
+}
+
+#[test]
 fn a_new_record_encodes_like_the_record_it_becomes() {
     let new = NewRecord::new(b"body".to_vec())
         .in_group("doc-1")
         .expecting("7")
         .replacing("doc-1/body")
-        .not_before(800);
+        .not_before(800)
+        .trace_context(context());
     let record = Record::enqueued(RecordId(4), new.clone(), 500);
     let shell = Record {
         not_before: Some(800),
