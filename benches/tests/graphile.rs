@@ -2,31 +2,11 @@
 //! and one round of the comparison yields every row with both sides measured. Without a
 //! PostgreSQL server they print a skip line and pass, unless `OUTBOX_PG_REQUIRED=1`.
 
+mod support;
+
 use outbox_benches::graphile::{compare, Graphile, Sizes};
 use outbox_benches::pg::PgServer;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
-async fn schema_exists(server: &PgServer, name: &str) -> outbox_core::Result<bool> {
-    let (client, connection) = tokio_postgres::connect(server.url(), tokio_postgres::NoTls)
-        .await
-        .map_err(outbox_core::Error::backend)?;
-    tokio::spawn(connection);
-    let row = client
-        .query_one(
-            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1",
-            &[&name],
-        )
-        .await
-        .map_err(outbox_core::Error::backend)?;
-    Ok(row.get::<_, i64>(0) == 1)
-}
+use support::{runtime, schema_exists};
 
 #[test]
 fn the_peer_runs_every_job_once_and_its_drain_counts_strictly() -> outbox_core::Result<()> {

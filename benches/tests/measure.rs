@@ -3,20 +3,15 @@
 //! and the program itself, its output and its exit statuses. PostgreSQL runs only where a
 //! server answers (a loud skip line otherwise), unless `OUTBOX_PG_REQUIRED=1`.
 
+mod support;
+
 use std::process::{Command, Output};
 
 use outbox_benches::measure::{self, Args, MeasureError, Report};
 use outbox_benches::pg::PgServer;
 use outbox_benches::subject::StoreKind;
+use support::runtime;
 use tempfile::TempDir;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 /// The figure `name` as the report prints it, on the first line that names it.
 fn printed(text: &str, name: &str) -> Option<f64> {

@@ -2,34 +2,13 @@
 //! schema each, every record delivered or removed exactly once, and the schemas dropped.
 //! Without a server they print a skip line and pass, unless `OUTBOX_PG_REQUIRED=1`.
 
+mod support;
+
 use outbox_benches::bare::BarePg;
 use outbox_benches::pg::{self, PgServer};
 use outbox_benches::FAR;
 use outbox_core::clock::system_now;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
-/// Whether a schema of that name exists on the server.
-async fn schema_exists(server: &PgServer, name: &str) -> outbox_core::Result<bool> {
-    let (client, connection) = tokio_postgres::connect(server.url(), tokio_postgres::NoTls)
-        .await
-        .map_err(outbox_core::Error::backend)?;
-    tokio::spawn(connection);
-    let row = client
-        .query_one(
-            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1",
-            &[&name],
-        )
-        .await
-        .map_err(outbox_core::Error::backend)?;
-    Ok(row.get::<_, i64>(0) == 1)
-}
+use support::{runtime, schema_exists};
 
 #[test]
 fn runners_sharing_one_schema_deliver_every_record_once() -> outbox_core::Result<()> {

@@ -1,20 +1,15 @@
 //! Every workload at tiny sizes, against every store and bare engine, with what each promises
 //! checked: the benchmarks run this same code, so it cannot rot unnoticed.
 
+mod support;
+
 use std::process::Command;
 
 use outbox_benches::bare::BareKind;
 use outbox_benches::subject::StoreKind;
 use outbox_benches::{workload, EARLY, FAR};
 use outbox_core::clock::system_now;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
+use support::runtime;
 
 #[test]
 fn every_enqueue_workload_leaves_its_records_pending() -> outbox_core::Result<()> {
