@@ -4,9 +4,12 @@
 //! stored as plain `bigint` milliseconds so they stay readable in `psql`; a time past
 //! `i64::MAX` ms (some 292 million years out) is stored as `i64::MAX`, which orders the same
 //! way against every real clock reading. Lease tokens are opaque, so their 64 bits are stored
-//! as they are.
+//! as they are. A trace context is stored as the text of [`TraceContext::encode`], NULL for
+//! none.
 
-use outbox_core::{History, Lease, Millis, Record, RecordId, Result, State, Tombstone};
+use outbox_core::{
+    History, Lease, Millis, Record, RecordId, Result, State, Tombstone, TraceContext,
+};
 use tokio_postgres::Row;
 
 use crate::error::{corrupt, pg};
@@ -14,7 +17,7 @@ use crate::error::{corrupt, pg};
 /// The record columns every read selects, in the order [`record`] reads them.
 pub(crate) const RECORD_COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, \
      unanswered, interrupted, last_attempt_at, next_attempt_at, last_error, lease_token, \
-     lease_until, expected_version, replaces, not_before, history";
+     lease_until, expected_version, replaces, not_before, history, trace";
 
 /// The tombstone columns, in the order [`tombstone`] reads them.
 pub(crate) const TOMBSTONE_COLUMNS: &str = "id, grp, key, reason, discarded_at, attempts";
@@ -77,6 +80,11 @@ pub(crate) fn history(history: &History) -> Option<Vec<u8>> {
     (!bytes.is_empty()).then_some(bytes)
 }
 
+/// A trace context as stored: its encoded text, or NULL for none.
+pub(crate) fn trace(trace: Option<&TraceContext>) -> Option<String> {
+    trace.map(TraceContext::encode)
+}
+
 /// A counter as stored.
 pub(crate) fn count(value: u32) -> i64 {
     i64::from(value)
@@ -110,6 +118,7 @@ pub(crate) struct RawRecord {
     pub(crate) replaces: Option<String>,
     pub(crate) not_before: Option<i64>,
     pub(crate) history: Option<Vec<u8>>,
+    pub(crate) trace: Option<String>,
 }
 
 impl RawRecord {
@@ -134,6 +143,7 @@ impl RawRecord {
             replaces: row.try_get(15).map_err(pg)?,
             not_before: row.try_get(16).map_err(pg)?,
             history: row.try_get(17).map_err(pg)?,
+            trace: row.try_get(18).map_err(pg)?,
         })
     }
 
@@ -166,7 +176,9 @@ impl RawRecord {
                 .as_deref()
                 .map(History::decode)
                 .unwrap_or_default(),
-            trace: None,
+            // Never an error either: damaged text reads as no context (the delivery is only
+            // not linked).
+            trace: self.trace.as_deref().and_then(TraceContext::decode),
         };
         record.lease = match (state, self.lease_token, self.lease_until) {
             (State::InFlight, Some(token), Some(until)) => Some(Lease {
@@ -220,6 +232,19 @@ mod tests {
         ));
         let stored = history(&kept).expect("bytes for one attempt");
         assert_eq!(History::decode(&stored), kept);
+    }
+
+    #[test]
+    fn a_trace_context_round_trips_and_damaged_text_reads_as_none() {
+        assert_eq!(trace(None), None);
+        let cx = TraceContext::new(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            Some("congo=t61rcWkgMzE".into()),
+        )
+        .expect("a valid context");
+        let stored = trace(Some(&cx)).expect("text for a context");
+        assert_eq!(TraceContext::decode(&stored), Some(cx));
+        assert_eq!(TraceContext::decode("garbage"), None);
     }
 
     #[test]

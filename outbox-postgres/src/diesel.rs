@@ -227,6 +227,8 @@ struct RecordRow {
     not_before: Option<i64>,
     #[diesel(sql_type = Nullable<Binary>)]
     history: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Text>)]
+    trace: Option<String>,
 }
 
 impl From<RecordRow> for RawRecord {
@@ -250,6 +252,7 @@ impl From<RecordRow> for RawRecord {
             replaces: r.replaces,
             not_before: r.not_before,
             history: r.history,
+            trace: r.trace,
         }
     }
 }

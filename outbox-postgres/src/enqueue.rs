@@ -248,6 +248,10 @@ pub(crate) async fn enqueue<E: Execute>(
             Some(group) => occupied.insert(group.clone()),
         })
         .collect();
+    let traces: Vec<Option<String>> = records
+        .iter()
+        .map(|r| codec::trace(r.trace.as_ref()))
+        .collect();
     let insert = Stmt::new(
         &sql.insert,
         vec![
@@ -272,6 +276,7 @@ pub(crate) async fn enqueue<E: Execute>(
                     .collect(),
             ),
             Param::OptInts(records.iter().map(|r| r.not_before.map(millis)).collect()),
+            Param::OptTexts(traces.iter().map(Option::as_deref).collect()),
         ],
         Shape::Done,
     );
@@ -430,6 +435,16 @@ async fn enqueue_coalescing<E: Execute>(
     let at = millis(now);
     let mut writes = Vec::with_capacity(3);
     let fresh = &decided.fresh;
+    let rewritten = &decided.rewritten;
+    // The trace contexts as stored, kept here for the statements to borrow.
+    let fresh_traces: Vec<Option<String>> = fresh
+        .iter()
+        .map(|f| codec::trace(f.record.trace.as_ref()))
+        .collect();
+    let rewritten_traces: Vec<Option<String>> = rewritten
+        .values()
+        .map(|(r, _)| codec::trace(r.trace.as_ref()))
+        .collect();
     if !fresh.is_empty() {
         writes.push(Stmt::new(
             &sql.insert,
@@ -460,11 +475,11 @@ async fn enqueue_coalescing<E: Execute>(
                         .map(|f| f.record.not_before.map(millis))
                         .collect(),
                 ),
+                Param::OptTexts(fresh_traces.iter().map(Option::as_deref).collect()),
             ],
             Shape::Done,
         ));
     }
-    let rewritten = &decided.rewritten;
     if !rewritten.is_empty() {
         writes.push(Stmt::new(
             &sql.rewrite,
@@ -497,6 +512,7 @@ async fn enqueue_coalescing<E: Execute>(
                         .map(|(r, _)| r.not_before.map(millis))
                         .collect(),
                 ),
+                Param::OptTexts(rewritten_traces.iter().map(Option::as_deref).collect()),
             ],
             Shape::Done,
         ));
@@ -609,6 +625,6 @@ mod tests {
                 &sql.notify
             ]
         );
-        assert_eq!(driver.sent[3].1, 11, "the insert's eleven parameters");
+        assert_eq!(driver.sent[3].1, 12, "the insert's twelve parameters");
     }
 }

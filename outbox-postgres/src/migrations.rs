@@ -47,7 +47,9 @@
 ///
 /// Version 6: each record's last attempts (`history`, the bytes of
 /// [`History::encode`](outbox_core::History::encode); NULL for no attempts, so the records
-/// already there read with an empty history), and what a size cap ([`Cap`](outbox_core::Cap))
+/// already there read with an empty history), each record's trace context (`trace`, the text
+/// of [`TraceContext::encode`](outbox_core::TraceContext::encode); NULL for none, so the
+/// records already there read with none), and what a size cap ([`Cap`](outbox_core::Cap))
 /// counts. `tallies` gains `payload_bytes`: the payload bytes of the records it counts (every
 /// state; an in-flight record while it holds a lease), kept by the same statement triggers,
 /// which now also weigh the payloads of the rows an update changes (a coalescing rewrite
@@ -273,6 +275,7 @@ CREATE INDEX IF NOT EXISTS records_scheduled ON {s}.records (not_before)
     r#"
 LOCK TABLE {s}.records, {s}.tombstones, {s}.meta IN SHARE ROW EXCLUSIVE MODE;
 ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS history bytea;
+ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS trace text;
 ALTER TABLE {s}.tallies ADD COLUMN IF NOT EXISTS payload_bytes bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS {s}.cap_turn (
     id smallint PRIMARY KEY CHECK (id = 1),

@@ -92,13 +92,14 @@ impl Sql {
                 "SELECT DISTINCT grp FROM {r} WHERE grp = ANY($1::text[]) AND state <> 4"
             ),
             // Each record is due at $10: its enqueue time $5, or its later not-before time
-            // $11 (kept, NULL for none).
+            // $11 (kept, NULL for none). $12 is its trace context as text (NULL for none).
             insert: format!(
                 "INSERT INTO {r} (id, grp, payload, key, created_at, state, next_attempt_at, \
-                 claimable, expected_version, replaces, absorbed, not_before) \
-                 SELECT i, g, p, k, $5, 0, n, c, v, x, a, b FROM unnest($1::bigint[], \
+                 claimable, expected_version, replaces, absorbed, not_before, trace) \
+                 SELECT i, g, p, k, $5, 0, n, c, v, x, a, b, tr FROM unnest($1::bigint[], \
                  $2::text[], $3::bytea[], $4::text[], $6::boolean[], $7::text[], $8::text[], \
-                 $9::bigint[], $10::bigint[], $11::bigint[]) AS t(i, g, p, k, c, v, x, a, n, b)"
+                 $9::bigint[], $10::bigint[], $11::bigint[], $12::text[]) \
+                 AS t(i, g, p, k, c, v, x, a, n, b, tr)"
             ),
             // The last record of each group $1 that holds its place (rejected ones aside):
             // one backward seek of the group index each. NULL for a group with no member.
@@ -129,15 +130,16 @@ impl Sql {
                  ORDER BY id FOR UPDATE"
             ),
             // Replaced records take the last write's payload, idempotency key, expected
-            // version, enqueue time ($6) and not-before time, with the deadline that time
-            // gives them (`Record::supersede`), and count the writes they absorbed; id, group
-            // and state stay.
+            // version, enqueue time ($6), not-before time, with the deadline that time gives
+            // them, and trace context (NULL when the last write has none: `Record::supersede`),
+            // and count the writes they absorbed; id, group, state and history stay.
             rewrite: format!(
                 "UPDATE {r} AS r SET payload = u.p, key = u.k, expected_version = u.v, \
                  created_at = $6, absorbed = r.absorbed + u.n, next_attempt_at = u.d, \
-                 not_before = u.b \
+                 not_before = u.b, trace = u.t \
                  FROM unnest($1::bigint[], $2::bytea[], $3::text[], $4::text[], $5::bigint[], \
-                 $7::bigint[], $8::bigint[]) AS u(id, p, k, v, n, d, b) WHERE r.id = u.id"
+                 $7::bigint[], $8::bigint[], $9::text[]) AS u(id, p, k, v, n, d, b, t) \
+                 WHERE r.id = u.id"
             ),
             notify: "SELECT pg_notify($1, '')".into(),
             // A capped enqueue's turn (see `cap`): the one row every capped enqueue updates

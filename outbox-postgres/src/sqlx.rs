@@ -118,6 +118,7 @@ fn raw(row: &PgRow) -> std::result::Result<RawRecord, ::sqlx::Error> {
         replaces: row.try_get(15)?,
         not_before: row.try_get(16)?,
         history: row.try_get(17)?,
+        trace: row.try_get(18)?,
     })
 }
 

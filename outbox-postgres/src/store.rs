@@ -212,7 +212,7 @@ impl PgStore {
     /// are decided one after the other), and on a store with a size cap
     /// ([`PgConfig::with_cap`](crate::PgConfig::with_cap)) the outbox's turn, which every
     /// capped enqueue waits for; commit promptly. A capped enqueue that would pass the cap is
-    /// refused with [`Error::QueueFull`](outbox_core::Error::QueueFull) before writing
+    /// refused with [`Error::QueueFull`] before writing
     /// anything: the transaction stays usable and your own writes can still commit.
     /// Coalescing is exact at PostgreSQL's default isolation, READ COMMITTED, where each
     /// statement sees what the previous holder of a lock committed; a REPEATABLE READ or

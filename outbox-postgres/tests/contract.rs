@@ -10,7 +10,7 @@ use common::{
 };
 use outbox_core::{
     Attempt, AttemptClass, Change, Claim, Guard, Halt, History, Lease, ListQuery, NewRecord,
-    Progress, Record, RecordId, State, Store, Transition,
+    Progress, Record, RecordId, State, Store, TraceContext, Transition,
 };
 use outbox_memory::MemoryStore;
 
@@ -477,9 +477,10 @@ async fn a_version_4_schema_is_migrated_and_records_held_for_later_work_on_it() 
     );
 }
 
-/// A schema left at version 5 (no history column, no payload bytes counted) is brought to the
-/// current version with its records kept, each with an empty history; the next failure is then
-/// kept, and the step found half done (the version set back) converges with the history kept.
+/// A schema left at version 5 (no history or trace column, no payload bytes counted) is brought
+/// to the current version with its records kept, each with an empty history and no trace
+/// context; the next failure and the next trace context are then kept, and the step found half
+/// done (the version set back) converges with both kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_history() {
     if !server_ready() {
@@ -488,10 +489,15 @@ async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_histo
     let scratch = Scratch::new();
     let s = &scratch.schema;
     let store = scratch.store().await;
+    let cx = TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("congo=t61rcWkgMzE".into()),
+    )
+    .unwrap();
     let ids = store
         .enqueue(
             vec![
-                NewRecord::new(b"failed".to_vec()),
+                NewRecord::new(b"failed".to_vec()).trace_context(cx.clone()),
                 NewRecord::new(b"waiting".to_vec()).in_group("g"),
             ],
             T0,
@@ -522,6 +528,7 @@ async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_histo
     let all = ListQuery::new(100);
     let before = store.list(&all).await.unwrap();
     assert_eq!(before[0].history.len(), 1);
+    assert_eq!(before[0].trace, Some(cx.clone()));
     let stats_before = store.stats().await.unwrap();
     drop(store);
     let client = admin().await;
@@ -546,11 +553,12 @@ async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_histo
     let after = store.list(&all).await.unwrap();
     assert!(after
         .iter()
-        .all(|r| r.history.is_empty() && !r.history.is_unreadable()));
+        .all(|r| r.history.is_empty() && !r.history.is_unreadable() && r.trace.is_none()));
     let without_history: Vec<Record> = before
         .into_iter()
         .map(|r| Record {
             history: History::default(),
+            trace: None,
             ..r
         })
         .collect();
@@ -590,8 +598,18 @@ async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_histo
         .unwrap();
     let failed = store.get(ids[0]).await.unwrap().unwrap();
     assert_eq!(failed.history, one_attempt(State::Retrying, T0 + 500));
+    // And the next trace context.
+    let traced = store
+        .enqueue(
+            vec![NewRecord::new(b"t".to_vec()).trace_context(cx.clone())],
+            T0 + 600,
+        )
+        .await
+        .unwrap();
+    let traced = store.get(traced.ids[0]).await.unwrap().unwrap();
+    assert_eq!(traced.trace, Some(cx));
 
-    // Half done: the column exists, the version says 5.
+    // Half done: the columns exist, the version says 5.
     client
         .batch_execute(&format!("UPDATE \"{s}\".schema_version SET version = 5"))
         .await
@@ -599,10 +617,11 @@ async fn a_version_5_schema_is_migrated_and_its_records_read_with_an_empty_histo
     let again = scratch.store().await;
     assert_eq!(version().await, outbox_postgres::SCHEMA_VERSION as i32);
     assert_eq!(again.get(ids[0]).await.unwrap(), Some(failed));
+    assert_eq!(again.get(traced.id).await.unwrap(), Some(traced));
     assert_eq!(
         again.stats().await.unwrap().payload_bytes,
-        13,
-        "counted once"
+        14,
+        "counted once: \"failed\", \"waiting\" and \"t\""
     );
 }
 

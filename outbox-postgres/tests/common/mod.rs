@@ -315,11 +315,13 @@ pub fn skip_reason() -> Option<String> {
 }
 
 /// What version 6 added, dropped again: the statements that bring a current schema back to
-/// version 5 as that build left it, with no history on any record, no payload bytes counted
-/// and no turn for capped enqueues (the records' trigger function as version 4 wrote it).
+/// version 5 as that build left it, with no history and no trace context on any record, no
+/// payload bytes counted and no turn for capped enqueues (the records' trigger function as
+/// version 4 wrote it).
 pub fn down_to_5(s: &str) -> String {
     format!(
         "{} ALTER TABLE \"{s}\".records DROP COLUMN history; \
+         ALTER TABLE \"{s}\".records DROP COLUMN trace; \
          ALTER TABLE \"{s}\".tallies DROP COLUMN payload_bytes; \
          DROP TABLE \"{s}\".cap_turn;",
         TALLY_RECORDS_V4.replace("{s}", &format!("\"{s}\""))
