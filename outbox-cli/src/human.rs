@@ -188,6 +188,13 @@ pub fn stats(view: &StatsView) -> String {
         ),
         None => "not halted".to_owned(),
     };
+    let _ = writeln!(
+        out,
+        "{:<21}{} bytes in {} records (what a size cap counts)",
+        "payload held",
+        view.payload_bytes,
+        view.undelivered + c.rejected
+    );
     let _ = writeln!(out, "{:<21}{oldest}", "oldest undelivered");
     let _ = writeln!(out, "{:<21}{next_due}", "next due");
     let _ = writeln!(out, "{:<21}{runner}", "runner");
@@ -332,6 +339,12 @@ pub fn record(r: &Record, now: Millis) -> String {
     }
     if let Some(at) = r.not_before {
         field("not before", when(at, now));
+    }
+    if let Some(cx) = &r.trace {
+        let state = cx
+            .tracestate()
+            .map_or_else(String::new, |s| format!(" ({})", shown(s)));
+        field("trace", format!("{}{state}", cx.traceparent()));
     }
     field("created", when(r.created_at, now));
     field(

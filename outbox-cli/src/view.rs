@@ -24,6 +24,9 @@ pub struct StatsView {
     pub held: u64,
     /// Pending + retrying + in-flight + needs-attention.
     pub undelivered: u64,
+    /// Payload bytes of every record held, rejected ones included (what a size cap counts,
+    /// with the records).
+    pub payload_bytes: u64,
     /// Enqueue time of the oldest undelivered record.
     pub oldest_created_at: Option<Millis>,
     /// `now - oldest_created_at`.
@@ -220,6 +223,12 @@ pub struct RecordDetail {
     /// otherwise.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub history_unreadable: bool,
+    /// The W3C `traceparent` of the span the write was made in; left out when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// Its `tracestate`; left out when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
     /// `utf-8` when the payload is UTF-8 text (JSON included), else `hex`.
     pub payload_encoding: &'static str,
     /// The payload as text, or as lowercase hex digits.
@@ -245,6 +254,11 @@ impl From<&Record> for RecordDetail {
             record: r.into(),
             history: r.history.attempts().iter().map(AttemptView::from).collect(),
             history_unreadable: r.history.is_unreadable(),
+            traceparent: r.trace.as_ref().map(|cx| cx.traceparent().to_owned()),
+            tracestate: r
+                .trace
+                .as_ref()
+                .and_then(|cx| cx.tracestate().map(str::to_owned)),
             payload_encoding,
             payload,
         }
@@ -313,6 +327,7 @@ pub async fn stats(store: &dyn Store, now: Millis) -> Result<StatsView, CliError
         .collect();
     Ok(StatsView {
         now,
+        payload_bytes: stats.payload_bytes,
         counts: Counts {
             pending: stats.pending,
             retrying: stats.retrying,

@@ -23,7 +23,9 @@
 //! - `metrics`: counters, gauges and histograms through the `metrics` facade, named in the
 //!   table of the `metrics` module;
 //! - `tower`: `tower::ServiceSink`, any `tower::Service<Record>` as the sink;
-//! - `serde`: `NewRecord::json` and `Record::json`, JSON payloads with typed errors.
+//! - `serde`: `NewRecord::json` and `Record::json`, JSON payloads with typed errors;
+//! - `opentelemetry`: `NewRecord::new` takes the trace context of the current span (through
+//!   `tracing-opentelemetry`), and each `outbox.deliver` span links to it (see `trace`).
 //!
 //! ```
 //! use outbox_core::{http, machine, Change, Record, RecordId, RetryPolicy, State};
