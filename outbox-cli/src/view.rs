@@ -435,8 +435,8 @@ async fn page(store: &dyn Store, query: &ListQuery) -> Result<Listing, CliError>
 /// A record, or the tombstone left by its discard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Found {
-    /// Still in the queue.
-    Record(Record),
+    /// Still in the queue (boxed: a record with its history is several times a tombstone).
+    Record(Box<Record>),
     /// Discarded, not yet pruned.
     Tombstone(Tombstone),
 }
@@ -444,7 +444,7 @@ pub enum Found {
 /// Finds a record or its tombstone; [`CliError::NoSuchRecord`] when neither is there.
 pub async fn find(store: &dyn Store, id: RecordId) -> Result<Found, CliError> {
     if let Some(record) = store.get(id).await? {
-        return Ok(Found::Record(record));
+        return Ok(Found::Record(Box::new(record)));
     }
     let before = id.0.checked_sub(1).map(RecordId);
     let tombstone = store.tombstones(before, 1).await?.into_iter().next();
