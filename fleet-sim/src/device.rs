@@ -178,6 +178,7 @@ impl Device {
                 expected_version: None,
                 replaces: None,
                 not_before: None,
+                trace: None,
             };
             // A write the store refuses is not a record of the backlog.
             if ready(self.store.enqueue(vec![record], now.wall)).is_ok() {
