@@ -218,6 +218,7 @@ async fn a_callers_rusqlite_transaction_carries_it() {
     assert_eq!(trace_of(&store, first.ids[0]).await, Some(other()));
 }
 
+#[cfg(feature = "sqlx")]
 mod sqlx_driver {
     use super::*;
     use sqlx::{Connection, SqliteConnection};
@@ -261,6 +262,7 @@ mod sqlx_driver {
     }
 }
 
+#[cfg(feature = "diesel")]
 mod diesel_driver {
     use super::*;
     use diesel::{Connection, RunQueryDsl, SqliteConnection};
