@@ -14,6 +14,7 @@ mod ops;
 mod pending;
 #[cfg(test)]
 mod plan_tests;
+mod row;
 pub mod schema;
 #[cfg(feature = "sqlx")]
 mod sqlx;
