@@ -34,6 +34,15 @@ fn concurrent_refusals_halt_once_and_release_the_rest() {
                     panic!()
                 };
                 assert_eq!(p.attempts, 0);
+                // The refusal is one of its attempts: ended at 5, 5 ms after the claim.
+                let kept: Vec<_> = p
+                    .history
+                    .attempts()
+                    .iter()
+                    .map(|a| (a.at, a.class, a.status, a.took_ms))
+                    .collect();
+                let refused = crate::AttemptClass::Refused;
+                assert_eq!(kept, [(WALL + 5, refused, Some(401), Some(5))]);
             }
         }
     }
