@@ -124,6 +124,85 @@ impl BarePg {
     }
 }
 
+impl BarePg {
+    /// Every connection at once removes the records due at `now`, `per_tx` at a time, each
+    /// batch with one statement that commits on its own (`DELETE … WHERE id IN (SELECT …
+    /// FOR UPDATE SKIP LOCKED) RETURNING`): the loop of a queue that hands each record over at
+    /// most once, with nothing to release if its consumer dies. Returns how many it removed.
+    pub async fn drain_deleting(&self, per_tx: usize, now: u64) -> Result<u64> {
+        let name = self.schema.name();
+        let delete = format!(
+            "DELETE FROM \"{name}\".q WHERE id IN (SELECT id FROM \"{name}\".q \
+             WHERE lease IS NULL AND due <= $1 ORDER BY due, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             RETURNING id, payload"
+        );
+        let limit = i64::try_from(per_tx).unwrap_or(i64::MAX);
+        let removed = try_join_all(self.workers.iter().map(|client| {
+            let delete = &delete;
+            async move {
+                let delete = client
+                    .prepare(delete)
+                    .await
+                    .map_err(engine("bare postgres: prepare delete"))?;
+                let mut removed = 0u64;
+                loop {
+                    let rows = client
+                        .query(&delete, &[&ms(now), &limit])
+                        .await
+                        .map_err(engine("bare postgres: delete"))?;
+                    if rows.is_empty() {
+                        return Ok::<u64, outbox_core::Error>(removed);
+                    }
+                    removed += rows.len() as u64;
+                }
+            }
+        }))
+        .await?;
+        Ok(removed.into_iter().sum())
+    }
+
+    /// One connection claims and deletes the records due at `now`, `per_tx` at a time, as
+    /// [`drain`](Self::drain) does, and returns how long each claim statement took, in order:
+    /// whether the claim slows as the drain leaves dead index entries behind it.
+    pub async fn claim_times(&self, per_tx: usize, now: u64) -> Result<Vec<std::time::Duration>> {
+        let name = self.schema.name();
+        let client = &self.workers[0];
+        let claim = client
+            .prepare(&format!(
+                "UPDATE \"{name}\".q SET lease = 1 WHERE id IN (SELECT id FROM \"{name}\".q \
+                 WHERE lease IS NULL AND due <= $1 ORDER BY due, id LIMIT $2 \
+                 FOR UPDATE SKIP LOCKED) RETURNING id"
+            ))
+            .await
+            .map_err(engine("bare postgres: prepare claim"))?;
+        let delete = client
+            .prepare(&format!("DELETE FROM \"{name}\".q WHERE id = ANY($1)"))
+            .await
+            .map_err(engine("bare postgres: prepare delete"))?;
+        let limit = i64::try_from(per_tx).unwrap_or(i64::MAX);
+        let mut took = Vec::new();
+        loop {
+            let started = std::time::Instant::now();
+            let ids: Vec<i64> = client
+                .query(&claim, &[&ms(now), &limit])
+                .await
+                .map_err(engine("bare postgres: claim"))?
+                .iter()
+                .map(|row| row.try_get(0))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(engine("bare postgres: claim"))?;
+            took.push(started.elapsed());
+            if ids.is_empty() {
+                return Ok(took);
+            }
+            client
+                .execute(&delete, &[&ids])
+                .await
+                .map_err(engine("bare postgres: delete"))?;
+        }
+    }
+}
+
 fn ms(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }

@@ -1,7 +1,8 @@
 //! What a PostgreSQL drain costs the server, beside its rate: write-ahead log bytes per drained
 //! record (the server's WAL position before and after) for the outbox with 1, 2 and 4 runners and
-//! for the bare `SKIP LOCKED` loop with as many connections, and whether a round's cost stays
-//! flat over a long drain (the first rounds against the last).
+//! for the bare `SKIP LOCKED` loops with as many connections (claim then delete; one `DELETE …
+//! RETURNING`), and whether a round's cost stays flat over a long drain (the first rounds against
+//! the last), beside the bare claim's over as long a drain.
 //!
 //! ```sh
 //! cargo run --release -p outbox-benches --bin pg-fleet -- [N]   # N records per drain, default 20,000
@@ -55,27 +56,50 @@ async fn outbox_drain(server: &PgServer, runners: usize, n: usize) -> Result<()>
     schema.drop().await
 }
 
-/// The bare loop with `workers` connections drains `n` due records, 100 per claim.
+/// The bare loops with `workers` connections drain `n` due records, 100 per claim: first the
+/// claim-then-delete loop (two transactions per 100, as the report's bare rows), then the
+/// one-statement `DELETE … RETURNING` loop (one transaction per 100, nothing to release).
 async fn bare_drain(server: &PgServer, workers: usize, n: usize) -> Result<()> {
-    let bare = BarePg::create(server.schema(), workers).await?;
-    let now = system_now();
-    let mut left = n;
-    while left > 0 {
-        let batch = left.min(10_000);
-        bare.insert_batch(batch, now).await?;
-        left -= batch;
+    for deleting in [false, true] {
+        let bare = BarePg::create(server.schema(), workers).await?;
+        let now = system_now();
+        let mut left = n;
+        while left > 0 {
+            let batch = left.min(10_000);
+            bare.insert_batch(batch, now).await?;
+            left -= batch;
+        }
+        let wal = pg::wal_bytes(server.url()).await?;
+        let started = Instant::now();
+        let removed = if deleting {
+            bare.drain_deleting(100, now).await?
+        } else {
+            bare.drain(100, now).await?
+        };
+        let elapsed = started.elapsed();
+        let wal = pg::wal_bytes(server.url()).await? - wal;
+        println!(
+            "bare {}, {workers} connection(s): {:>8.0} records/s, {:>5} WAL bytes per record",
+            if deleting { "delete" } else { "claim+delete" },
+            removed as f64 / elapsed.as_secs_f64(),
+            wal / removed.max(1) as i64
+        );
+        bare.schema().drop().await?;
     }
-    let wal = pg::wal_bytes(server.url()).await?;
-    let started = Instant::now();
-    let removed = bare.drain(100, now).await?;
-    let elapsed = started.elapsed();
-    let wal = pg::wal_bytes(server.url()).await? - wal;
-    println!(
-        "bare, {workers} connection(s):   {:>8.0} records/s, {:>5} WAL bytes per record",
-        removed as f64 / elapsed.as_secs_f64(),
-        wal / removed.max(1) as i64
-    );
-    bare.schema().drop().await
+    Ok(())
+}
+
+/// The median of the first 50 timings against the median of the last 50 before the final,
+/// empty one: (first, last) in milliseconds.
+fn first_last(took: &[Duration]) -> (f64, f64) {
+    let median = |rounds: &[Duration]| {
+        let mut rounds = rounds.to_vec();
+        rounds.sort();
+        rounds[rounds.len() / 2].as_secs_f64() * 1e3
+    };
+    let k = 50.min(took.len() / 2).max(1);
+    let end = took.len().saturating_sub(1).max(k);
+    (median(&took[..k]), median(&took[end - k..end]))
 }
 
 /// One store drained round by round (each round reports the last claim delivered and claims
@@ -113,23 +137,28 @@ async fn round_cost(server: &PgServer, n: usize) -> Result<()> {
             })
             .collect();
     }
-    let median = |rounds: &[Duration]| {
-        let mut rounds = rounds.to_vec();
-        rounds.sort();
-        rounds[rounds.len() / 2].as_secs_f64() * 1e3
-    };
-    let k = 50.min(took.len() / 2);
-    let (first, last) = (
-        median(&took[..k]),
-        median(&took[took.len() - 1 - k..took.len() - 1]),
-    );
+    let (first, last) = first_last(&took);
     println!(
         "a round of 32 over a {n}-record drain: first {first:.2} ms, last {last:.2} ms \
          ({:.2}x)",
         last / first
     );
     drop(stores);
-    schema.drop().await
+    schema.drop().await?;
+
+    let bare = BarePg::create(server.schema(), 1).await?;
+    let now = system_now();
+    for _ in 0..n.div_ceil(10_000) {
+        bare.insert_batch(10_000, now).await?;
+    }
+    let (first, last) = first_last(&bare.claim_times(32, now).await?);
+    println!(
+        "the bare claim of 32 over a {}-record drain: first {first:.2} ms, last {last:.2} ms \
+         ({:.2}x)",
+        n.div_ceil(10_000) * 10_000,
+        last / first
+    );
+    bare.schema().drop().await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

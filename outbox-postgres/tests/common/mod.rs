@@ -314,16 +314,39 @@ pub fn skip_reason() -> Option<String> {
     }
 }
 
-/// What version 6 added, dropped again: the statements that bring a current schema back to
-/// version 5 as that build left it, with no history and no trace context on any record, no
+/// What version 7 changed, undone: the records' pages filled to the end again, as every
+/// earlier version left them.
+pub fn down_to_6(s: &str) -> String {
+    format!("ALTER TABLE \"{s}\".records RESET (fillfactor);")
+}
+
+/// The records' `fillfactor` as the catalog has it (`None`: the default, full pages).
+pub async fn records_fillfactor(client: &tokio_postgres::Client, s: &str) -> Option<String> {
+    let options: Option<Vec<String>> = client
+        .query_one(
+            "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = 'records'",
+            &[&s],
+        )
+        .await
+        .expect("the records table exists")
+        .get(0);
+    options?
+        .into_iter()
+        .find_map(|o| o.strip_prefix("fillfactor=").map(str::to_owned))
+}
+
+/// What versions 6 and 7 added, dropped again: the statements that bring a current schema back
+/// to version 5 as that build left it, with no history and no trace context on any record, no
 /// payload bytes counted and no turn for capped enqueues (the records' trigger function as
-/// version 4 wrote it).
+/// version 4 wrote it), and full pages.
 pub fn down_to_5(s: &str) -> String {
     format!(
-        "{} ALTER TABLE \"{s}\".records DROP COLUMN history; \
+        "{} {} ALTER TABLE \"{s}\".records DROP COLUMN history; \
          ALTER TABLE \"{s}\".records DROP COLUMN trace; \
          ALTER TABLE \"{s}\".tallies DROP COLUMN payload_bytes; \
          DROP TABLE \"{s}\".cap_turn;",
+        down_to_6(s),
         TALLY_RECORDS_V4.replace("{s}", &format!("\"{s}\""))
     )
 }
