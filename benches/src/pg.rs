@@ -194,6 +194,36 @@ pub async fn wal_bytes(url: &str) -> Result<i64> {
         .map_err(engine("postgres: reading the WAL position"))
 }
 
+/// The server's WAL between two positions (as [`wal_bytes`] gives them) by record type, largest
+/// first: each type's bytes (records and full-page images) divided by `per`. `None` when the
+/// server has no `pg_walinspect` (PostgreSQL 15 and later ship it; creating it takes a
+/// superuser) or the WAL is gone. WAL not yet flushed at the end is left out (a few bytes: the
+/// drains end on a commit, which flushes). Like the position, it counts the whole server's WAL.
+pub async fn wal_kinds(url: &str, from: i64, to: i64, per: u64) -> Option<Vec<(String, f64)>> {
+    let client = connect(url).await.ok()?;
+    client
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        .await
+        .ok()?;
+    let rows = client
+        .query(
+            "SELECT \"resource_manager/record_type\", (record_size + fpi_size)::bigint \
+             FROM pg_get_wal_stats('0/0'::pg_lsn + $1::bigint::numeric, \
+                 least('0/0'::pg_lsn + $2::bigint::numeric, pg_current_wal_flush_lsn()), true) \
+             WHERE count > 0 ORDER BY 2 DESC",
+            &[&from, &to],
+        )
+        .await
+        .ok()?;
+    rows.iter()
+        .map(|row| {
+            let kind: String = row.try_get(0).ok()?;
+            let bytes: i64 = row.try_get(1).ok()?;
+            Some((kind, bytes as f64 / per.max(1) as f64))
+        })
+        .collect()
+}
+
 /// `runners` stores on one schema, each with its own pool, as runners on separate hosts would
 /// have.
 pub async fn stores(schema: &PgSchema, runners: usize) -> Result<Vec<Arc<dyn Store>>> {

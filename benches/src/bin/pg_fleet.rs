@@ -8,6 +8,9 @@
 //! cargo run --release -p outbox-benches --bin pg-fleet -- [N]   # N records per drain, default 20,000
 //! ```
 //!
+//! With `pg_walinspect` (PostgreSQL 15 and later; the tool creates it, which takes a superuser)
+//! the one-runner and one-connection drains also print their WAL by record type.
+//!
 //! The WAL position moves for the whole server: run it on a server nothing else writes to, or read
 //! the figures as upper bounds.
 #![allow(clippy::print_stdout)]
@@ -43,15 +46,18 @@ async fn outbox_drain(server: &PgServer, runners: usize, n: usize) -> Result<()>
         }
     }
     let elapsed = started.elapsed();
-    let wal = pg::wal_bytes(server.url()).await? - wal;
+    let wal_end = pg::wal_bytes(server.url()).await?;
     for outbox in outboxes {
         outbox.shutdown(PATIENCE).await?;
     }
     println!(
         "outbox, {runners} runner(s): {:>8.0} records/s, {:>5} WAL bytes per record",
         n as f64 / elapsed.as_secs_f64(),
-        wal / n as i64
+        (wal_end - wal) / n as i64
     );
+    if runners == 1 {
+        print_kinds(server, wal, wal_end, n).await;
+    }
     drop(stores);
     schema.drop().await
 }
@@ -77,16 +83,35 @@ async fn bare_drain(server: &PgServer, workers: usize, n: usize) -> Result<()> {
             bare.drain(100, now).await?
         };
         let elapsed = started.elapsed();
-        let wal = pg::wal_bytes(server.url()).await? - wal;
+        let wal_end = pg::wal_bytes(server.url()).await?;
         println!(
             "bare {}, {workers} connection(s): {:>8.0} records/s, {:>5} WAL bytes per record",
             if deleting { "delete" } else { "claim+delete" },
             removed as f64 / elapsed.as_secs_f64(),
-            wal / removed.max(1) as i64
+            (wal_end - wal) / removed.max(1) as i64
         );
+        if workers == 1 {
+            print_kinds(server, wal, wal_end, n).await;
+        }
         bare.schema().drop().await?;
     }
     Ok(())
+}
+
+/// The WAL between two positions by record type, per drained record (the types of at least 5
+/// bytes a record), when the server can say.
+async fn print_kinds(server: &PgServer, from: i64, to: i64, n: usize) {
+    match pg::wal_kinds(server.url(), from, to, n as u64).await {
+        Some(kinds) => {
+            let kinds: Vec<String> = kinds
+                .iter()
+                .filter(|(_, bytes)| *bytes >= 5.0)
+                .map(|(kind, bytes)| format!("{kind} {bytes:.0}"))
+                .collect();
+            println!("    WAL bytes per record by type: {}", kinds.join(", "));
+        }
+        None => println!("    (no pg_walinspect: no breakdown by type)"),
+    }
 }
 
 /// The median of the first 50 timings against the median of the last 50 before the final,
