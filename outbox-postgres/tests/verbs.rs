@@ -149,3 +149,75 @@ async fn another_processs_retry_requeue_and_discard_reach_an_idle_runner_within_
     );
     outbox.shutdown(PATIENCE).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_processs_resume_reaches_a_halted_runner_within_a_second() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let person = scratch.store().await;
+    // The runner's side: a plain builder, no safety poll; the server refuses the credential
+    // once, then takes every write.
+    let host = scratch.store().await;
+    let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (sent, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let sink = sink_fn({
+        let refused = Arc::clone(&refused);
+        move |record: Record| {
+            let sent = sent.clone();
+            let first = !refused.swap(true, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if first {
+                    Outcome::halt("HTTP 401")
+                } else {
+                    let _ = sent.send(record.id);
+                    Outcome::Delivered
+                }
+            }
+        }
+    });
+    let outbox = Outbox::builder(Arc::new(host.clone()), sink)
+        .config(RunnerConfig {
+            safety_poll: None,
+            ..RunnerConfig::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let _wakeups = host.wake_on_enqueue(outbox.notifier()).await.unwrap();
+    let mut events = outbox.events();
+    let id = outbox
+        .enqueue(NewRecord::new(b"refused once".to_vec()))
+        .await
+        .unwrap();
+    // Halted, and the halt persisted (the event follows the write).
+    let halted = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Ok(outbox_core::Event::Halted { .. }) = events.recv().await {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(halted.is_ok(), "the runner halted");
+    assert!(outbox.is_halted());
+    assert!(
+        person.halt().await.unwrap().is_some(),
+        "the halt is persisted"
+    );
+
+    // Another process (another host's `Outbox::resume`, a person) clears the halt.
+    let started = Instant::now();
+    person.set_halt(None).await.unwrap();
+    let got = tokio::time::timeout(AT_ONCE, received.recv())
+        .await
+        .unwrap_or_else(|_| panic!("nothing delivered within {AT_ONCE:?} of the resume"));
+    assert_eq!(got, Some(id));
+    eprintln!("resume: delivered {:?} after the change", started.elapsed());
+    assert!(!outbox.is_halted());
+    assert!(person.halt().await.unwrap().is_none());
+    outbox.flush(PATIENCE).await.unwrap();
+    assert_eq!(person.stats().await.unwrap().delivered, 1);
+    outbox.shutdown(PATIENCE).await.unwrap();
+}

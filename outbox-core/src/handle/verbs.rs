@@ -83,7 +83,9 @@ impl Outbox {
     }
 
     /// Resumes a runner halted by a refused credential or a rejection storm: the persisted
-    /// halt is cleared and a `Resumed` event says so.
+    /// halt is cleared and a `Resumed` event says so. The halted runners of other processes
+    /// sharing the store resume too, when they read the cleared halt: at their next wake-up
+    /// (on PostgreSQL the clearing wakes them through `NOTIFY`) or safety poll.
     pub fn resume(&self) {
         self.shared.resume.store(true, Ordering::SeqCst);
         self.shared.halted.store(false, Ordering::SeqCst);

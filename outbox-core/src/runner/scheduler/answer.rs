@@ -190,6 +190,15 @@ impl Scheduler {
         }
     }
 
+    /// The persisted halt was read while halted: `cleared` when the store holds none.
+    fn halt_read(&mut self, cleared: bool) {
+        // Resumed elsewhere: the store holds no halt, so there is nothing to clear.
+        if cleared && self.halting.resume() {
+            self.wanted = true;
+            self.actions.push_back(Action::Emit(Event::Resumed));
+        }
+    }
+
     pub(super) fn chore_done(&mut self, chore: Chore, changed: usize) {
         match chore {
             Chore::SetHalt(Some(_)) => {
@@ -198,6 +207,7 @@ impl Scheduler {
                 }
             }
             Chore::SetHalt(None) => self.actions.push_back(Action::Emit(Event::Resumed)),
+            Chore::ReadHalt { cleared } => self.halt_read(cleared),
             Chore::Unreadable { found } => {
                 for row in found {
                     self.actions.push_back(Action::Emit(Event::Unreadable {

@@ -26,6 +26,9 @@ pub(super) enum Chore {
     Renew { ids: Vec<RecordId>, lease: Lease },
     /// Persist the halt, or clear it.
     SetHalt(Option<Halt>),
+    /// Read the persisted halt while halted: `cleared` once the store holds none (another
+    /// process or a person resumed the outbox).
+    ReadHalt { cleared: bool },
     /// Records whose lease expired with no report (their process died): each counts one
     /// interruption, and the crash-loop guard parks repeat offenders. Page by page.
     RecoverExpired { recovered: usize },
@@ -75,6 +78,7 @@ impl Chore {
                 lease: *lease,
             },
             Chore::SetHalt(halt) => Io::SetHalt(halt.clone()),
+            Chore::ReadHalt { .. } => Io::Halt,
             Chore::RecoverExpired { .. } => Io::Expired { now, limit: PAGE },
             Chore::FarLeases { .. } => Io::Expired {
                 now: Millis::MAX,
@@ -93,6 +97,10 @@ impl Chore {
     pub(super) fn found(&mut self, answer: Answer, cx: Context<'_>) -> Next {
         match (self, answer) {
             (Chore::Renew { .. }, _) | (Chore::SetHalt(_), _) => Next::Done(0),
+            (Chore::ReadHalt { cleared }, Answer::Halt(halt)) => {
+                *cleared = halt.is_none();
+                Next::Done(0)
+            }
             (Chore::RecoverExpired { recovered }, Answer::Records(expired)) => {
                 if expired.is_empty() {
                     return Next::Done(*recovered);

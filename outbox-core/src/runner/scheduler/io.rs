@@ -108,6 +108,10 @@ pub enum Io {
     Apply(Vec<Transition>),
     /// `Store::set_halt`: persist the halt, or clear it. Answered by [`Answer::HaltSet`].
     SetHalt(Option<Halt>),
+    /// `Store::halt`: the persisted halt, read by a halted runner when it is woken or polls,
+    /// to learn whether another process (or a person) cleared it. Answered by
+    /// [`Answer::Halt`].
+    Halt,
     /// `Store::stats`, for the gauges. Answered by [`Answer::Stats`].
     Stats,
     /// `Store::unreadable`: rows the store cannot decode, to be reported. Answered by
@@ -144,6 +148,8 @@ pub enum Answer {
     },
     /// [`Io::SetHalt`] done.
     HaltSet,
+    /// [`Io::Halt`]: the halt the store holds, if any.
+    Halt(Option<Halt>),
     /// [`Io::Stats`].
     Stats(Stats),
     /// [`Io::Unreadable`]: the rows found.

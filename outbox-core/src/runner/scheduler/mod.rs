@@ -276,7 +276,10 @@ impl Scheduler {
             }
         }
         match input {
-            Input::Wake => self.wanted = true,
+            Input::Wake => {
+                self.wanted = true;
+                self.read_halt();
+            }
             Input::Timer => {}
             Input::Online(online) => self.set_online(online),
             Input::Resume => {
@@ -318,6 +321,19 @@ impl Scheduler {
 
     fn lease_ms(&self) -> Millis {
         duration_ms(self.config.lease)
+    }
+
+    /// Halted, the runner reads the persisted halt when woken and at each safety poll: a
+    /// halt cleared by another process or a person (`Store::set_halt(None)`) resumes it too.
+    fn read_halt(&mut self) {
+        if self.halting.is_halted()
+            && !self
+                .chores
+                .iter()
+                .any(|c| matches!(c, Chore::ReadHalt { .. } | Chore::SetHalt(_)))
+        {
+            self.chores.push_back(Chore::ReadHalt { cleared: false });
+        }
     }
 
     fn may_start(&self) -> bool {

@@ -32,6 +32,7 @@ impl Scheduler {
                     self.chores
                         .push_back(Chore::RecoverExpired { recovered: 0 });
                     self.next_due_stale = true;
+                    self.read_halt();
                 }
                 Timer::FarLeases => {
                     self.timers.stop(Timer::FarLeases);

@@ -61,6 +61,70 @@ fn concurrent_refusals_halt_once_and_release_the_rest() {
 }
 
 #[test]
+fn a_halt_cleared_elsewhere_resumes_the_runner_at_its_next_wake_or_poll() {
+    let halt = Halt {
+        reason: "HTTP 401".into(),
+        since: WALL - 5,
+    };
+    let config = RunnerConfig::default().with_safety_poll(Some(Duration::from_secs(60)));
+    let mut s = Scheduler::new(config.clone(), policy(), 1, 2, at(0), Some(halt.clone()));
+    let start = settle(&mut s, at(0), None);
+    assert!(writes(&start).is_empty(), "{start:?}");
+
+    // Woken while the store still holds the halt: one read of it, nothing claimed.
+    s.handle(at(10), Input::Wake);
+    let woken = drain(&mut s);
+    assert_eq!(woken, [Action::Io(Io::Halt)]);
+    s.handle(at(10), Input::Answer(Ok(Answer::Halt(Some(halt.clone())))));
+    let still = settle(&mut s, at(10), None);
+    assert!(writes(&still).is_empty(), "{still:?}");
+    assert!(s.halt().is_some());
+
+    // Another process cleared it; the NOTIFY of that wakes this runner: it resumes, says so
+    // once, clears nothing (the store holds no halt) and claims.
+    s.handle(at(20), Input::Wake);
+    assert_eq!(drain(&mut s), [Action::Io(Io::Halt)]);
+    s.handle(at(20), Input::Answer(Ok(Answer::Halt(None))));
+    let resumed = drain(&mut s);
+    assert_eq!(resumed.first(), Some(&Action::Emit(Event::Resumed)));
+    assert!(s.halt().is_none());
+    assert!(!resumed
+        .iter()
+        .any(|a| matches!(a, Action::Io(Io::SetHalt(_)))));
+    assert_eq!(writes(&resumed), [(0, true)]);
+
+    // With no wake at all (a store that cannot notify), the safety poll reads it.
+    let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(halt));
+    settle(&mut s, at(0), None);
+    s.handle(at(59_999), Input::Timer);
+    let early = settle_cleared(&mut s, at(59_999));
+    assert!(!early.contains(&Action::Io(Io::Halt)), "{early:?}");
+    s.handle(at(60_000), Input::Timer);
+    let polled = settle_cleared(&mut s, at(60_000));
+    assert!(polled.contains(&Action::Io(Io::Halt)), "{polled:?}");
+    assert!(polled.contains(&Action::Emit(Event::Resumed)), "{polled:?}");
+    assert!(
+        writes(&polled).iter().any(|(_, claim)| *claim),
+        "{polled:?}"
+    );
+}
+
+/// [`settle`] against a store whose halt was cleared by someone else.
+fn settle_cleared(s: &mut Scheduler, now: Now) -> Vec<Action> {
+    let mut all = Vec::new();
+    loop {
+        let actions = drain(s);
+        let Some(Action::Io(io)) = actions.last() else {
+            all.extend(actions);
+            return all;
+        };
+        let answer = reply(io, vec![], None);
+        all.extend(actions);
+        s.handle(now, Input::Answer(Ok(answer)));
+    }
+}
+
+#[test]
 fn a_persisted_halt_holds_from_the_start() {
     let halt = Halt {
         reason: "HTTP 401".into(),

@@ -85,8 +85,22 @@ pub(super) fn reply(io: &Io, records: Vec<Record>, due: Option<Millis>) -> Answe
         Io::Get(_) => Answer::Record(records.into_iter().next()),
         Io::Apply(_) => Answer::Applied { skipped: vec![] },
         Io::SetHalt(_) => Answer::HaltSet,
+        Io::Halt => Answer::Halt(None),
         Io::Stats => Answer::Stats(Stats::default()),
         Io::Unreadable { .. } => Answer::Unreadable(Vec::new()),
+    }
+}
+
+/// [`reply`] from a store that holds the halt this runner persisted, and no other.
+pub(super) fn store_reply(
+    s: &Scheduler,
+    io: &Io,
+    records: Vec<Record>,
+    due: Option<Millis>,
+) -> Answer {
+    match io {
+        Io::Halt => Answer::Halt(s.halt().cloned()),
+        _ => reply(io, records, due),
     }
 }
 
@@ -95,7 +109,7 @@ pub(super) fn answer(s: &mut Scheduler, now: Now, actions: &[Action], records: V
     let Some(Action::Io(io)) = actions.last() else {
         panic!("no store call in {actions:?}");
     };
-    let answer = reply(io, records, None);
+    let answer = store_reply(s, io, records, None);
     s.handle(now, Input::Answer(Ok(answer)));
 }
 
@@ -112,7 +126,7 @@ pub(super) fn settle(s: &mut Scheduler, now: Now, due: Option<Millis>) -> Vec<Ac
             all.extend(actions);
             return all;
         };
-        let answer = reply(io, vec![], due);
+        let answer = store_reply(s, io, vec![], due);
         all.extend(actions);
         s.handle(now, Input::Answer(Ok(answer)));
     }
