@@ -45,14 +45,6 @@
 /// partial index `records_scheduled` holds the pending records still waiting for their time,
 /// which stats count. Written to run again harmlessly, like version 2.
 ///
-/// Version 7: the records' pages are filled to half (`fillfactor = 50`) by inserts, so that the
-/// row versions a claim and an outcome write land on the page of the row they replace. An
-/// update on the same page is logged as the bytes that changed, not the whole row with its
-/// payload, and needs no lock record for the old version; measured on a claim of 256-byte
-/// records, 780 WAL bytes a record fall to about 420. Half a page is room for every row of a
-/// page to be claimed once before a delete or a prune frees its space. Pages written before
-/// the upgrade keep their fill; new pages get the setting. Runs again harmlessly.
-///
 /// Version 6: each record's last attempts (`history`, the bytes of
 /// [`History::encode`](outbox_core::History::encode); NULL for no attempts, so the records
 /// already there read with an empty history), each record's trace context (`trace`, the text
@@ -391,8 +383,5 @@ INSERT INTO {s}.tallies AS t (shard, payload_bytes)
 SELECT 0, coalesce(sum(octet_length(payload)), 0) FROM {s}.records
 WHERE state <> 2 OR lease_until IS NOT NULL
 ON CONFLICT (shard) DO UPDATE SET payload_bytes = excluded.payload_bytes;
-"#,
-    r#"
-ALTER TABLE {s}.records SET (fillfactor = 50);
 "#,
 ];

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{admin, config, server_ready, Scratch};
+use common::{admin, config, key_value, server_ready, Scratch};
 use outbox_core::{Error, NewRecord, Store};
 use outbox_postgres::{PgConfig, PgStore};
 
@@ -136,16 +136,4 @@ async fn a_dropped_table_is_named_in_the_error() {
     let text = err.to_string();
     assert!(text.contains("tombstones\" does not exist"), "{text}");
     assert!(text.contains("SQLSTATE 42P01"), "{text}");
-}
-
-/// The test server's URL as key-value text, so a `user=` can be appended.
-fn key_value(url: &str) -> String {
-    let config: tokio_postgres::Config = url.parse().expect("a valid test URL");
-    let host = match config.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
-        _ => "127.0.0.1".into(),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let db = config.get_dbname().unwrap_or("test");
-    format!("host={host} port={port} dbname={db}")
 }

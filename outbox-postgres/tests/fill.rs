@@ -1,15 +1,25 @@
-//! The records' pages keep room for the row versions a claim writes (schema version 7): a new
-//! schema gets it, and so does one upgraded from version 6, with its records untouched.
+//! The records' pages keep room for the row versions a claim writes: a new schema gets the fill
+//! setting, and so does one written by a build before it, at its next open, with its records
+//! and its version untouched; a role that may not alter the table still opens it.
 
 mod common;
 
-use common::{admin, down_to_6, records_fillfactor, server_ready, Scratch};
+use common::{admin, full_pages, key_value, records_fillfactor, server_ready, Scratch};
 use outbox_core::{Claim, Lease, ListQuery, NewRecord, Store};
+use outbox_postgres::{PgConfig, PgStore};
 
 const T0: u64 = 1_700_000_000_000;
 
+async fn version(client: &tokio_postgres::Client, s: &str) -> i32 {
+    client
+        .query_one(&format!("SELECT version FROM \"{s}\".schema_version"), &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn records_pages_are_half_filled_on_a_new_schema_and_after_an_upgrade_from_version_6() {
+async fn records_pages_are_half_filled_on_a_new_schema_and_an_older_one_at_its_next_open() {
     if !server_ready() {
         return;
     }
@@ -43,44 +53,63 @@ async fn records_pages_are_half_filled_on_a_new_schema_and_after_an_upgrade_from
     assert_eq!(claimed.len(), 2);
     let all = ListQuery::new(100);
     let before = store.list(&all).await.unwrap();
+    assert_eq!(before.len(), ids.len());
     let stats_before = store.stats().await.unwrap();
     drop(store);
 
-    client
-        .batch_execute(&format!(
-            "{} UPDATE \"{s}\".schema_version SET version = 6;",
-            down_to_6(s)
-        ))
-        .await
-        .unwrap();
-    assert_eq!(
-        records_fillfactor(&client, s).await,
-        None,
-        "full pages, as version 6 left them"
-    );
+    // As a build before the setting left it: full pages, the same version.
+    client.batch_execute(&full_pages(s)).await.unwrap();
+    assert_eq!(records_fillfactor(&client, s).await, None);
 
     let store = scratch.store().await;
-    let version: i32 = client
-        .query_one(&format!("SELECT version FROM \"{s}\".schema_version"), &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(version, outbox_postgres::SCHEMA_VERSION as i32);
     assert_eq!(records_fillfactor(&client, s).await.as_deref(), Some("50"));
+    assert_eq!(
+        version(&client, s).await,
+        outbox_postgres::SCHEMA_VERSION as i32
+    );
     assert_eq!(
         store.list(&all).await.unwrap(),
         before,
         "every record as it was"
     );
     assert_eq!(store.stats().await.unwrap(), stats_before);
-    assert_eq!(before.len(), ids.len());
+}
 
-    // The step runs again harmlessly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_may_not_alter_the_table_opens_it_with_full_pages() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    scratch.store().await;
+    let client = admin().await;
+    client.batch_execute(&full_pages(s)).await.unwrap();
+    let role = format!("{s}_filler");
     client
-        .batch_execute(&format!("UPDATE \"{s}\".schema_version SET version = 6"))
+        .batch_execute(&format!(
+            "CREATE ROLE \"{role}\" LOGIN; \
+             GRANT USAGE ON SCHEMA \"{s}\" TO \"{role}\"; \
+             GRANT ALL ON ALL TABLES IN SCHEMA \"{s}\" TO \"{role}\"; \
+             GRANT ALL ON ALL SEQUENCES IN SCHEMA \"{s}\" TO \"{role}\";"
+        ))
         .await
         .unwrap();
-    let again = scratch.store().await;
-    assert_eq!(records_fillfactor(&client, s).await.as_deref(), Some("50"));
-    assert_eq!(again.list(&all).await.unwrap(), before);
+    let url = format!("{} user={role}", key_value(&common::url()));
+    let opened = PgStore::connect(PgConfig::new(&url, s).with_pool_size(2)).await;
+    let worked = match &opened {
+        Ok(store) => store
+            .enqueue(vec![NewRecord::new(b"x".to_vec())], T0)
+            .await
+            .map(|e| e.ids.len()),
+        Err(err) => Err(outbox_core::Error::InvalidConfig(err.to_string())),
+    };
+    let fill = records_fillfactor(&client, s).await;
+    drop(opened);
+    client
+        .batch_execute(&format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\""))
+        .await
+        .unwrap();
+    assert_eq!(worked.expect("the role opens the outbox and enqueues"), 1);
+    assert_eq!(fill, None, "only the table's owner sets the fill");
 }

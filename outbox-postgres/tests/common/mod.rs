@@ -314,9 +314,8 @@ pub fn skip_reason() -> Option<String> {
     }
 }
 
-/// What version 7 changed, undone: the records' pages filled to the end again, as every
-/// earlier version left them.
-pub fn down_to_6(s: &str) -> String {
+/// The records' pages filled to the end again, as builds before the fill setting left them.
+pub fn full_pages(s: &str) -> String {
     format!("ALTER TABLE \"{s}\".records RESET (fillfactor);")
 }
 
@@ -336,8 +335,8 @@ pub async fn records_fillfactor(client: &tokio_postgres::Client, s: &str) -> Opt
         .find_map(|o| o.strip_prefix("fillfactor=").map(str::to_owned))
 }
 
-/// What versions 6 and 7 added, dropped again: the statements that bring a current schema back
-/// to version 5 as that build left it, with no history and no trace context on any record, no
+/// What version 6 added, dropped again: the statements that bring a current schema back to
+/// version 5 as that build left it, with no history and no trace context on any record, no
 /// payload bytes counted and no turn for capped enqueues (the records' trigger function as
 /// version 4 wrote it), and full pages.
 pub fn down_to_5(s: &str) -> String {
@@ -346,7 +345,7 @@ pub fn down_to_5(s: &str) -> String {
          ALTER TABLE \"{s}\".records DROP COLUMN trace; \
          ALTER TABLE \"{s}\".tallies DROP COLUMN payload_bytes; \
          DROP TABLE \"{s}\".cap_turn;",
-        down_to_6(s),
+        full_pages(s),
         TALLY_RECORDS_V4.replace("{s}", &format!("\"{s}\""))
     )
 }
@@ -483,4 +482,16 @@ pub fn down_to_3(s: &str) -> String {
          DROP INDEX \"{s}\".records_attention; DROP INDEX \"{s}\".records_age;",
         down_to_4(s)
     )
+}
+
+/// The test server's URL as key-value text, so a `user=` can be appended.
+pub fn key_value(url: &str) -> String {
+    let config: tokio_postgres::Config = url.parse().expect("a valid test URL");
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        _ => "127.0.0.1".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or("test");
+    format!("host={host} port={port} dbname={db}")
 }
