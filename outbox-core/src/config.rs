@@ -27,8 +27,10 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// - `lease`: **30 s**, renewed every third of it while a delivery runs, so only a dead
 ///   process lets a lease expire.
 /// - `safety_poll`: **60 s**: the runner needs no polling to be correct; this slow poll
-///   recovers leases that other processes left to expire on a shared store, and notices a
-///   wall clock that stepped while the runner slept.
+///   recovers leases that other processes left to expire on a shared store, notices a
+///   wall clock that stepped while the runner slept, and (halted) reads the persisted halt,
+///   so a halt another process cleared lifts here too even on a store that wakes no other
+///   process (SQLite, redb).
 /// - `delivery_timeout`: **60 s**: a sink that never reports must not hold its record (and
 ///   the queue behind it) forever; set the sink's own request timeout below it.
 /// - `link_down_warn_every`: **15 min**: a link that stays down is logged again at this pace,

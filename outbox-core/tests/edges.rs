@@ -455,3 +455,59 @@ async fn a_wrong_route_halts_after_five_rejections_and_requeue_brings_all_back_i
         assert_eq!(order, [group, group + 10], "group g{group} kept its order");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_resume_on_any_runner_of_the_store_lifts_a_halt_the_others_hold() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = SteppedClock::starting_at(BASE);
+    // Runner B of the store (another process of the app, offline for now, so it takes none
+    // of the work) started before the halt: it is not halted itself (a runner that starts
+    // while the store holds a halt is).
+    let (_b_online, b_offline) = watch::channel(false);
+    let b = Outbox::builder(store.clone(), Scripted::new(vec![]))
+        .clock(Arc::new(clock.clone()))
+        .config(config())
+        .connectivity(b_offline)
+        .start()
+        .await
+        .unwrap();
+    let mut b_events = b.events();
+    // Runner A's credential is refused once.
+    let a_sink = Scripted::new(vec![Outcome::halt("HTTP 401"), Outcome::Delivered]);
+    let a = start(store.clone(), a_sink.clone(), clock.clone(), config()).await;
+    let mut a_events = a.events();
+    a.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    run_for(Duration::from_secs(1)).await;
+    assert!(a.is_halted());
+    assert!(!b.is_halted());
+    assert!(store.halt().await.unwrap().is_some(), "persisted");
+
+    // The app resumes on B: the persisted halt is cleared; B says nothing of a resume it did
+    // not need.
+    b.resume();
+    run_for(Duration::from_millis(10)).await;
+    assert!(store.halt().await.unwrap().is_none(), "cleared by B");
+    assert!(a.is_halted(), "A has not looked yet");
+
+    // A reads the cleared halt at its next wake (here an enqueue of its own) and resumes.
+    a.enqueue(NewRecord::new(b"y".to_vec())).await.unwrap();
+    run_for(Duration::from_secs(1)).await;
+    assert!(!a.is_halted());
+    let a_said: Vec<Event> = std::iter::from_fn(|| a_events.try_recv().ok()).collect();
+    assert_eq!(
+        a_said
+            .iter()
+            .filter(|e| matches!(e, Event::Resumed))
+            .count(),
+        1,
+        "{a_said:?}"
+    );
+    let b_said: Vec<Event> = std::iter::from_fn(|| b_events.try_recv().ok()).collect();
+    assert!(
+        !b_said.iter().any(|e| matches!(e, Event::Resumed)),
+        "{b_said:?}"
+    );
+    a.flush(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(store.stats().await.unwrap().delivered, 2);
+    assert_eq!(a_sink.count(), 3, "refused once, then both delivered by A");
+}

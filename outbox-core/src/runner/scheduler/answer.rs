@@ -11,6 +11,7 @@ use super::timer::Timer;
 use super::{Action, Answer, FailureKind, Gauges, Io, Notice, Pending, Scheduler, StoreFailure};
 use crate::event::Event;
 use crate::outcome::duration_ms;
+use crate::store::Halt;
 
 impl Scheduler {
     pub(super) fn answered(&mut self, result: Result<Answer, StoreFailure>) {
@@ -190,10 +191,17 @@ impl Scheduler {
         }
     }
 
-    /// The persisted halt was read while halted: `cleared` when the store holds none.
-    fn halt_read(&mut self, cleared: bool) {
-        // Resumed elsewhere: the store holds no halt, so there is nothing to clear.
-        if cleared && self.halting.resume() {
+    /// The persisted halt was read while halted with `halt`: `cleared` when the store holds
+    /// none. Resumed elsewhere, the runner resumes without writing (there is nothing to
+    /// clear), unless its halt changed while the read was under way (resumed here, then halted
+    /// again by a refusal not yet persisted) or it is shutting down.
+    fn halt_read(&mut self, halt: &Halt, cleared: bool) {
+        let same = self.halting.halt() == Some(halt);
+        let persisting = self
+            .chores
+            .iter()
+            .any(|c| matches!(c, Chore::SetHalt(_) | Chore::ClearHalt { .. }));
+        if cleared && same && !persisting && self.stopping.is_none() && self.halting.resume() {
             self.wanted = true;
             self.actions.push_back(Action::Emit(Event::Resumed));
         }
@@ -206,8 +214,10 @@ impl Scheduler {
                     self.actions.push_back(Action::Emit(event));
                 }
             }
-            Chore::SetHalt(None) => self.actions.push_back(Action::Emit(Event::Resumed)),
-            Chore::ReadHalt { cleared } => self.halt_read(cleared),
+            Chore::ClearHalt { was_halted: true } => {
+                self.actions.push_back(Action::Emit(Event::Resumed));
+            }
+            Chore::ReadHalt { halt, cleared } => self.halt_read(&halt, cleared),
             Chore::Unreadable { found } => {
                 for row in found {
                     self.actions.push_back(Action::Emit(Event::Unreadable {

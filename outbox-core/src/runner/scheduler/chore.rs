@@ -26,9 +26,12 @@ pub(super) enum Chore {
     Renew { ids: Vec<RecordId>, lease: Lease },
     /// Persist the halt, or clear it.
     SetHalt(Option<Halt>),
-    /// Read the persisted halt while halted: `cleared` once the store holds none (another
-    /// process or a person resumed the outbox).
-    ReadHalt { cleared: bool },
+    /// Clear the persisted halt (a resume, by this process): whatever runner of the store it
+    /// halted reads that and resumes. `Resumed` is said when this runner `was_halted`.
+    ClearHalt { was_halted: bool },
+    /// Read the persisted halt while halted with `halt`: `cleared` once the store holds none
+    /// (another process or a person resumed the outbox).
+    ReadHalt { halt: Halt, cleared: bool },
     /// Records whose lease expired with no report (their process died): each counts one
     /// interruption, and the crash-loop guard parks repeat offenders. Page by page.
     RecoverExpired { recovered: usize },
@@ -78,6 +81,7 @@ impl Chore {
                 lease: *lease,
             },
             Chore::SetHalt(halt) => Io::SetHalt(halt.clone()),
+            Chore::ClearHalt { .. } => Io::SetHalt(None),
             Chore::ReadHalt { .. } => Io::Halt,
             Chore::RecoverExpired { .. } => Io::Expired { now, limit: PAGE },
             Chore::FarLeases { .. } => Io::Expired {
@@ -96,8 +100,8 @@ impl Chore {
     /// Takes the answer to [`Chore::io`].
     pub(super) fn found(&mut self, answer: Answer, cx: Context<'_>) -> Next {
         match (self, answer) {
-            (Chore::Renew { .. }, _) | (Chore::SetHalt(_), _) => Next::Done(0),
-            (Chore::ReadHalt { cleared }, Answer::Halt(halt)) => {
+            (Chore::Renew { .. } | Chore::SetHalt(_) | Chore::ClearHalt { .. }, _) => Next::Done(0),
+            (Chore::ReadHalt { cleared, .. }, Answer::Halt(halt)) => {
                 *cleared = halt.is_none();
                 Next::Done(0)
             }

@@ -40,7 +40,8 @@ pub enum Report {
 // (a record, at its largest) would cost an allocation on every store call for no saving.
 #[allow(clippy::large_enum_variant)]
 pub enum Input {
-    /// An enqueue, `notify` or a manual verb: look for due work.
+    /// An enqueue, `notify` or a manual verb: look for due work (halted: read the persisted
+    /// halt, which another process may have cleared).
     Wake,
     /// A timeout the scheduler asked for passed (or nothing but the clock changed).
     Timer,

@@ -284,9 +284,10 @@ impl Scheduler {
             Input::Online(online) => self.set_online(online),
             Input::Resume => {
                 self.wanted = true;
-                if self.halting.resume() {
-                    self.chores.push_back(Chore::SetHalt(None));
-                }
+                // Cleared in the store even when this runner is not halted: the halt may be
+                // another process's, and its runner resumes when it reads the store.
+                let was_halted = self.halting.resume();
+                self.chores.push_back(Chore::ClearHalt { was_halted });
             }
             Input::Shutdown { grace } => {
                 self.stopping = Some(self.stopping.map_or(grace, |g| g.min(grace)));
@@ -325,14 +326,23 @@ impl Scheduler {
 
     /// Halted, the runner reads the persisted halt when woken and at each safety poll: a
     /// halt cleared by another process or a person (`Store::set_halt(None)`) resumes it too.
+    /// At most one read waits behind the one under way (a wake during a read may come from a
+    /// clearing the read missed); none while the halt is still being written, or at shutdown.
     fn read_halt(&mut self) {
-        if self.halting.is_halted()
-            && !self
-                .chores
-                .iter()
-                .any(|c| matches!(c, Chore::ReadHalt { .. } | Chore::SetHalt(_)))
-        {
-            self.chores.push_back(Chore::ReadHalt { cleared: false });
+        let Some(halt) = self.halting.halt() else {
+            return;
+        };
+        let queued = self.chores.iter().any(|c| {
+            matches!(
+                c,
+                Chore::ReadHalt { .. } | Chore::SetHalt(_) | Chore::ClearHalt { .. }
+            )
+        });
+        if !queued && self.stopping.is_none() {
+            self.chores.push_back(Chore::ReadHalt {
+                halt: halt.clone(),
+                cleared: false,
+            });
         }
     }
 

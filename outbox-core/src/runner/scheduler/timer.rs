@@ -8,7 +8,8 @@ use crate::record::Millis;
 /// A reason to wake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Timer {
-    /// The slow safety poll: look for expired leases of any process, read the deadline again.
+    /// The slow safety poll: look for expired leases of any process, read the deadline again
+    /// (and, halted, the persisted halt).
     Poll,
     /// Recover leases further ahead than one lease (taken before a step back).
     FarLeases,

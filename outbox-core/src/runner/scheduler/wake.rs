@@ -26,8 +26,9 @@ impl Scheduler {
                         .map(|p| mono.saturating_add(duration_ms(p)));
                     self.timers.set_or_stop(Timer::Poll, next);
                     // The poll looks for leases other processes left to expire (records it
-                    // recovers wake the runner) and reads the next deadline again; it
-                    // claims nothing itself.
+                    // recovers wake the runner), reads the next deadline again and, halted,
+                    // the persisted halt; it claims nothing itself (a claim follows only
+                    // from what it finds).
                     self.recover_at = mono.saturating_add(third);
                     self.chores
                         .push_back(Chore::RecoverExpired { recovered: 0 });

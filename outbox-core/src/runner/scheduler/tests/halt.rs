@@ -109,6 +109,62 @@ fn a_halt_cleared_elsewhere_resumes_the_runner_at_its_next_wake_or_poll() {
     );
 }
 
+#[test]
+fn a_resume_on_a_runner_that_is_not_halted_clears_the_stores_halt_quietly() {
+    let mut s = scheduler(RunnerConfig::default());
+    settle(&mut s, at(0), None);
+    s.handle(at(5), Input::Resume);
+    let resume = drain(&mut s);
+    assert_eq!(
+        resume,
+        [Action::Io(Io::SetHalt(None))],
+        "another runner's halt is cleared"
+    );
+    answer(&mut s, at(5), &resume, vec![]);
+    let after = drain(&mut s);
+    assert!(!after.contains(&Action::Emit(Event::Resumed)), "{after:?}");
+}
+
+#[test]
+fn a_read_that_finds_the_halt_cleared_does_not_lift_a_newer_halt() {
+    let mut s = scheduler(RunnerConfig::default());
+    let started = claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
+    assert_eq!(delivered(&started), [RecordId(1), RecordId(2)]);
+    // Record 1's refusal halts the runner; record 2 is still with the sink.
+    s.handle(
+        at(5),
+        Input::Reported {
+            id: RecordId(1),
+            report: Report::Outcome(Outcome::halt("HTTP 401")),
+        },
+    );
+    settle(&mut s, at(5), None);
+    let first = s.halt().cloned().expect("halted");
+    // Woken: the read of the persisted halt is under way when the app resumes and record
+    // 2's refusal halts the runner again, before that halt is written.
+    s.handle(at(6), Input::Wake);
+    assert_eq!(drain(&mut s), [Action::Io(Io::Halt)]);
+    s.handle(at(7), Input::Resume);
+    s.handle(
+        at(8),
+        Input::Reported {
+            id: RecordId(2),
+            report: Report::Outcome(Outcome::halt("HTTP 401")),
+        },
+    );
+    let newer = s.halt().cloned().expect("halted again");
+    assert_ne!(newer, first);
+    // The read answers that the store holds no halt (someone cleared the first one).
+    s.handle(at(9), Input::Answer(Ok(Answer::Halt(None))));
+    let after = settle(&mut s, at(9), None);
+    assert_eq!(s.halt(), Some(&newer), "the newer halt holds: {after:?}");
+    assert!(
+        after.contains(&Action::Io(Io::SetHalt(Some(newer)))),
+        "{after:?}"
+    );
+    assert!(writes(&after).iter().all(|(_, claim)| !claim), "{after:?}");
+}
+
 /// [`settle`] against a store whose halt was cleared by someone else.
 fn settle_cleared(s: &mut Scheduler, now: Now) -> Vec<Action> {
     let mut all = Vec::new();
