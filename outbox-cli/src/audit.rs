@@ -171,9 +171,9 @@ pub struct Entry<'a> {
     pub user: &'a User,
     /// Through which tool.
     pub via: Via,
-    /// `retry`, `requeue`, `discard` or `prune`.
+    /// `retry`, `requeue`, `discard`, `prune` or `resume`.
     pub verb: &'a str,
-    /// The record, or `None` for a change of many (a prune).
+    /// The record, or `None` for a change of many (a prune) or of none (a resume).
     pub record: Option<RecordId>,
     /// What became of it: `done`, or `unchanged` with why.
     pub result: &'a str,

@@ -83,6 +83,13 @@ pub enum Command {
         after_help = "Example:\n  outbox prune app.db --older-than 7d\n  outbox prune app.db --older-than 12h --yes"
     )]
     Prune(PruneArgs),
+    /// Lifts the runners' halt (a refused credential or a rejection storm): the persisted halt
+    /// is cleared, and every runner of the outbox, in any process, resumes when it reads that:
+    /// at once on PostgreSQL (through NOTIFY), at its next wake-up or safety poll on a file.
+    #[command(
+        after_help = "Example:\n  outbox resume app.db\n  outbox resume postgres://postgres@127.0.0.1/app --schema billing_outbox --yes"
+    )]
+    Resume(ResumeArgs),
     /// The stats, refreshed in place until Ctrl-C.
     #[command(
         after_help = "Example:\n  outbox watch app.db\n  outbox watch app.db --interval 5s --json    one JSON line per refresh"
@@ -221,6 +228,17 @@ pub struct PruneArgs {
     /// (`90s`, `30m`, `12h`, `7d`, `2w`).
     #[arg(long, value_parser = parse_age, value_name = "AGE")]
     pub older_than: Duration,
+    /// Do not ask for confirmation (for scripts).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+/// `resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: Target,
     /// Do not ask for confirmation (for scripts).
     #[arg(long, short = 'y')]
     pub yes: bool,

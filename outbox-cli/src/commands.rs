@@ -6,7 +6,7 @@ use outbox_core::{record::validate_group, ListQuery, Millis, RecordId, State, St
 use serde::Serialize;
 
 use crate::audit::{self, User, Via};
-use crate::cli::{Command, PruneArgs, Selection};
+use crate::cli::{Command, PruneArgs, ResumeArgs, Selection};
 use crate::error::CliError;
 use crate::escape;
 use crate::human;
@@ -111,6 +111,7 @@ pub async fn execute(
             verb(store, discard, &args.selection, reason, now, io).await
         }
         Command::Prune(args) => prune(store, args, now, io).await,
+        Command::Resume(args) => resume(store, args, now, io).await,
         Command::Watch(_) | Command::Serve(_) => Err(CliError::Usage(
             "watch and serve run until stopped; start them with `outbox`".into(),
         )),
@@ -341,5 +342,45 @@ async fn prune(
     };
     writeln!(io.err, "{entry}")?;
     writeln!(io.out, "pruned {pruned} (asked about {what})")?;
+    Ok(())
+}
+
+/// Clears the persisted halt, after asking about the one it found.
+async fn resume(
+    store: &dyn Store,
+    args: &ResumeArgs,
+    now: Millis,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let Some(halt) = store.halt().await? else {
+        writeln!(io.out, "not halted: nothing to resume")?;
+        return Ok(());
+    };
+    let what = format!(
+        "the halt since {} ({})",
+        human::local(halt.since),
+        escape::visible(&halt.reason)
+    );
+    if !args.yes {
+        confirm(io, &format!("lift {what}?"))?;
+    }
+    store.set_halt(None).await?;
+    let result = format!("done: lifted {what}");
+    let user = User::current();
+    let entry = audit::Entry {
+        at: now,
+        user: &user,
+        via: Via::Command,
+        verb: "resume",
+        record: None,
+        result: &result,
+        reason: None,
+    };
+    writeln!(io.err, "{entry}")?;
+    writeln!(
+        io.out,
+        "lifted {what}: every runner resumes when it reads that (PostgreSQL: at once; a file: \
+         at its next wake-up or safety poll)"
+    )?;
     Ok(())
 }

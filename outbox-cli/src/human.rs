@@ -182,7 +182,7 @@ pub fn stats(view: &StatsView) -> String {
     };
     let runner = match &view.halt {
         Some(halt) => format!(
-            "HALTED since {}: {} (the application must resume it)",
+            "HALTED since {}: {} (`outbox resume` or the application lifts it)",
             when(halt.since, now),
             shown(&halt.reason)
         ),

@@ -50,6 +50,7 @@ impl Command {
             Command::Retry(a) | Command::Requeue(a) => &a.target,
             Command::Discard(a) => &a.target,
             Command::Prune(a) => &a.target,
+            Command::Resume(a) => &a.target,
             Command::Watch(a) => &a.target,
             Command::Serve(a) => &a.target,
         }
@@ -68,6 +69,7 @@ impl Command {
             | Command::Requeue(_)
             | Command::Discard(_)
             | Command::Prune(_)
+            | Command::Resume(_)
             | Command::Serve(_) => Access::Write,
         }
     }

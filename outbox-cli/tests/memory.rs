@@ -340,7 +340,7 @@ fn every_subcommand_has_help_with_an_example() {
         );
         assert!(sub.get_about().is_some(), "{}", sub.get_name());
     }
-    assert_eq!(cli.get_subcommands().count(), 9);
+    assert_eq!(cli.get_subcommands().count(), 10);
     let top = Cli::command().render_long_help().to_string();
     assert!(
         top.starts_with("Inspect and repair an outbox queue"),

@@ -108,6 +108,86 @@ async fn the_binary_reads_and_repairs_a_postgres_outbox() {
         .unwrap();
 }
 
+/// `outbox resume` lifts a halt that a runner of another process holds: the runner, woken by
+/// the command's `NOTIFY`, delivers within a second of the command's return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_reaches_a_halted_runner_of_another_process_within_a_second() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use outbox_core::{sink_fn, Event, NewRecord, Outbox, Outcome, Record, RunnerConfig};
+
+    let Some(client) = server().await else { return };
+    let schema = format!("outbox_cli_resume_{}", std::process::id());
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .await
+        .unwrap();
+    let url = url();
+    let store = PgStore::connect(PgConfig::new(&url, &schema))
+        .await
+        .unwrap();
+    // The application: its credential is refused once; no safety poll, so only the
+    // command's NOTIFY can wake it.
+    let refused = Arc::new(AtomicBool::new(false));
+    let (sent, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let sink = sink_fn({
+        let refused = Arc::clone(&refused);
+        move |record: Record| {
+            let sent = sent.clone();
+            let first = !refused.swap(true, Ordering::SeqCst);
+            async move {
+                if first {
+                    Outcome::halt("HTTP 401 Unauthorized")
+                } else {
+                    let _ = sent.send(record.id);
+                    Outcome::Delivered
+                }
+            }
+        }
+    });
+    let outbox = Outbox::builder(Arc::new(store.clone()), sink)
+        .config(RunnerConfig {
+            safety_poll: None,
+            ..RunnerConfig::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let _wakeups = store.wake_on_enqueue(outbox.notifier()).await.unwrap();
+    let mut events = outbox.events();
+    let id = outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    let halted = tokio::time::timeout(Duration::from_secs(30), async {
+        while !matches!(events.recv().await, Ok(Event::Halted { .. })) {}
+    })
+    .await;
+    assert!(halted.is_ok() && outbox.is_halted(), "the runner halted");
+
+    let (target, name) = (url.clone(), schema.clone());
+    let said = tokio::task::spawn_blocking(move || {
+        support::ok(&["resume", &target, "--schema", &name, "--yes"])
+    })
+    .await
+    .unwrap();
+    assert!(said.starts_with("lifted the halt since"), "{said}");
+    let started = std::time::Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(1), received.recv())
+        .await
+        .expect("delivered within a second of `outbox resume`");
+    assert_eq!(got, Some(id));
+    eprintln!(
+        "delivered {:?} after the command returned",
+        started.elapsed()
+    );
+    assert!(!outbox.is_halted());
+    outbox.shutdown(Duration::from_secs(10)).await.unwrap();
+    drop(store);
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
 /// The role the server admits over TLS only.
 const TLS_ROLE: &str = "outbox_tls_only";
 

@@ -32,6 +32,13 @@ async fn verbs_change_records_through_the_core_rules() {
 }
 
 #[tokio::test]
+async fn resume_lifts_the_persisted_halt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seeded(dir.path()).await;
+    support::resume_lifts_the_halt(&[path.to_str().unwrap()]);
+}
+
+#[tokio::test]
 async fn a_record_rejected_between_show_and_retry_is_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = seeded(dir.path()).await;

@@ -360,3 +360,49 @@ pub fn retry_refused_after_a_change(path: &Path, id: u64, seen: &str) {
     assert_eq!(code, 1);
     assert!(err.contains("it was rejected by the server"), "{err}");
 }
+
+/// `resume` on the seeded target (`args`: the target and its options), which holds a halt:
+/// asked and refused, nothing changes; with `--yes` the halt is gone and an audit line says
+/// who lifted it; a second resume has nothing to do.
+pub fn resume_lifts_the_halt(args: &[&str]) {
+    let halt = |args: &[&str]| -> serde_json::Value {
+        let stats = ok(&[&["stats"], args, &["--json"]].concat());
+        serde_json::from_str::<serde_json::Value>(&stats).expect("stats --json is JSON")["halt"]
+            .clone()
+    };
+    assert_eq!(halt(args)["reason"], "HTTP 401 Unauthorized: token expired");
+
+    let refused = answering(&[&["resume"], args].concat(), "n\n");
+    assert!(!refused.status.success());
+    let asked = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        asked.contains("lift the halt since") && asked.contains("token expired"),
+        "{asked}"
+    );
+    assert!(asked.contains("nothing was changed"), "{asked}");
+    assert!(halt(args).is_object(), "still halted");
+
+    let done = run(&[&["resume"], args, &["--yes"]].concat());
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let said = String::from_utf8(done.stdout).unwrap();
+    assert!(said.starts_with("lifted the halt since"), "{said}");
+    assert!(
+        said.contains("every runner resumes when it reads that"),
+        "{said}"
+    );
+    let audit = String::from_utf8(done.stderr).unwrap();
+    assert!(
+        audit.contains("via=command verb=resume") && audit.contains("done: lifted"),
+        "{audit}"
+    );
+    assert!(halt(args).is_null(), "lifted");
+
+    assert_eq!(
+        ok(&[&["resume"], args].concat()),
+        "not halted: nothing to resume\n"
+    );
+}
