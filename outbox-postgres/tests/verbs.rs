@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use common::{server_ready, Scratch};
 use outbox_core::{
     machine, sink_fn, Change, Guard, NewRecord, Outbox, Outcome, Progress, Record, RecordId,
-    RunnerConfig, Seen, State, Store, Transition,
+    RunnerConfig, Seen, Sink, State, Store, Transition,
 };
-use outbox_postgres::PgStore;
+use outbox_postgres::{PgStore, RunnerWakeups};
 
 /// What the issue asks of a person's verb: the runner acts on it within a second.
 const AT_ONCE: Duration = Duration::from_secs(1);
@@ -42,6 +42,21 @@ async fn fail(store: &PgStore, id: RecordId, state: State) {
 
 fn store_now(store: &PgStore) -> u64 {
     store.clock().now()
+}
+
+/// A runner on `host` with a plain builder and no safety poll, woken only by the outbox's
+/// notifications (kept alive by the second value).
+async fn woken_only(host: &PgStore, sink: impl Sink + 'static) -> (Outbox, RunnerWakeups) {
+    let outbox = Outbox::builder(Arc::new(host.clone()), sink)
+        .config(RunnerConfig {
+            safety_poll: None,
+            ..RunnerConfig::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let wakeups = host.wake_on_enqueue(outbox.notifier()).await.unwrap();
+    (outbox, wakeups)
 }
 
 /// The transition as the `outbox` command makes it: a compare-and-set against the record as
@@ -86,15 +101,7 @@ async fn another_processs_retry_requeue_and_discard_reach_an_idle_runner_within_
             Outcome::Delivered
         }
     });
-    let outbox = Outbox::builder(Arc::new(host.clone()), sink)
-        .config(RunnerConfig {
-            safety_poll: None,
-            ..RunnerConfig::default()
-        })
-        .start()
-        .await
-        .unwrap();
-    let _wakeups = host.wake_on_enqueue(outbox.notifier()).await.unwrap();
+    let (outbox, _wakeups) = woken_only(&host, sink).await;
     outbox.flush(PATIENCE).await.unwrap();
     assert!(received.try_recv().is_err(), "nothing was due");
 
@@ -177,15 +184,7 @@ async fn another_processs_resume_reaches_a_halted_runner_within_a_second() {
             }
         }
     });
-    let outbox = Outbox::builder(Arc::new(host.clone()), sink)
-        .config(RunnerConfig {
-            safety_poll: None,
-            ..RunnerConfig::default()
-        })
-        .start()
-        .await
-        .unwrap();
-    let _wakeups = host.wake_on_enqueue(outbox.notifier()).await.unwrap();
+    let (outbox, _wakeups) = woken_only(&host, sink).await;
     let mut events = outbox.events();
     let id = outbox
         .enqueue(NewRecord::new(b"refused once".to_vec()))

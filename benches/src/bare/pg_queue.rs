@@ -78,49 +78,63 @@ impl BarePg {
     /// `FOR UPDATE SKIP LOCKED` (one transaction), and deletes each claimed batch (a second
     /// transaction), until it finds none. Returns how many records they removed.
     pub async fn drain(&self, per_tx: usize, now: u64) -> Result<u64> {
-        let name = self.schema.name();
-        let claim = format!(
-            "UPDATE \"{name}\".q SET lease = 1 WHERE id IN (SELECT id FROM \"{name}\".q \
-             WHERE lease IS NULL AND due <= $1 ORDER BY due, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             RETURNING id"
-        );
-        let delete = format!("DELETE FROM \"{name}\".q WHERE id = ANY($1)");
-        let limit = i64::try_from(per_tx).unwrap_or(i64::MAX);
-        let removed = try_join_all(self.workers.iter().map(|client| {
-            let (claim, delete) = (&claim, &delete);
-            async move {
-                let claim = client
-                    .prepare(claim)
-                    .await
-                    .map_err(engine("bare postgres: prepare claim"))?;
-                let delete = client
-                    .prepare(delete)
-                    .await
-                    .map_err(engine("bare postgres: prepare delete"))?;
-                let mut removed = 0u64;
-                loop {
-                    // Each statement outside a transaction block commits on its own.
-                    let ids: Vec<i64> = client
-                        .query(&claim, &[&ms(now), &limit])
-                        .await
-                        .map_err(engine("bare postgres: claim"))?
-                        .iter()
-                        .map(|row| row.try_get(0))
-                        .collect::<std::result::Result<_, _>>()
-                        .map_err(engine("bare postgres: claim"))?;
-                    if ids.is_empty() {
-                        return Ok::<u64, outbox_core::Error>(removed);
-                    }
-                    client
-                        .execute(&delete, &[&ids])
-                        .await
-                        .map_err(engine("bare postgres: delete"))?;
-                    removed += ids.len() as u64;
-                }
-            }
-        }))
+        let removed = try_join_all(
+            self.workers
+                .iter()
+                .map(|client| self.claim_and_delete(client, per_tx, now, None)),
+        )
         .await?;
         Ok(removed.into_iter().sum())
+    }
+
+    /// One connection's loop of [`drain`](Self::drain): claims `per_tx` due records, deletes
+    /// them, until it finds none; with `took`, times each claim statement. Returns how many it
+    /// removed.
+    async fn claim_and_delete(
+        &self,
+        client: &Client,
+        per_tx: usize,
+        now: u64,
+        mut took: Option<&mut Vec<std::time::Duration>>,
+    ) -> Result<u64> {
+        let name = self.schema.name();
+        let claim = client
+            .prepare(&format!(
+                "UPDATE \"{name}\".q SET lease = 1 WHERE id IN (SELECT id FROM \"{name}\".q \
+                 WHERE lease IS NULL AND due <= $1 ORDER BY due, id LIMIT $2 \
+                 FOR UPDATE SKIP LOCKED) RETURNING id"
+            ))
+            .await
+            .map_err(engine("bare postgres: prepare claim"))?;
+        let delete = client
+            .prepare(&format!("DELETE FROM \"{name}\".q WHERE id = ANY($1)"))
+            .await
+            .map_err(engine("bare postgres: prepare delete"))?;
+        let limit = i64::try_from(per_tx).unwrap_or(i64::MAX);
+        let mut removed = 0u64;
+        loop {
+            let started = std::time::Instant::now();
+            // Each statement outside a transaction block commits on its own.
+            let ids: Vec<i64> = client
+                .query(&claim, &[&ms(now), &limit])
+                .await
+                .map_err(engine("bare postgres: claim"))?
+                .iter()
+                .map(|row| row.try_get(0))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(engine("bare postgres: claim"))?;
+            if let Some(took) = took.as_deref_mut() {
+                took.push(started.elapsed());
+            }
+            if ids.is_empty() {
+                return Ok(removed);
+            }
+            client
+                .execute(&delete, &[&ids])
+                .await
+                .map_err(engine("bare postgres: delete"))?;
+            removed += ids.len() as u64;
+        }
     }
 }
 
@@ -165,41 +179,10 @@ impl BarePg {
     /// [`drain`](Self::drain) does, and returns how long each claim statement took, in order:
     /// whether the claim slows as the drain leaves dead index entries behind it.
     pub async fn claim_times(&self, per_tx: usize, now: u64) -> Result<Vec<std::time::Duration>> {
-        let name = self.schema.name();
-        let client = &self.workers[0];
-        let claim = client
-            .prepare(&format!(
-                "UPDATE \"{name}\".q SET lease = 1 WHERE id IN (SELECT id FROM \"{name}\".q \
-                 WHERE lease IS NULL AND due <= $1 ORDER BY due, id LIMIT $2 \
-                 FOR UPDATE SKIP LOCKED) RETURNING id"
-            ))
-            .await
-            .map_err(engine("bare postgres: prepare claim"))?;
-        let delete = client
-            .prepare(&format!("DELETE FROM \"{name}\".q WHERE id = ANY($1)"))
-            .await
-            .map_err(engine("bare postgres: prepare delete"))?;
-        let limit = i64::try_from(per_tx).unwrap_or(i64::MAX);
         let mut took = Vec::new();
-        loop {
-            let started = std::time::Instant::now();
-            let ids: Vec<i64> = client
-                .query(&claim, &[&ms(now), &limit])
-                .await
-                .map_err(engine("bare postgres: claim"))?
-                .iter()
-                .map(|row| row.try_get(0))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(engine("bare postgres: claim"))?;
-            took.push(started.elapsed());
-            if ids.is_empty() {
-                return Ok(took);
-            }
-            client
-                .execute(&delete, &[&ids])
-                .await
-                .map_err(engine("bare postgres: delete"))?;
-        }
+        self.claim_and_delete(&self.workers[0], per_tx, now, Some(&mut took))
+            .await?;
+        Ok(took)
     }
 }
 
