@@ -108,10 +108,11 @@ async fn the_binary_reads_and_repairs_a_postgres_outbox() {
         .unwrap();
 }
 
-/// `outbox resume` lifts a halt that a runner of another process holds: the runner, woken by
-/// the command's `NOTIFY`, delivers within a second of the command's return.
+/// `outbox resume` lifts a halt that a runner of another process holds, and `outbox retry`
+/// makes a record held for later due: the runner, woken by each command's `NOTIFY`, delivers
+/// within a second of the command's return.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_reaches_a_halted_runner_of_another_process_within_a_second() {
+async fn resume_and_retry_reach_a_runner_of_another_process_within_a_second() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
@@ -180,6 +181,35 @@ async fn resume_reaches_a_halted_runner_of_another_process_within_a_second() {
         started.elapsed()
     );
     assert!(!outbox.is_halted());
+
+    // `outbox retry` while the runner is idle: a record held for an hour is due at once.
+    let later = store.clock().now() + 3_600_000;
+    let held = outbox_core::Store::enqueue(
+        &store,
+        vec![NewRecord::new(b"held".to_vec()).not_before(later)],
+        store.clock().now(),
+    )
+    .await
+    .unwrap()
+    .ids[0];
+    outbox.flush(Duration::from_secs(10)).await.unwrap();
+    assert!(received.try_recv().is_err(), "nothing was due");
+    let (target, name, id) = (url.clone(), schema.clone(), held.0.to_string());
+    let said = tokio::task::spawn_blocking(move || {
+        support::ok(&["retry", &target, "--schema", &name, &id])
+    })
+    .await
+    .unwrap();
+    assert!(said.starts_with(&format!("retried #{}", held.0)), "{said}");
+    let started = std::time::Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(1), received.recv())
+        .await
+        .expect("delivered within a second of `outbox retry`");
+    assert_eq!(got, Some(held));
+    eprintln!(
+        "retry: delivered {:?} after the command returned",
+        started.elapsed()
+    );
     outbox.shutdown(Duration::from_secs(10)).await.unwrap();
     drop(store);
     client
