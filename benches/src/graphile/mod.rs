@@ -1,7 +1,7 @@
 //! `graphile_worker` beside the PostgreSQL store: section 8 of the report.
 //!
 //! The peer is the Rust port of graphile-worker, a PostgreSQL job queue, at its fastest
-//! settings for a backlog (a local queue fetching 100 jobs at a time, completions deleted in
+//! settings for a backlog (a local queue fetching 1,000 jobs at a time, completions deleted in
 //! batches). Both sides write 256-byte payloads to the server at `OUTBOX_PG_URL` (see
 //! [`crate::pg`]), each in schemas of its own with random names, dropped at the end. The rows:
 //!

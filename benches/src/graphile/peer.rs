@@ -26,6 +26,12 @@ const FILL_BATCH: usize = 1_000;
 /// at the low end of what its documentation suggests (a millisecond or a few).
 const COMPLETION_BATCH_DELAY: Duration = Duration::from_millis(1);
 
+/// Jobs the peer's local queue fetches at once. Measured here (10,000 jobs, one round each):
+/// with 100 the peer drained 14–18 k jobs/s, with 1,000 35–40 k/s at every concurrency, as the
+/// issue measured it in its fastest configuration; a longer completion batch (10 ms) or four
+/// local queues added nothing beyond that.
+const LOCAL_QUEUE: usize = 1_000;
+
 /// How long a drain may take before it counts as failed.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(3_600);
 
@@ -212,9 +218,8 @@ impl Graphile {
     }
 }
 
-/// The peer at its fastest settings for a backlog: jobs fetched 100 at a time into a local
-/// queue (the batch of the bare loop) and completions deleted together; its own pool at its
-/// default size.
+/// The peer at its fastest settings for a backlog: jobs fetched [`LOCAL_QUEUE`] at a time into
+/// a local queue and completions deleted together; its own pool at its default size.
 fn options(schema: &PgSchema, concurrency: usize, ran: Ran) -> WorkerOptions {
     WorkerOptions::default()
         .database_url(schema.url())
@@ -222,7 +227,7 @@ fn options(schema: &PgSchema, concurrency: usize, ran: Ran) -> WorkerOptions {
         .concurrency(concurrency)
         .define_job::<Noop>()
         .add_extension(ran)
-        .local_queue(LocalQueueConfig::default().with_size(100))
+        .local_queue(LocalQueueConfig::default().with_size(LOCAL_QUEUE))
         .complete_job_batch_delay(COMPLETION_BATCH_DELAY)
 }
 

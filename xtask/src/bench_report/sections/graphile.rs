@@ -28,7 +28,7 @@ pub(super) fn graphile(results: &Results<'_>) -> String {
         "`graphile`: the PostgreSQL store beside `graphile_worker` (the Rust port of \
          graphile-worker) on the same server, 256-byte payloads on both sides (the outbox \
          record; the peer job's JSON), each side in schemas of its own. The peer runs at its \
-         fastest settings for a backlog: a local queue fetching 100 jobs at a time, completions \
+         fastest settings for a backlog: a local queue fetching 1,000 jobs at a time, completions \
          deleted in batches after 1 ms, its own pool at its default size (20 connections; the \
          outbox store has 4). Each round runs every row once on both sides, the side going \
          first alternating; rates are medians over the rounds, the ratio the median of the \
