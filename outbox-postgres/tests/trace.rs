@@ -58,6 +58,31 @@ async fn trace_of(store: &PgStore, id: RecordId) -> Option<TraceContext> {
 }
 
 /// Sets the stored trace of `id` to the SQL expression `value`, behind the store's back.
+/// A store of `scratch` with one edit of "doc" waiting, carrying [`cx`]: the record each
+/// driver's replacing write lands on.
+async fn with_waiting_edit(scratch: &Scratch) -> (PgStore, RecordId) {
+    let store = scratch.store().await;
+    let waiting = store
+        .enqueue(vec![edit(traced("v1", cx()), "doc")], T0)
+        .await
+        .expect("enqueue");
+    (store, waiting.ids[0])
+}
+
+/// What a driver's transaction left: `fresh` (a traced and a plain write) keep [`cx`] and
+/// none; `merged` replaced `waiting` in place and brought [`other`].
+async fn assert_carried(
+    store: &PgStore,
+    fresh: &[RecordId],
+    merged: &[RecordId],
+    waiting: RecordId,
+) {
+    assert_eq!(merged, [waiting], "replaced in place");
+    assert_eq!(trace_of(store, fresh[0]).await, Some(cx()));
+    assert_eq!(trace_of(store, fresh[1]).await, None);
+    assert_eq!(trace_of(store, waiting).await, Some(other()));
+}
+
 async fn plant(schema: &str, id: RecordId, value: &str) {
     let changed = admin()
         .await
@@ -239,11 +264,7 @@ async fn a_tokio_postgres_transaction_carries_it() {
         return;
     }
     let scratch = Scratch::new();
-    let store = scratch.store().await;
-    let waiting = store
-        .enqueue(vec![edit(traced("v1", cx()), "doc")], T0)
-        .await
-        .expect("enqueue");
+    let (store, waiting) = with_waiting_edit(&scratch).await;
     let mut client = admin().await;
 
     let tx = client.transaction().await.expect("begin");
@@ -256,10 +277,7 @@ async fn a_tokio_postgres_transaction_carries_it() {
         .await
         .expect("enqueue_in");
     tx.commit().await.expect("commit");
-    assert_eq!(merged.ids, waiting.ids, "replaced in place");
-    assert_eq!(trace_of(&store, fresh.ids[0]).await, Some(cx()));
-    assert_eq!(trace_of(&store, fresh.ids[1]).await, None);
-    assert_eq!(trace_of(&store, waiting.ids[0]).await, Some(other()));
+    assert_carried(&store, &fresh.ids, &merged.ids, waiting).await;
 
     let tx = client.transaction().await.expect("begin");
     let pending = store
@@ -267,8 +285,8 @@ async fn a_tokio_postgres_transaction_carries_it() {
         .await
         .expect("enqueue_pending");
     tx.commit().await.expect("commit");
-    assert_eq!(pending.ids(), waiting.ids.as_slice());
-    assert_eq!(trace_of(&store, waiting.ids[0]).await, None, "cleared");
+    assert_eq!(pending.ids(), [waiting]);
+    assert_eq!(trace_of(&store, waiting).await, None, "cleared");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,11 +295,7 @@ async fn a_sqlx_transaction_carries_it() {
         return;
     }
     let scratch = Scratch::new();
-    let store = scratch.store().await;
-    let waiting = store
-        .enqueue(vec![edit(traced("v1", cx()), "doc")], T0)
-        .await
-        .expect("enqueue");
+    let (store, waiting) = with_waiting_edit(&scratch).await;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(&url())
@@ -297,10 +311,7 @@ async fn a_sqlx_transaction_carries_it() {
         .await
         .expect("enqueue_sqlx");
     tx.commit().await.expect("commit");
-    assert_eq!(merged.ids(), waiting.ids.as_slice(), "replaced in place");
-    assert_eq!(trace_of(&store, fresh.ids()[0]).await, Some(cx()));
-    assert_eq!(trace_of(&store, fresh.ids()[1]).await, None);
-    assert_eq!(trace_of(&store, waiting.ids[0]).await, Some(other()));
+    assert_carried(&store, fresh.ids(), merged.ids(), waiting).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,11 +323,7 @@ async fn a_diesel_transaction_carries_it() {
         return;
     }
     let scratch = Scratch::new();
-    let store = scratch.store().await;
-    let waiting = store
-        .enqueue(vec![edit(traced("v1", cx()), "doc")], T0)
-        .await
-        .expect("enqueue");
+    let (store, waiting) = with_waiting_edit(&scratch).await;
     let st = store.clone();
     let (fresh, merged) = tokio::task::spawn_blocking(move || {
         let mut conn = PgConnection::establish(&url()).expect("diesel connects");
@@ -330,10 +337,7 @@ async fn a_diesel_transaction_carries_it() {
     })
     .await
     .expect("the blocking task");
-    assert_eq!(merged.ids(), waiting.ids.as_slice(), "replaced in place");
-    assert_eq!(trace_of(&store, fresh.ids()[0]).await, Some(cx()));
-    assert_eq!(trace_of(&store, fresh.ids()[1]).await, None);
-    assert_eq!(trace_of(&store, waiting.ids[0]).await, Some(other()));
+    assert_carried(&store, fresh.ids(), merged.ids(), waiting).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,11 +349,7 @@ async fn a_diesel_async_transaction_carries_it() {
         return;
     }
     let scratch = Scratch::new();
-    let store = scratch.store().await;
-    let waiting = store
-        .enqueue(vec![edit(traced("v1", cx()), "doc")], T0)
-        .await
-        .expect("enqueue");
+    let (store, waiting) = with_waiting_edit(&scratch).await;
     let mut conn = AsyncPgConnection::establish(&url())
         .await
         .expect("diesel-async connects");
@@ -365,8 +365,5 @@ async fn a_diesel_async_transaction_carries_it() {
         })
         .await
         .expect("committed");
-    assert_eq!(merged.ids(), waiting.ids.as_slice(), "replaced in place");
-    assert_eq!(trace_of(&store, fresh.ids()[0]).await, Some(cx()));
-    assert_eq!(trace_of(&store, fresh.ids()[1]).await, None);
-    assert_eq!(trace_of(&store, waiting.ids[0]).await, Some(other()));
+    assert_carried(&store, fresh.ids(), merged.ids(), waiting).await;
 }
