@@ -194,14 +194,10 @@ impl Scheduler {
     /// The persisted halt was read while halted with `halt`: `cleared` when the store holds
     /// none. Resumed elsewhere, the runner resumes without writing (there is nothing to
     /// clear), unless its halt changed while the read was under way (resumed here, then halted
-    /// again by a refusal not yet persisted) or it is shutting down.
+    /// again by a refusal whose write waits behind the read) or it is shutting down.
     fn halt_read(&mut self, halt: &Halt, cleared: bool) {
         let same = self.halting.halt() == Some(halt);
-        let persisting = self
-            .chores
-            .iter()
-            .any(|c| matches!(c, Chore::SetHalt(_) | Chore::ClearHalt { .. }));
-        if cleared && same && !persisting && self.stopping.is_none() && self.halting.resume() {
+        if cleared && same && self.stopping.is_none() && self.halting.resume() {
             self.wanted = true;
             self.actions.push_back(Action::Emit(Event::Resumed));
         }

@@ -327,17 +327,16 @@ impl Scheduler {
     /// Halted, the runner reads the persisted halt when woken and at each safety poll: a
     /// halt cleared by another process or a person (`Store::set_halt(None)`) resumes it too.
     /// At most one read waits behind the one under way (a wake during a read may come from a
-    /// clearing the read missed); none while the halt is still being written, or at shutdown.
+    /// clearing the read missed); chores run in order, so a read queued behind the halt's own
+    /// write reads it back. None at shutdown.
     fn read_halt(&mut self) {
         let Some(halt) = self.halting.halt() else {
             return;
         };
-        let queued = self.chores.iter().any(|c| {
-            matches!(
-                c,
-                Chore::ReadHalt { .. } | Chore::SetHalt(_) | Chore::ClearHalt { .. }
-            )
-        });
+        let queued = self
+            .chores
+            .iter()
+            .any(|c| matches!(c, Chore::ReadHalt { .. }));
         if !queued && self.stopping.is_none() {
             self.chores.push_back(Chore::ReadHalt {
                 halt: halt.clone(),

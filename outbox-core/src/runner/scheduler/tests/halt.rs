@@ -110,6 +110,21 @@ fn a_halt_cleared_elsewhere_resumes_the_runner_at_its_next_wake_or_poll() {
 }
 
 #[test]
+fn a_runner_shutting_down_reads_no_halt() {
+    let halt = Halt {
+        reason: "HTTP 401".into(),
+        since: WALL - 5,
+    };
+    let mut s = Scheduler::new(RunnerConfig::default(), policy(), 1, 2, at(0), Some(halt));
+    settle(&mut s, at(0), None);
+    s.handle(at(5), Input::Shutdown { grace: 1_000 });
+    s.handle(at(6), Input::Wake);
+    let after = settle(&mut s, at(6), None);
+    assert!(!after.contains(&Action::Io(Io::Halt)), "{after:?}");
+    assert!(s.halt().is_some());
+}
+
+#[test]
 fn a_resume_on_a_runner_that_is_not_halted_clears_the_stores_halt_quietly() {
     let mut s = scheduler(RunnerConfig::default());
     settle(&mut s, at(0), None);
