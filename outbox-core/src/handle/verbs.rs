@@ -85,7 +85,9 @@ impl Outbox {
     /// Resumes a runner halted by a refused credential or a rejection storm: the persisted
     /// halt is cleared and a `Resumed` event says so. The halted runners of other processes
     /// sharing the store resume too, when they read the cleared halt: at their next wake-up
-    /// (on PostgreSQL the clearing wakes them through `NOTIFY`) or safety poll.
+    /// (on PostgreSQL the clearing wakes them through `NOTIFY`) or safety poll. The halt is
+    /// cleared even when this runner is not halted, so one call lifts a halt any runner of
+    /// the store holds: call it for a person's decision, not on every start.
     pub fn resume(&self) {
         self.shared.resume.store(true, Ordering::SeqCst);
         self.shared.halted.store(false, Ordering::SeqCst);

@@ -79,6 +79,12 @@ pub use self::sizing::KEEPING_UP;
 /// enough that a slow neighbour does not hold them back.
 pub const COMMIT_DELAY: Millis = 20;
 
+/// How far apart the reads of the persisted halt that wakes ask for are, at least, while the
+/// runner is halted: on PostgreSQL every enqueue of the fleet wakes every runner, and a read
+/// per wake would follow the enqueue rate for as long as a halt lasts. One read follows the
+/// last wake of a spell, so a halt cleared elsewhere is seen within this time plus a read.
+const HALT_READ_SPACING: Millis = 500;
+
 /// Which store call is under way, and what it carried.
 #[derive(Debug)]
 enum Pending {
@@ -126,6 +132,9 @@ pub struct Scheduler {
     finished: bool,
     /// A trigger arrived: look for due work.
     wanted: bool,
+    /// Halted, a wake asked for a read of the halt while reads were spaced
+    /// ([`HALT_READ_SPACING`]): one follows when [`Timer::HaltRead`] fires.
+    halt_read_wanted: bool,
     actions: VecDeque<Action>,
     /// Store work wanted, in order, before the next claim.
     chores: VecDeque<Chore>,
@@ -188,6 +197,7 @@ impl Scheduler {
             aborted: false,
             finished: false,
             wanted: true,
+            halt_read_wanted: false,
             actions: VecDeque::new(),
             chores: VecDeque::new(),
             recovering: false,
@@ -278,7 +288,7 @@ impl Scheduler {
         match input {
             Input::Wake => {
                 self.wanted = true;
-                self.read_halt();
+                self.read_halt_when_woken();
             }
             Input::Timer => {}
             Input::Online(online) => self.set_online(online),
@@ -342,6 +352,23 @@ impl Scheduler {
                 halt: halt.clone(),
                 cleared: false,
             });
+        }
+    }
+
+    /// A wake's read of the halt: at once when none started in the last
+    /// [`HALT_READ_SPACING`], else once when that time is over, however many wakes came.
+    fn read_halt_when_woken(&mut self) {
+        if !self.halting.is_halted() || self.stopping.is_some() {
+            return;
+        }
+        if self.timers.is_set(Timer::HaltRead) {
+            self.halt_read_wanted = true;
+        } else {
+            self.read_halt();
+            self.timers.set(
+                Timer::HaltRead,
+                self.now.mono.saturating_add(HALT_READ_SPACING),
+            );
         }
     }
 

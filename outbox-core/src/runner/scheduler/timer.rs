@@ -27,11 +27,14 @@ pub(super) enum Timer {
     Claim,
     /// Read the store's stats for the gauges.
     Gauges,
+    /// Halted: the spacing of the halt reads wakes ask for is over (one is due if a wake
+    /// came meanwhile).
+    HaltRead,
     /// The rate limit lets the next delivery of the round start.
     Rate,
 }
 
-const ALL: [Timer; 10] = [
+const ALL: [Timer; 11] = [
     Timer::Poll,
     Timer::FarLeases,
     Timer::RetryIo,
@@ -41,6 +44,7 @@ const ALL: [Timer; 10] = [
     Timer::Grace,
     Timer::Claim,
     Timer::Gauges,
+    Timer::HaltRead,
     Timer::Rate,
 ];
 

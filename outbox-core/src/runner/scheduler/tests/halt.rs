@@ -80,11 +80,19 @@ fn a_halt_cleared_elsewhere_resumes_the_runner_at_its_next_wake_or_poll() {
     assert!(writes(&still).is_empty(), "{still:?}");
     assert!(s.halt().is_some());
 
-    // Another process cleared it; the NOTIFY of that wakes this runner: it resumes, says so
-    // once, clears nothing (the store holds no halt) and claims.
-    s.handle(at(20), Input::Wake);
+    // Woken again and again within the spacing (a busy fleet's enqueues): no read each time.
+    for ms in [20, 100, 300, 509] {
+        s.handle(at(ms), Input::Wake);
+        assert_eq!(drain(&mut s), [], "woken at {ms}");
+    }
+    assert_eq!(s.poll_timeout(), Some(510));
+
+    // Another process cleared it meanwhile (its NOTIFY was one of those wakes): the one read
+    // after the spacing finds it cleared; the runner resumes, says so once, clears nothing
+    // (the store holds no halt) and claims.
+    s.handle(at(510), Input::Timer);
     assert_eq!(drain(&mut s), [Action::Io(Io::Halt)]);
-    s.handle(at(20), Input::Answer(Ok(Answer::Halt(None))));
+    s.handle(at(510), Input::Answer(Ok(Answer::Halt(None))));
     let resumed = drain(&mut s);
     assert_eq!(resumed.first(), Some(&Action::Emit(Event::Resumed)));
     assert!(s.halt().is_none());
@@ -107,6 +115,50 @@ fn a_halt_cleared_elsewhere_resumes_the_runner_at_its_next_wake_or_poll() {
         writes(&polled).iter().any(|(_, claim)| *claim),
         "{polled:?}"
     );
+}
+
+#[test]
+fn wakes_read_the_halt_at_most_once_per_spacing_and_once_after_the_last() {
+    let halt = Halt {
+        reason: "HTTP 401".into(),
+        since: WALL - 5,
+    };
+    let config = RunnerConfig::default().with_safety_poll(None);
+    let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(halt.clone()));
+    settle(&mut s, at(0), None);
+    let mut reads = Vec::new();
+    // A wake every 10 ms for three seconds, each read answered at once: still halted.
+    for ms in (10..3_000).step_by(10) {
+        s.handle(at(ms), Input::Wake);
+        while s.poll_timeout().is_some_and(|t| t <= ms) {
+            s.handle(at(ms), Input::Timer);
+        }
+        for action in drain(&mut s) {
+            if action == Action::Io(Io::Halt) {
+                reads.push(ms);
+                s.handle(at(ms), Input::Answer(Ok(Answer::Halt(Some(halt.clone())))));
+                assert!(drain(&mut s).is_empty());
+            }
+        }
+    }
+    assert_eq!(reads, [10, 510, 1_010, 1_510, 2_010, 2_510], "{reads:?}");
+    // The wakes stop: one read follows the last (at 2,990), when the spacing is over.
+    assert_eq!(s.poll_timeout(), Some(3_010));
+    s.handle(at(3_010), Input::Timer);
+    assert_eq!(drain(&mut s), [Action::Io(Io::Halt)]);
+    s.handle(at(3_010), Input::Answer(Ok(Answer::Halt(Some(halt)))));
+    assert!(drain(&mut s).is_empty());
+    // Then nothing more until the next wake, which reads at once.
+    assert_eq!(s.poll_timeout(), Some(3_510));
+    s.handle(at(3_510), Input::Timer);
+    assert!(drain(&mut s).is_empty());
+    assert!(
+        s.poll_timeout().is_none_or(|t| t > 5_000),
+        "{:?}",
+        s.poll_timeout()
+    );
+    s.handle(at(5_000), Input::Wake);
+    assert_eq!(drain(&mut s), [Action::Io(Io::Halt)]);
 }
 
 #[test]
