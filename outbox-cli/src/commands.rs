@@ -364,8 +364,18 @@ async fn resume(
     if !args.yes {
         confirm(io, &format!("lift {what}?"))?;
     }
-    store.set_halt(None).await?;
-    let result = format!("done: lifted {what}");
+    // The halt as the person saw it, or nothing: a runner may have resumed and halted again
+    // for another reason while the question was open. (The store has no compare-and-set for
+    // its halt; this read narrows the window to the two calls.)
+    let current = store.halt().await?;
+    let result = match &current {
+        Some(h) if *h == halt => {
+            store.set_halt(None).await?;
+            format!("done: lifted {what}")
+        }
+        None => format!("unchanged: {what} was lifted already"),
+        Some(_) => format!("unchanged: {what} changed since you looked"),
+    };
     let user = User::current();
     let entry = audit::Entry {
         at: now,
@@ -377,6 +387,19 @@ async fn resume(
         reason: None,
     };
     writeln!(io.err, "{entry}")?;
+    match current {
+        Some(h) if h == halt => {}
+        None => {
+            writeln!(io.out, "not halted: {what} was lifted already")?;
+            return Ok(());
+        }
+        Some(_) => {
+            return Err(CliError::Changed(format!(
+                "left the halt as it is: {what} changed since you looked (run the command \
+                 again)"
+            )))
+        }
+    }
     writeln!(
         io.out,
         "lifted {what}: every runner resumes when it reads that (PostgreSQL: at once; a file: \

@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::future::Future;
 use std::io::Cursor;
 
 use clap::Parser;
@@ -10,7 +11,9 @@ use outbox_cli::audit::User;
 use outbox_cli::cli::Cli;
 use outbox_cli::commands::{execute, Io};
 use outbox_cli::CliError;
-use outbox_core::{machine, Claim, Lease, NewRecord, Outcome, RecordId, RetryPolicy, State, Store};
+use outbox_core::{
+    machine, Claim, Halt, Lease, NewRecord, Outcome, RecordId, RetryPolicy, State, Store,
+};
 use outbox_memory::MemoryStore;
 use support::{seed, NOW};
 
@@ -548,4 +551,103 @@ async fn stats_list_and_show_tell_of_records_held_for_later() {
     let list = String::from_utf8(out).unwrap();
     assert!(list.contains("1   -      pending"), "{list}");
     assert!(!list.contains("scheduled"), "{list}");
+}
+
+/// Answers `y` to the question, after moving the store's halt to `then`: what a runner or
+/// another person may do while the question is open.
+struct AnswerAfter<'a> {
+    store: &'a MemoryStore,
+    then: Option<Option<Halt>>,
+    answer: Cursor<Vec<u8>>,
+}
+
+impl AnswerAfter<'_> {
+    fn change(&mut self) {
+        if let Some(halt) = self.then.take() {
+            let set = std::pin::pin!(self.store.set_halt(halt));
+            let waker = std::task::Waker::noop();
+            match set.poll(&mut std::task::Context::from_waker(waker)) {
+                std::task::Poll::Ready(done) => done.expect("set_halt"),
+                std::task::Poll::Pending => panic!("the memory store answers at once"),
+            }
+        }
+    }
+}
+
+impl std::io::Read for AnswerAfter<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.change();
+        self.answer.read(buf)
+    }
+}
+
+impl std::io::BufRead for AnswerAfter<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.change();
+        self.answer.fill_buf()
+    }
+
+    fn consume(&mut self, amount: usize) {
+        self.answer.consume(amount);
+    }
+}
+
+#[tokio::test]
+async fn resume_leaves_a_halt_that_changed_while_it_asked() {
+    let store = seeded().await;
+    let seen = Halt {
+        reason: "HTTP 401".into(),
+        since: NOW - 60_000,
+    };
+    let newer = Halt {
+        reason: "HTTP 403".into(),
+        since: NOW - 1_000,
+    };
+    let cli = Cli::try_parse_from(["outbox", "resume", "mem"]).expect("arguments parse");
+    let resume = |then: Option<Halt>| {
+        let store = &store;
+        let cli = &cli;
+        async move {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let mut input = AnswerAfter {
+                store,
+                then: Some(then),
+                answer: Cursor::new(b"y\n".to_vec()),
+            };
+            let result = {
+                let mut io = Io {
+                    out: &mut out,
+                    err: &mut err,
+                    input: &mut input,
+                };
+                execute(store, &cli.command, NOW, &mut io).await
+            };
+            (
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(err).unwrap(),
+                result,
+            )
+        }
+    };
+
+    // Resumed and halted again for another reason while the person read the question: the
+    // newer halt stays, the command says so and fails, and the audit line says unchanged.
+    store.set_halt(Some(seen.clone())).await.unwrap();
+    let (out, err, result) = resume(Some(newer.clone())).await;
+    assert!(matches!(result, Err(CliError::Changed(_))), "{result:?}");
+    assert_eq!(store.halt().await.unwrap(), Some(newer));
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("lift the halt since"), "the question: {err}");
+    assert!(
+        err.contains("verb=resume") && err.contains("unchanged:") && !err.contains("done:"),
+        "{err}"
+    );
+
+    // Lifted by someone else meanwhile: nothing to do, said so, and no error.
+    store.set_halt(Some(seen)).await.unwrap();
+    let (out, err, result) = resume(None).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(store.halt().await.unwrap(), None);
+    assert!(out.contains("was lifted already"), "{out}");
+    assert!(err.contains("unchanged:"), "{err}");
 }
