@@ -444,20 +444,25 @@ impl Core {
             Some(h) => (Some(text(&h.reason)), Some(millis(h.since))),
             None => (None, None),
         };
-        let cleared = halt.is_none();
-        let client = self.client().await?;
-        let ex = Exec::Pooled(&client);
+        let mut client = self.client().await?;
+        if halt.is_some() {
+            let ex = Exec::Pooled(&client);
+            let set = ex.prepare(&self.sql.set_halt).await.map_err(pg)?;
+            ex.execute(&set, &[&reason, &since]).await.map_err(pg)?;
+            return Ok(());
+        }
+        // A resume: the runners of other processes are told, as of a person's retry, in the
+        // clearing's transaction (a clearing that returned an error was not made).
+        let tx = client.transaction().await.map_err(pg)?;
+        let ex = Exec::Transaction(&tx);
         let (set, notify) =
             futures::try_join!(ex.prepare(&self.sql.set_halt), ex.prepare(&self.sql.notify))
                 .map_err(pg)?;
         ex.execute(&set, &[&reason, &since]).await.map_err(pg)?;
-        if cleared {
-            // A resume: the runners of other processes are told, as of a person's retry.
-            ex.query(&notify, &[&self.config.schema])
-                .await
-                .map_err(pg)?;
-        }
-        Ok(())
+        ex.query(&notify, &[&self.config.schema])
+            .await
+            .map_err(pg)?;
+        tx.commit().await.map_err(pg)
     }
 
     pub(crate) async fn prune(self: Arc<Self>, older_than: Millis) -> Result<u64> {

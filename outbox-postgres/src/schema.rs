@@ -8,6 +8,7 @@
 
 use deadpool_postgres::Object;
 use outbox_core::{Error, Result};
+use tokio_postgres::error::SqlState;
 
 use crate::error::pg;
 use crate::migrations::MIGRATIONS;
@@ -208,23 +209,23 @@ pub(crate) async fn migrate(client: &mut Object, schema: &str) -> Result<u32> {
 /// holds a backlog.
 pub(crate) const FILLFACTOR: u32 = 50;
 
-/// Sets the records' [`FILLFACTOR`] where it is not set yet: a storage setting, not a change
-/// of layout, so it carries no schema version and a build that does not know it still opens
-/// the schema. Pages written before keep their fill. A role that may not alter the table (a
-/// reader, a read-only session) opens the outbox all the same: the attempt is undone and
-/// logged, and the setting waits for an owner's open.
+/// Sets the records' [`FILLFACTOR`] where no fill is set: a storage setting, not a change of
+/// layout, so it carries no schema version and a build that does not know it still opens the
+/// schema. A fill an operator chose (any `fillfactor`) stands. Pages written before keep their
+/// fill. A role that may not alter the table (a reader, a read-only session) opens the outbox
+/// all the same: the attempt is undone and logged, and the setting waits for an owner's open;
+/// so does one that timed out waiting for the table's lock.
 async fn keep_room(
     tx: &mut deadpool_postgres::Transaction<'_>,
     schema: &str,
     quoted: &str,
 ) -> Result<()> {
-    let wanted = format!("fillfactor={FILLFACTOR}");
     let set: bool = tx
         .query_one(
-            "SELECT coalesce(c.reloptions @> ARRAY[$2::text], false) FROM pg_class c \
-             JOIN pg_namespace n ON n.oid = c.relnamespace \
+            "SELECT EXISTS (SELECT 1 FROM unnest(c.reloptions) o WHERE o LIKE 'fillfactor=%') \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND c.relname = 'records'",
-            &[&schema, &wanted],
+            &[&schema],
         )
         .await
         .map_err(pg)?
@@ -246,11 +247,23 @@ async fn keep_room(
         }
         Err(err) => {
             attempt.rollback().await.map_err(pg)?;
-            tracing::warn!(
-                schema,
-                error = %err,
-                "outbox records' fill left as it is: this role may not alter the table"
-            );
+            let refused = err.code().is_some_and(|code| {
+                *code == SqlState::INSUFFICIENT_PRIVILEGE
+                    || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+            });
+            if refused {
+                tracing::warn!(
+                    schema,
+                    error = %err,
+                    "outbox records' fill left as it is: this role may not alter the table"
+                );
+            } else {
+                tracing::warn!(
+                    schema,
+                    error = %err,
+                    "outbox records' fill left as it is for now (tried again at the next open)"
+                );
+            }
         }
     }
     Ok(())

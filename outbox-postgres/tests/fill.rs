@@ -1,6 +1,7 @@
 //! The records' pages keep room for the row versions a claim writes: a new schema gets the fill
 //! setting, and so does one written by a build before it, at its next open, with its records
-//! and its version untouched; a role that may not alter the table still opens it.
+//! and its version untouched; a fill an operator chose stands; a role that may not alter the
+//! table still opens it.
 
 mod common;
 
@@ -73,6 +74,26 @@ async fn records_pages_are_half_filled_on_a_new_schema_and_an_older_one_at_its_n
         "every record as it was"
     );
     assert_eq!(store.stats().await.unwrap(), stats_before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_an_operator_chose_stands_at_the_next_open() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    drop(scratch.store().await);
+    let client = admin().await;
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE \"{s}\".records SET (fillfactor = 70)"
+        ))
+        .await
+        .unwrap();
+    let store = scratch.store().await;
+    assert_eq!(records_fillfactor(&client, s).await.as_deref(), Some("70"));
+    drop(store);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
