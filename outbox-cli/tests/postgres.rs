@@ -159,7 +159,15 @@ async fn resume_and_retry_reach_a_runner_of_another_process_within_a_second() {
     let mut events = outbox.events();
     let id = outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
     let halted = tokio::time::timeout(Duration::from_secs(30), async {
-        while !matches!(events.recv().await, Ok(Event::Halted { .. })) {}
+        loop {
+            match events.recv().await {
+                Ok(Event::Halted { .. }) => return,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    panic!("the runner stopped before it halted")
+                }
+                _ => {}
+            }
+        }
     })
     .await;
     assert!(halted.is_ok() && outbox.is_halted(), "the runner halted");

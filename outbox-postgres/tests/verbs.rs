@@ -193,8 +193,12 @@ async fn another_processs_resume_reaches_a_halted_runner_within_a_second() {
     // Halted, and the halt persisted (the event follows the write).
     let halted = tokio::time::timeout(PATIENCE, async {
         loop {
-            if let Ok(outbox_core::Event::Halted { .. }) = events.recv().await {
-                return;
+            match events.recv().await {
+                Ok(outbox_core::Event::Halted { .. }) => return,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    panic!("the runner stopped before it halted")
+                }
+                _ => {}
             }
         }
     })
