@@ -31,15 +31,23 @@ async fn run(
     args: &[&str],
     input: &str,
 ) -> (String, String, Result<(), CliError>) {
+    run_reading(store, args, &mut Cursor::new(input.as_bytes().to_vec())).await
+}
+
+/// [`run`], its answers read from `input`.
+async fn run_reading(
+    store: &dyn Store,
+    args: &[&str],
+    input: &mut dyn std::io::BufRead,
+) -> (String, String, Result<(), CliError>) {
     let cli = Cli::try_parse_from(std::iter::once("outbox").chain(args.iter().copied()))
         .expect("arguments parse");
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let mut input = Cursor::new(input.as_bytes().to_vec());
     let result = {
         let mut io = Io {
             out: &mut out,
             err: &mut err,
-            input: &mut input,
+            input,
         };
         execute(store, &cli.command, NOW, &mut io).await
     };
@@ -603,30 +611,15 @@ async fn resume_leaves_a_halt_that_changed_while_it_asked() {
         reason: "HTTP 403".into(),
         since: NOW - 1_000,
     };
-    let cli = Cli::try_parse_from(["outbox", "resume", "mem"]).expect("arguments parse");
     let resume = |then: Option<Halt>| {
         let store = &store;
-        let cli = &cli;
         async move {
-            let (mut out, mut err) = (Vec::new(), Vec::new());
             let mut input = AnswerAfter {
                 store,
                 then: Some(then),
                 answer: Cursor::new(b"y\n".to_vec()),
             };
-            let result = {
-                let mut io = Io {
-                    out: &mut out,
-                    err: &mut err,
-                    input: &mut input,
-                };
-                execute(store, &cli.command, NOW, &mut io).await
-            };
-            (
-                String::from_utf8(out).unwrap(),
-                String::from_utf8(err).unwrap(),
-                result,
-            )
+            run_reading(store, &["resume", "mem"], &mut input).await
         }
     };
 
