@@ -209,7 +209,7 @@ async fn back_online_after_a_long_outage_the_record_goes_at_once() {
 #[tokio::test(start_paused = true)]
 async fn four_refusals_in_flight_halt_once_and_a_restart_stays_halted() {
     let logs = LogCapture::default();
-    let _guard = tracing::subscriber::set_default(logs.subscriber());
+    let _capturing = logs.capture();
     let store = Arc::new(MemoryStore::new());
     let clock = SteppedClock::starting_at(BASE);
     // Each delivery takes a moment, so all four are in flight when the first 401 lands.
@@ -273,7 +273,7 @@ async fn four_refusals_in_flight_halt_once_and_a_restart_stays_halted() {
 #[tokio::test(start_paused = true)]
 async fn a_link_that_never_answers_is_logged_down_once_then_at_a_slow_pace() {
     let logs = LogCapture::default();
-    let _guard = tracing::subscriber::set_default(logs.subscriber());
+    let _capturing = logs.capture();
     let store = Arc::new(MemoryStore::new());
     let sink = Scripted::new(vec![Outcome::no_answer("dns error: no such host")]);
     let outbox = start(

@@ -237,7 +237,7 @@ async fn exhaustion_parks_the_record_and_an_event_says_so() {
 #[tokio::test(start_paused = true)]
 async fn a_terminal_failure_is_one_attempt_one_log_line_and_rejected() {
     let logs = LogCapture::default();
-    let _guard = tracing::subscriber::set_default(logs.subscriber());
+    let _capturing = logs.capture();
     let r = rig(exact_policy(), RunnerConfig::default(), None).await;
     r.sink
         .plan("bad", vec![answer(Outcome::rejected("HTTP 422"))]);
@@ -768,7 +768,7 @@ async fn dropping_the_handle_stops_the_runner_and_releases_its_records() {
 #[tokio::test(start_paused = true)]
 async fn every_park_reject_halt_and_discard_writes_one_log_line() {
     let logs = LogCapture::default();
-    let _guard = tracing::subscriber::set_default(logs.subscriber());
+    let _capturing = logs.capture();
     let config = RunnerConfig {
         concurrency: 1,
         ..RunnerConfig::default()
