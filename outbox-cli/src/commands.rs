@@ -10,7 +10,7 @@ use crate::cli::{Command, PruneArgs, ResumeArgs, Selection};
 use crate::error::CliError;
 use crate::escape;
 use crate::human;
-use crate::verbs::{self, Done, Verb};
+use crate::verbs::{self, Done, Resumed, Verb};
 use crate::view::{self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView};
 
 /// At most this many per-record lines are printed by a verb on a filter; the summary line
@@ -356,25 +356,16 @@ async fn resume(
         writeln!(io.out, "not halted: nothing to resume")?;
         return Ok(());
     };
-    let what = format!(
-        "the halt since {} ({})",
-        human::local(halt.since),
-        escape::visible(&halt.reason)
-    );
+    let what = crate::human::halt(&halt);
     if !args.yes {
         confirm(io, &format!("lift {what}?"))?;
     }
-    // The halt as the person saw it, or nothing: a runner may have resumed and halted again
-    // for another reason while the question was open. (The store has no compare-and-set for
-    // its halt; this read narrows the window to the two calls.)
-    let current = store.halt().await?;
-    let result = match &current {
-        Some(h) if *h == halt => {
-            store.set_halt(None).await?;
-            format!("done: lifted {what}")
-        }
-        None => format!("unchanged: {what} was lifted already"),
-        Some(_) => format!("unchanged: {what} changed since you looked"),
+    let resumed = verbs::lift_halt(store, &halt).await;
+    let result = match &resumed {
+        Ok(Resumed::Lifted) => format!("done: lifted {what}"),
+        Ok(Resumed::AlreadyLifted) => format!("unchanged: {what} was lifted already"),
+        Err(CliError::Changed(_)) => format!("unchanged: {what} changed since you looked"),
+        Err(_) => return resumed.map(|_| ()),
     };
     let user = User::current();
     let entry = audit::Entry {
@@ -387,18 +378,9 @@ async fn resume(
         reason: None,
     };
     writeln!(io.err, "{entry}")?;
-    match current {
-        Some(h) if h == halt => {}
-        None => {
-            writeln!(io.out, "not halted: {what} was lifted already")?;
-            return Ok(());
-        }
-        Some(_) => {
-            return Err(CliError::Changed(format!(
-                "left the halt as it is: {what} changed since you looked (run the command \
-                 again)"
-            )))
-        }
+    if resumed? == Resumed::AlreadyLifted {
+        writeln!(io.out, "not halted: {what} was lifted already")?;
+        return Ok(());
     }
     writeln!(
         io.out,

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use chrono::{Local, TimeZone};
-use outbox_core::{Attempt, History, Millis, Record, Tombstone};
+use outbox_core::{Attempt, Halt, History, Millis, Record, Tombstone};
 
 use crate::escape::{visible, visible_lines};
 use crate::view::{Listing, StatsView};
@@ -23,6 +23,21 @@ fn group(group: Option<&str>) -> String {
 
 /// The widest `last error` cell of a table; the rest is cut with `…` (`show` prints it whole).
 const ERROR_WIDTH: usize = 60;
+
+/// A halt as a person is asked about it: when, in local time, and why (escaped).
+///
+/// ```
+/// use outbox_core::Halt;
+/// let text = outbox_cli::human::halt(&Halt { reason: "HTTP 401\x1b[2J".into(), since: 0 });
+/// assert!(text.starts_with("the halt since ") && text.ends_with("(HTTP 401\\x1b[2J)"));
+/// ```
+pub fn halt(halt: &Halt) -> String {
+    format!(
+        "the halt since {} ({})",
+        local(halt.since),
+        visible(&halt.reason)
+    )
+}
 
 /// A wall-clock time in the local time zone, to the second.
 ///

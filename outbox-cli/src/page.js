@@ -72,8 +72,48 @@ async function loadStats() {
   facts.replaceChildren(
     "oldest undelivered: " + when(s.oldest_created_at) + " · next due: " + when(s.next_due) + " · ",
     s.halt ? el("span", { className: "halted" }, "runner HALTED since " + when(s.halt.since) + ": " + s.halt.reason)
-           : "runner not halted");
+           : "runner not halted",
+    ...(s.halt && writable ? [" ", resumeButton(s.halt)] : []));
 }
+
+// Lifts the halt as shown, after asking; the server leaves a halt that changed meanwhile.
+function resumeButton(halt) {
+  const button = el("button", { type: "button", id: "resume" }, "resume");
+  button.addEventListener("click", () => {
+    const dialog = document.getElementById("resume-confirm");
+    document.getElementById("resume-question").textContent =
+      "Lift the halt since " + when(halt.since) + " (" + halt.reason + ")? Every runner of this outbox resumes " +
+      "when it reads that; a refused credential refuses again until it is fixed.";
+    dialog.pending = halt;
+    dialog.showModal();
+  });
+  return button;
+}
+
+document.getElementById("resume-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const dialog = document.getElementById("resume-confirm");
+  const halt = dialog.pending;
+  dialog.close();
+  try {
+    const response = await fetch("/api/halt/resume", {
+      method: "POST",
+      headers: { "X-Outbox-Csrf": csrf, "Content-Type": "application/json" },
+      body: JSON.stringify({ seen: { reason: halt.reason, since: halt.since } }),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    await refresh();
+    say(answer.message, false);
+  } catch (err) {
+    say(err.message, true);
+    await refresh();
+  }
+});
+document.getElementById("resume-no").addEventListener("click", () => {
+  document.getElementById("resume-confirm").close();
+  say("resume cancelled; nothing changed", false);
+});
 
 function actions(record) {
   const buttons = [];
@@ -245,5 +285,5 @@ document.getElementById("next").addEventListener("click", () => {
 document.getElementById("first").addEventListener("click", () => { view.after = ""; refresh(); });
 document.getElementById("mode").textContent = writable
   ? "Repairs change a record only if it is still as shown here; each is logged with your user name."
-  : "Read-only: start `outbox serve --write` for the retry, requeue and discard buttons.";
+  : "Read-only: start `outbox serve --write` for the retry, requeue, discard and resume buttons.";
 refresh();

@@ -5,7 +5,8 @@
 //! URL, kept as a cookie, on every request. The page only reads unless `serve` was started
 //! with `--write`; then its buttons POST the verbs, each carrying the revision of the record
 //! the page showed (a compare-and-set, as `--seen` on the command line), and a discard asks
-//! for its reason and a confirmation first. Every change is logged on the server's stderr as
+//! for its reason and a confirmation first; a resume button beside a halt asks, then lifts
+//! the halt the page showed and no other ([`verbs::lift_halt`]). Every change is logged on the server's stderr as
 //! an `audit:` line naming the browser's operating-system user.
 //!
 //! | method and path | answer |
@@ -16,9 +17,10 @@
 //! | `GET /api/records?state=&group=&after=&limit=` | the `list --json` shape |
 //! | `GET /api/records/{id}` | the `show --json` shape |
 //! | `POST /api/records/{id}/retry` (`requeue`, `discard`) with `{"seen": "REVISION", "reason": "..."}` | `{"message": "...", "id": N}` |
+//! | `POST /api/halt/resume` with `{"seen": {"reason": "...", "since": MS}}` (the halt as `/api/stats` gave it) | `{"message": "..."}` |
 //!
-//! Errors are `{"error": "..."}` with 400, 401, 403, 404 or 409 (409 also when the record
-//! changed since the page showed it).
+//! Errors are `{"error": "..."}` with 400, 401, 403, 404 or 409 (409 also when the record or
+//! the halt changed since the page showed it).
 
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -31,14 +33,14 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use outbox_core::{record::validate_group, Store};
+use outbox_core::{record::validate_group, Halt, Store};
 use serde::Deserialize;
 
 use crate::audit::{self, User, Via};
 use crate::cli::{parse_id, parse_state_filter};
 use crate::error::CliError;
 use crate::session::{self, Session};
-use crate::verbs::{self, Done, Verb};
+use crate::verbs::{self, Done, Resumed, Verb};
 use crate::view::{self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView};
 use crate::Now;
 
@@ -90,6 +92,7 @@ pub async fn run(
         .route("/api/records", get(records))
         .route("/api/records/{id}", get(record))
         .route("/api/records/{id}/{action}", post(act))
+        .route("/api/halt/resume", post(resume))
         .layer(middleware::from_fn_with_state(session, session::guard))
         .with_state(app);
     let mode = if write {
@@ -297,6 +300,77 @@ async fn act(
             format!("left #{} as it is: {why}", id.0),
         ),
         Ok(done) => Json(serde_json::json!({ "message": done.line(), "id": id.0 })).into_response(),
+        Err(err) => failure(err),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ResumeBody {
+    /// The halt as the page showed it.
+    seen: SeenHalt,
+}
+
+#[derive(Debug, Deserialize)]
+struct SeenHalt {
+    reason: String,
+    since: u64,
+}
+
+/// Lifts the halt the page showed, if it is still the one in the store ([`verbs::lift_halt`]).
+async fn resume(
+    State(app): State<Shared>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Response {
+    if !app.write {
+        return error(
+            StatusCode::FORBIDDEN,
+            "this page is read-only: start `outbox serve --write` to lift a halt",
+        );
+    }
+    let seen = match serde_json::from_slice::<ResumeBody>(&body) {
+        Ok(body) => Halt {
+            reason: body.seen.reason,
+            since: body.seen.since,
+        },
+        Err(err) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("say which halt you saw ({{\"seen\": {{\"reason\", \"since\"}}}}): {err}"),
+            )
+        }
+    };
+    let what = crate::human::halt(&seen);
+    let user = User::of_peer(peer, app.local);
+    let now = app.now.get();
+    let resumed = verbs::lift_halt(&*app.store, &seen).await;
+    let result = match &resumed {
+        Ok(Resumed::Lifted) => Some(format!("done: lifted {what}")),
+        Ok(Resumed::AlreadyLifted) => Some(format!("unchanged: {what} was lifted already")),
+        Err(CliError::Changed(_)) => Some(format!("unchanged: {what} changed since you looked")),
+        Err(_) => None,
+    };
+    if let Some(result) = result {
+        let entry = audit::Entry {
+            at: now,
+            user: &user,
+            via: Via::Page,
+            verb: "resume",
+            record: None,
+            result: &result,
+            reason: None,
+        };
+        let _ = writeln!(std::io::stderr(), "{entry}");
+    }
+    match resumed {
+        Ok(Resumed::Lifted) => Json(serde_json::json!({
+            "message": format!("lifted {what}: every runner resumes when it reads that")
+        }))
+        .into_response(),
+        Ok(Resumed::AlreadyLifted) => Json(serde_json::json!({
+            "message": format!("not halted: {what} was lifted already")
+        }))
+        .into_response(),
         Err(err) => failure(err),
     }
 }

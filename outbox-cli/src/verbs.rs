@@ -4,11 +4,57 @@
 //! it is still as it was read, and otherwise leaves it and says it changed since the person
 //! looked.
 
-use outbox_core::{machine, Guard, Millis, Record, RecordId, Seen, State, Store, Transition};
+use outbox_core::{machine, Guard, Halt, Millis, Record, RecordId, Seen, State, Store, Transition};
 
 use crate::error::CliError;
 use crate::revision;
 use crate::view::{self, Found};
+
+/// What a person's resume did ([`lift_halt`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resumed {
+    /// The halt the person saw was lifted.
+    Lifted,
+    /// No halt was left: another process or person lifted it meanwhile.
+    AlreadyLifted,
+}
+
+/// Lifts the persisted halt if it is still the one the person saw: a runner may have resumed
+/// and halted again for another reason while the person looked, and that halt is left as it
+/// is ([`CliError::Changed`]). Every runner of the outbox resumes when it reads the cleared
+/// halt. The store has no compare-and-set for its halt, so the check and the clearing are two
+/// calls.
+///
+/// ```
+/// use outbox_cli::verbs::{lift_halt, Resumed};
+/// use outbox_cli::CliError;
+/// use outbox_core::{Halt, Store};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = outbox_memory::MemoryStore::new();
+/// let seen = Halt { reason: "HTTP 401".into(), since: 1_000 };
+/// store.set_halt(Some(seen.clone())).await.unwrap();
+/// assert_eq!(lift_halt(&store, &seen).await.unwrap(), Resumed::Lifted);
+/// assert_eq!(lift_halt(&store, &seen).await.unwrap(), Resumed::AlreadyLifted);
+///
+/// let newer = Halt { reason: "HTTP 403".into(), since: 2_000 };
+/// store.set_halt(Some(newer.clone())).await.unwrap();
+/// assert!(matches!(lift_halt(&store, &seen).await, Err(CliError::Changed(_))));
+/// assert_eq!(store.halt().await.unwrap(), Some(newer));
+/// # }
+/// ```
+pub async fn lift_halt(store: &dyn Store, seen: &Halt) -> Result<Resumed, CliError> {
+    match store.halt().await? {
+        Some(halt) if halt == *seen => {
+            store.set_halt(None).await?;
+            Ok(Resumed::Lifted)
+        }
+        None => Ok(Resumed::AlreadyLifted),
+        Some(_) => Err(CliError::Changed(
+            "left the halt as it is: it changed since you looked (look again)".into(),
+        )),
+    }
+}
 
 /// How many transitions one `apply` call carries.
 const BATCH: usize = 256;

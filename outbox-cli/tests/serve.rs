@@ -338,6 +338,11 @@ async fn without_the_token_nothing_is_served_and_the_page_only_reads_unless_told
     assert_eq!(no_csrf.status, 403);
     assert!(no_csrf.body.contains("X-Outbox-Csrf"), "{}", no_csrf.body);
     assert_eq!(record(&path, 9).await.unwrap().state, State::NeedsAttention);
+    let halt = get("/api/stats")["halt"].clone();
+    let lift = json!({ "seen": halt }).to_string();
+    let refused = http(port, "POST", "/api/halt/resume", &csrf_header, &lift);
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(get("/api/stats")["halt"].is_object(), "still halted");
 
     if missing("chromium", "apt-get install chromium").is_some() {
         return;
@@ -395,6 +400,86 @@ async fn without_the_token_nothing_is_served_and_the_page_only_reads_unless_told
     .await
     .unwrap();
     drop(server);
+}
+
+/// The cookie line and the CSRF header lines of a session on `server`.
+fn session(server: &Server) -> (String, String) {
+    let port = server.port;
+    let first = http(port, "GET", &format!("/?token={}", server.token()), "", "");
+    let cookie = first.header("set-cookie").expect("a cookie");
+    let cookie = format!("Cookie: {}\r\n", cookie.split(';').next().unwrap());
+    let page = http(port, "GET", "/", &cookie, "");
+    let csrf = page
+        .body
+        .split(r#"<meta name="outbox-csrf" content=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page's CSRF value")
+        .to_owned();
+    let post = format!("{cookie}X-Outbox-Csrf: {csrf}\r\nContent-Type: application/json\r\n");
+    (cookie, post)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_write_resume_lifts_the_halt_the_page_showed_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seeded(dir.path()).await;
+    let server = serve(&path, true);
+    let port = server.port;
+    let (cookie, post) = session(&server);
+    let stats = || -> Value {
+        serde_json::from_str(&http(port, "GET", "/api/stats", &cookie, "").body).unwrap()
+    };
+    let shown = stats()["halt"].clone();
+    assert_eq!(shown["reason"], "HTTP 401 Unauthorized: token expired");
+
+    // A halt other than the one shown (the runner resumed and halted again): left, 409.
+    let mut other = shown.clone();
+    other["since"] = json!(shown["since"].as_u64().unwrap() - 1);
+    let stale = http(
+        port,
+        "POST",
+        "/api/halt/resume",
+        &post,
+        &json!({ "seen": other }).to_string(),
+    );
+    assert_eq!(stale.status, 409, "{}", stale.body);
+    assert!(
+        stale.body.contains("changed since you looked"),
+        "{}",
+        stale.body
+    );
+    let line = server.logged(&["via=page", "verb=resume"]);
+    assert!(line.contains(" unchanged: "), "{line}");
+    assert_eq!(stats()["halt"], shown, "still halted");
+
+    // The halt as shown: lifted, logged with the person's user.
+    let lift = json!({ "seen": shown }).to_string();
+    let lifted = http(port, "POST", "/api/halt/resume", &post, &lift);
+    assert_eq!(lifted.status, 200, "{}", lifted.body);
+    let message: Value = serde_json::from_str(&lifted.body).unwrap();
+    assert!(
+        message["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("lifted the halt since"),
+        "{message}"
+    );
+    let line = server.logged(&["via=page", "verb=resume"]);
+    let user = outbox_cli::audit::User::current();
+    assert!(
+        line.contains(&format!(" user={user} ")) && line.contains(" done: lifted "),
+        "{line}"
+    );
+    assert!(stats()["halt"].is_null(), "lifted");
+
+    // Again: nothing to lift, said.
+    let again = http(port, "POST", "/api/halt/resume", &post, &lift);
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert!(again.body.contains("was lifted already"), "{}", again.body);
+    // No body: a clear 400.
+    let bare = http(port, "POST", "/api/halt/resume", &post, "{}");
+    assert_eq!(bare.status, 400, "{}", bare.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,6 +571,31 @@ async fn with_write_a_discard_needs_a_reason_and_a_confirmation_and_every_change
             "{status}"
         );
         to_test.send("refused").unwrap();
+
+        // Resume: the button asks, then lifts the halt the page shows.
+        browser.eval(&page, "document.getElementById('resume').click()");
+        assert_eq!(
+            browser.eval(&page, "document.getElementById('resume-confirm').open"),
+            json!(true)
+        );
+        let question = browser.eval(
+            &page,
+            "document.getElementById('resume-question').textContent",
+        );
+        assert!(
+            question.as_str().unwrap().contains("token expired"),
+            "{question}"
+        );
+        let status = click_for_status(&mut browser, &page, "#resume-yes");
+        let status = status.as_str().unwrap().to_owned();
+        assert!(status.starts_with("lifted the halt since"), "{status}");
+        wait_for(
+            &mut browser,
+            &page,
+            "document.getElementById('facts').textContent.includes('runner not halted')",
+            "true",
+        );
+        to_test.send("resumed").unwrap();
     });
 
     let user = outbox_cli::audit::User::current();
@@ -535,6 +645,10 @@ async fn with_write_a_discard_needs_a_reason_and_a_confirmation_and_every_change
         app.get(RecordId(1)).await.unwrap().unwrap().state,
         State::Rejected
     );
+    next("resumed");
+    let line = server.logged(&["via=page", "verb=resume"]);
+    assert!(line.contains(" done: lifted "), "{line}");
+    assert_eq!(app.halt().await.unwrap(), None);
     app.close().await;
     browser.await.unwrap();
     drop(server);
