@@ -361,11 +361,8 @@ async fn resume(
         confirm(io, &format!("lift {what}?"))?;
     }
     let resumed = verbs::lift_halt(store, &halt).await;
-    let result = match &resumed {
-        Ok(Resumed::Lifted) => format!("done: lifted {what}"),
-        Ok(Resumed::AlreadyLifted) => format!("unchanged: {what} was lifted already"),
-        Err(CliError::Changed(_)) => format!("unchanged: {what} changed since you looked"),
-        Err(_) => return resumed.map(|_| ()),
+    let Some(result) = verbs::resume_result(&resumed, &what) else {
+        return resumed.map(|_| ());
     };
     let user = User::current();
     let entry = audit::Entry {

@@ -344,13 +344,7 @@ async fn resume(
     let user = User::of_peer(peer, app.local);
     let now = app.now.get();
     let resumed = verbs::lift_halt(&*app.store, &seen).await;
-    let result = match &resumed {
-        Ok(Resumed::Lifted) => Some(format!("done: lifted {what}")),
-        Ok(Resumed::AlreadyLifted) => Some(format!("unchanged: {what} was lifted already")),
-        Err(CliError::Changed(_)) => Some(format!("unchanged: {what} changed since you looked")),
-        Err(_) => None,
-    };
-    if let Some(result) = result {
+    if let Some(result) = verbs::resume_result(&resumed, &what) {
         let entry = audit::Entry {
             at: now,
             user: &user,

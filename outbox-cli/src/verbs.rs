@@ -56,6 +56,26 @@ pub async fn lift_halt(store: &dyn Store, seen: &Halt) -> Result<Resumed, CliErr
     }
 }
 
+/// The audit line's result of a resume of `what` (the halt as [`crate::human::halt`] says
+/// it), or `None` when the store failed and nothing was decided.
+///
+/// ```
+/// use outbox_cli::verbs::{resume_result, Resumed};
+/// use outbox_cli::CliError;
+/// let done = resume_result(&Ok(Resumed::Lifted), "the halt");
+/// assert_eq!(done.as_deref(), Some("done: lifted the halt"));
+/// let changed = resume_result(&Err(CliError::Changed(String::new())), "the halt");
+/// assert_eq!(changed.as_deref(), Some("unchanged: the halt changed since you looked"));
+/// ```
+pub fn resume_result(resumed: &Result<Resumed, CliError>, what: &str) -> Option<String> {
+    match resumed {
+        Ok(Resumed::Lifted) => Some(format!("done: lifted {what}")),
+        Ok(Resumed::AlreadyLifted) => Some(format!("unchanged: {what} was lifted already")),
+        Err(CliError::Changed(_)) => Some(format!("unchanged: {what} changed since you looked")),
+        Err(_) => None,
+    }
+}
+
 /// How many transitions one `apply` call carries.
 const BATCH: usize = 256;
 

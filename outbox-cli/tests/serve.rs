@@ -294,13 +294,7 @@ async fn without_the_token_nothing_is_served_and_the_page_only_reads_unless_told
         !page.body.contains(server.token()),
         "the page does not hold the token"
     );
-    let csrf = page
-        .body
-        .split(r#"<meta name="outbox-csrf" content=""#)
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("the page's CSRF value")
-        .to_owned();
+    let csrf = csrf_of(&page.body);
 
     // The API pages and filters like `list --json`.
     let get = |target: &str| -> Value {
@@ -402,6 +396,15 @@ async fn without_the_token_nothing_is_served_and_the_page_only_reads_unless_told
     drop(server);
 }
 
+/// The CSRF value the page carries.
+fn csrf_of(page: &str) -> String {
+    page.split(r#"<meta name="outbox-csrf" content=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page's CSRF value")
+        .to_owned()
+}
+
 /// The cookie line and the CSRF header lines of a session on `server`.
 fn session(server: &Server) -> (String, String) {
     let port = server.port;
@@ -409,13 +412,7 @@ fn session(server: &Server) -> (String, String) {
     let cookie = first.header("set-cookie").expect("a cookie");
     let cookie = format!("Cookie: {}\r\n", cookie.split(';').next().unwrap());
     let page = http(port, "GET", "/", &cookie, "");
-    let csrf = page
-        .body
-        .split(r#"<meta name="outbox-csrf" content=""#)
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("the page's CSRF value")
-        .to_owned();
+    let csrf = csrf_of(&page.body);
     let post = format!("{cookie}X-Outbox-Csrf: {csrf}\r\nContent-Type: application/json\r\n");
     (cookie, post)
 }
