@@ -11,7 +11,6 @@ use super::timer::Timer;
 use super::{Action, Answer, FailureKind, Gauges, Io, Notice, Pending, Scheduler, StoreFailure};
 use crate::event::Event;
 use crate::outcome::duration_ms;
-use crate::store::Halt;
 
 impl Scheduler {
     pub(super) fn answered(&mut self, result: Result<Answer, StoreFailure>) {
@@ -195,14 +194,6 @@ impl Scheduler {
     /// none. Resumed elsewhere, the runner resumes without writing (there is nothing to
     /// clear), unless its halt changed while the read was under way (resumed here, then halted
     /// again by a refusal whose write waits behind the read) or it is shutting down.
-    fn halt_read(&mut self, halt: &Halt, cleared: bool) {
-        let same = self.halting.halt() == Some(halt);
-        if cleared && same && self.stopping.is_none() && self.halting.resume() {
-            self.wanted = true;
-            self.actions.push_back(Action::Emit(Event::Resumed));
-        }
-    }
-
     pub(super) fn chore_done(&mut self, chore: Chore, changed: usize) {
         match chore {
             Chore::SetHalt(Some(_)) => {

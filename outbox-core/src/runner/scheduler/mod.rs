@@ -9,7 +9,8 @@
 //! The room, one concept a file: [`io`] (what goes in and out), `timer` (the one table of
 //! wake-ups), `round` (a claim and its flight table), `chore` (store work around deliveries:
 //! recovery, re-basing, relinking, renewal, the halt), `halt` (a refused credential and a
-//! rejection storm), `pace` (`Retry-After` hold, window, empty-claim quiet), `sizing` (rounds
+//! rejection storm), `halt_read` (a halted runner reading whether the halt was lifted
+//! elsewhere), `pace` (`Retry-After` hold, window, empty-claim quiet), `sizing` (rounds
 //! that grow with the backlog), `rate` (the optional rate limit), `clock_step`
 //! (steps of the wall clock), `gauges` (when the metrics read the store), and this module,
 //! which ties them together.
@@ -36,6 +37,7 @@ mod chore;
 mod clock_step;
 mod gauges;
 mod halt;
+mod halt_read;
 pub mod io;
 mod pace;
 mod rate;
@@ -78,12 +80,6 @@ pub use self::sizing::KEEPING_UP;
 /// written anyway: long enough to gather a wave of quick deliveries into one write, short
 /// enough that a slow neighbour does not hold them back.
 pub const COMMIT_DELAY: Millis = 20;
-
-/// How far apart the reads of the persisted halt that wakes ask for are, at least, while the
-/// runner is halted: on PostgreSQL every enqueue of the fleet wakes every runner, and a read
-/// per wake would follow the enqueue rate for as long as a halt lasts. One read follows the
-/// last wake of a spell, so a halt cleared elsewhere is seen within this time plus a read.
-const HALT_READ_SPACING: Millis = 500;
 
 /// Which store call is under way, and what it carried.
 #[derive(Debug)]
@@ -133,7 +129,7 @@ pub struct Scheduler {
     /// A trigger arrived: look for due work.
     wanted: bool,
     /// Halted, a wake asked for a read of the halt while reads were spaced
-    /// ([`HALT_READ_SPACING`]): one follows when [`Timer::HaltRead`] fires.
+    /// (`halt_read::HALT_READ_SPACING`): one follows when [`Timer::HaltRead`] fires.
     halt_read_wanted: bool,
     actions: VecDeque<Action>,
     /// Store work wanted, in order, before the next claim.
@@ -332,44 +328,6 @@ impl Scheduler {
 
     fn lease_ms(&self) -> Millis {
         duration_ms(self.config.lease)
-    }
-
-    /// Halted, the runner reads the persisted halt when woken and at each safety poll: a
-    /// halt cleared by another process or a person (`Store::set_halt(None)`) resumes it too.
-    /// At most one read waits behind the one under way (a wake during a read may come from a
-    /// clearing the read missed); chores run in order, so a read queued behind the halt's own
-    /// write reads it back. None at shutdown.
-    fn read_halt(&mut self) {
-        let Some(halt) = self.halting.halt() else {
-            return;
-        };
-        let queued = self
-            .chores
-            .iter()
-            .any(|c| matches!(c, Chore::ReadHalt { .. }));
-        if !queued && self.stopping.is_none() {
-            self.chores.push_back(Chore::ReadHalt {
-                halt: halt.clone(),
-                cleared: false,
-            });
-        }
-    }
-
-    /// A wake's read of the halt: at once when none started in the last
-    /// [`HALT_READ_SPACING`], else once when that time is over, however many wakes came.
-    fn read_halt_when_woken(&mut self) {
-        if !self.halting.is_halted() || self.stopping.is_some() {
-            return;
-        }
-        if self.timers.is_set(Timer::HaltRead) {
-            self.halt_read_wanted = true;
-        } else {
-            self.read_halt();
-            self.timers.set(
-                Timer::HaltRead,
-                self.now.mono.saturating_add(HALT_READ_SPACING),
-            );
-        }
     }
 
     fn may_start(&self) -> bool {

@@ -40,12 +40,7 @@ impl Scheduler {
                     let ours = self.held_ids();
                     self.chores.push_back(Chore::FarLeases { ours });
                 }
-                Timer::HaltRead => {
-                    self.timers.stop(Timer::HaltRead);
-                    if std::mem::take(&mut self.halt_read_wanted) {
-                        self.read_halt_when_woken();
-                    }
-                }
+                Timer::HaltRead => self.halt_read_spaced(),
                 Timer::RetryIo => self.timers.stop(Timer::RetryIo),
                 Timer::LinkWarn => self.link_still_down(),
                 Timer::Renew => self.renew(),
