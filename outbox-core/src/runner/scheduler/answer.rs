@@ -190,13 +190,9 @@ impl Scheduler {
         }
     }
 
-    /// The persisted halt was read while halted with `halt`: `cleared` when the store holds
-    /// none. Resumed elsewhere, the runner resumes without writing (there is nothing to
-    /// clear), unless its halt changed while the read was under way (resumed here, then halted
-    /// again by a refusal whose write waits behind the read) or it is shutting down.
     pub(super) fn chore_done(&mut self, chore: Chore, changed: usize) {
         match chore {
-            Chore::SetHalt(Some(_)) => {
+            Chore::SetHalt(_) => {
                 if let Some(event) = self.halting.persisted() {
                     self.actions.push_back(Action::Emit(event));
                 }

@@ -24,8 +24,8 @@ pub(super) const IN_FLIGHT: usize = 4_096;
 pub(super) enum Chore {
     /// Renew the leases of the round's records.
     Renew { ids: Vec<RecordId>, lease: Lease },
-    /// Persist the halt, or clear it.
-    SetHalt(Option<Halt>),
+    /// Persist the halt.
+    SetHalt(Halt),
     /// Clear the persisted halt (a resume, by this process): whatever runner of the store it
     /// halted reads that and resumes. `Resumed` is said when this runner `was_halted`.
     ClearHalt { was_halted: bool },
@@ -80,7 +80,7 @@ impl Chore {
                 ids: ids.clone(),
                 lease: *lease,
             },
-            Chore::SetHalt(halt) => Io::SetHalt(halt.clone()),
+            Chore::SetHalt(halt) => Io::SetHalt(Some(halt.clone())),
             Chore::ClearHalt { .. } => Io::SetHalt(None),
             Chore::ReadHalt { .. } => Io::Halt,
             Chore::RecoverExpired { .. } => Io::Expired { now, limit: PAGE },

@@ -66,8 +66,10 @@ impl Scheduler {
         }
     }
 
-    /// A read of the halt answered: `cleared` when the store held none. The runner resumes
-    /// only if the halt it holds is still the one the read was made for.
+    /// A read of the halt answered: `cleared` when the store held none. Resumed elsewhere,
+    /// the runner resumes without writing (there is nothing to clear), unless its halt changed
+    /// while the read was under way (resumed here, then halted again by a refusal whose write
+    /// waits behind the read) or it is shutting down.
     pub(super) fn halt_read(&mut self, halt: &Halt, cleared: bool) {
         let same = self.halting.halt() == Some(halt);
         if cleared && same && self.stopping.is_none() && self.halting.resume() {

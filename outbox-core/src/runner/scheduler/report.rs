@@ -29,7 +29,7 @@ impl Scheduler {
     pub(super) fn halt_now(&mut self, id: RecordId, reason: String) {
         if let Some(halt) = self.halting.halt_now(id, reason, self.now.wall) {
             // The one event of the halt is sent once it is persisted (see `chore_done`).
-            self.chores.push_back(Chore::SetHalt(Some(halt)));
+            self.chores.push_back(Chore::SetHalt(halt));
             self.cut_round();
         }
     }
