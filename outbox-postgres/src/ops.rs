@@ -445,23 +445,19 @@ impl Core {
             None => (None, None),
         };
         let mut client = self.client().await?;
-        if halt.is_some() {
-            let ex = Exec::Pooled(&client);
-            let set = ex.prepare(&self.sql.set_halt).await.map_err(pg)?;
-            ex.execute(&set, &[&reason, &since]).await.map_err(pg)?;
-            return Ok(());
-        }
-        // A resume: the runners of other processes are told, as of a person's retry, in the
-        // clearing's transaction (a clearing that returned an error was not made).
         let tx = client.transaction().await.map_err(pg)?;
         let ex = Exec::Transaction(&tx);
         let (set, notify) =
             futures::try_join!(ex.prepare(&self.sql.set_halt), ex.prepare(&self.sql.notify))
                 .map_err(pg)?;
         ex.execute(&set, &[&reason, &since]).await.map_err(pg)?;
-        ex.query(&notify, &[&self.config.schema])
-            .await
-            .map_err(pg)?;
+        if halt.is_none() {
+            // A resume: the runners of other processes are told, as of a person's retry, in
+            // the clearing's transaction (a clearing that returned an error was not made).
+            ex.query(&notify, &[&self.config.schema])
+                .await
+                .map_err(pg)?;
+        }
         tx.commit().await.map_err(pg)
     }
 

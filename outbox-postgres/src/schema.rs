@@ -251,19 +251,12 @@ async fn keep_room(
                 *code == SqlState::INSUFFICIENT_PRIVILEGE
                     || *code == SqlState::READ_ONLY_SQL_TRANSACTION
             });
-            if refused {
-                tracing::warn!(
-                    schema,
-                    error = %err,
-                    "outbox records' fill left as it is: this role may not alter the table"
-                );
+            let why = if refused {
+                "this role may not alter the table"
             } else {
-                tracing::warn!(
-                    schema,
-                    error = %err,
-                    "outbox records' fill left as it is for now (tried again at the next open)"
-                );
-            }
+                "tried again at the next open"
+            };
+            tracing::warn!(schema, error = %err, "outbox records' fill left as it is: {why}");
         }
     }
     Ok(())
