@@ -10,7 +10,7 @@ use crate::cli::{Command, PruneArgs, ResumeArgs, Selection};
 use crate::error::CliError;
 use crate::escape;
 use crate::human;
-use crate::verbs::{self, Done, Resumed, Verb};
+use crate::verbs::{self, Done, Verb};
 use crate::view::{self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView};
 
 /// At most this many per-record lines are printed by a verb on a filter; the summary line
@@ -356,7 +356,7 @@ async fn resume(
         writeln!(io.out, "not halted: nothing to resume")?;
         return Ok(());
     };
-    let what = crate::human::halt(&halt);
+    let what = human::halt(&halt);
     if !args.yes {
         confirm(io, &format!("lift {what}?"))?;
     }
@@ -375,14 +375,6 @@ async fn resume(
         reason: None,
     };
     writeln!(io.err, "{entry}")?;
-    if resumed? == Resumed::AlreadyLifted {
-        writeln!(io.out, "not halted: {what} was lifted already")?;
-        return Ok(());
-    }
-    writeln!(
-        io.out,
-        "lifted {what}: every runner resumes when it reads that (PostgreSQL: at once; a file: \
-         at its next wake-up or safety poll)"
-    )?;
+    writeln!(io.out, "{}", resumed?.line(&what))?;
     Ok(())
 }

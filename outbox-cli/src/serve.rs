@@ -40,7 +40,7 @@ use crate::audit::{self, User, Via};
 use crate::cli::{parse_id, parse_state_filter};
 use crate::error::CliError;
 use crate::session::{self, Session};
-use crate::verbs::{self, Done, Resumed, Verb};
+use crate::verbs::{self, Done, Verb};
 use crate::view::{self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView};
 use crate::Now;
 
@@ -357,14 +357,7 @@ async fn resume(
         let _ = writeln!(std::io::stderr(), "{entry}");
     }
     match resumed {
-        Ok(Resumed::Lifted) => Json(serde_json::json!({
-            "message": format!("lifted {what}: every runner resumes when it reads that")
-        }))
-        .into_response(),
-        Ok(Resumed::AlreadyLifted) => Json(serde_json::json!({
-            "message": format!("not halted: {what} was lifted already")
-        }))
-        .into_response(),
+        Ok(resumed) => Json(serde_json::json!({ "message": resumed.line(&what) })).into_response(),
         Err(err) => failure(err),
     }
 }

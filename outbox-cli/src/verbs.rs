@@ -19,6 +19,28 @@ pub enum Resumed {
     AlreadyLifted,
 }
 
+impl Resumed {
+    /// What the person is told, of `what` (the halt as [`crate::human::halt`] says it).
+    ///
+    /// ```
+    /// use outbox_cli::verbs::Resumed;
+    /// assert!(Resumed::Lifted.line("the halt").starts_with("lifted the halt: every runner"));
+    /// assert_eq!(
+    ///     Resumed::AlreadyLifted.line("the halt"),
+    ///     "not halted: the halt was lifted already"
+    /// );
+    /// ```
+    pub fn line(self, what: &str) -> String {
+        match self {
+            Resumed::Lifted => format!(
+                "lifted {what}: every runner resumes when it reads that (PostgreSQL: at once; a \
+                 file: at its next wake-up or safety poll)"
+            ),
+            Resumed::AlreadyLifted => format!("not halted: {what} was lifted already"),
+        }
+    }
+}
+
 /// Lifts the persisted halt if it is still the one the person saw: a runner may have resumed
 /// and halted again for another reason while the person looked, and that halt is left as it
 /// is ([`CliError::Changed`]). Every runner of the outbox resumes when it reads the cleared
