@@ -224,3 +224,56 @@ async fn another_processs_resume_reaches_a_halted_runner_within_a_second() {
     assert_eq!(person.stats().await.unwrap().delivered, 1);
     outbox.shutdown(PATIENCE).await.unwrap();
 }
+
+/// A clearing is one transaction with its notification: one that fails, even at its commit,
+/// leaves the halt in place and tells no runner to read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clearing_that_fails_at_its_commit_leaves_the_halt_and_wakes_no_one() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    let person = scratch.store().await;
+    let halt = outbox_core::Halt {
+        reason: "HTTP 401".into(),
+        since: 1_000,
+    };
+    person.set_halt(Some(halt.clone())).await.unwrap();
+    let marker = format!("{s}_marker");
+    let (_listener, mut heard) = common::listen(&[s.clone(), marker.clone()]).await;
+    // A check the server makes only at the commit, after the clearing and its NOTIFY ran.
+    let admin = common::admin().await;
+    admin
+        .batch_execute(&format!(
+            "CREATE FUNCTION \"{s}\".refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$; \
+             CREATE CONSTRAINT TRIGGER refuse_clearing AFTER UPDATE ON \"{s}\".meta \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.halt_reason IS NULL) \
+             EXECUTE FUNCTION \"{s}\".refuse();"
+        ))
+        .await
+        .unwrap();
+
+    let failed = person.set_halt(None).await;
+    assert!(failed.is_err(), "the commit refused: {failed:?}");
+    assert_eq!(person.halt().await.unwrap(), Some(halt), "the halt stands");
+    // Notifications reach a listener in commit order: the first one heard is the marker
+    // committed after the failed clearing, so the clearing's notification was never sent.
+    admin
+        .execute("SELECT pg_notify($1, '')", &[&marker])
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(PATIENCE, heard.recv()).await.unwrap();
+    assert_eq!(first, Some(marker), "no notification before the marker");
+
+    // Without the check, the clearing goes through and is heard.
+    admin
+        .batch_execute(&format!("DROP TRIGGER refuse_clearing ON \"{s}\".meta"))
+        .await
+        .unwrap();
+    person.set_halt(None).await.unwrap();
+    assert_eq!(person.halt().await.unwrap(), None);
+    let next = tokio::time::timeout(PATIENCE, heard.recv()).await.unwrap();
+    assert_eq!(next.as_ref(), Some(s), "the clearing's notification");
+}
