@@ -1,7 +1,7 @@
 //! The records' pages keep room for the row versions a claim writes: a new schema gets the fill
 //! setting, and so does one written by a build before it, at its next open, with its records
 //! and its version untouched; a fill an operator chose stands; a role that may not alter the
-//! table still opens it.
+//! table still opens it, and so does an open that cannot take the table's lock in time.
 
 mod common;
 
@@ -133,4 +133,45 @@ async fn a_role_that_may_not_alter_the_table_opens_it_with_full_pages() {
         .unwrap();
     assert_eq!(worked.expect("the role opens the outbox and enqueues"), 1);
     assert_eq!(fill, None, "only the table's owner sets the fill");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_that_cannot_lock_the_table_in_time_opens_and_sets_the_fill_at_a_later_open() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    scratch.store().await;
+    let client = admin().await;
+    client.batch_execute(&full_pages(s)).await.unwrap();
+    // Another session holds the lock a change of the table's settings waits for (as a
+    // long `VACUUM` or an operator's own `ALTER` would) past the store's lock timeout.
+    let holder = admin().await;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE \"{s}\".records IN SHARE UPDATE EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    let quick = common::config(s).with_lock_timeout(Some(std::time::Duration::from_millis(100)));
+    let store = PgStore::connect(quick.clone())
+        .await
+        .expect("the outbox opens while the table is locked");
+    let enqueued = store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], T0)
+        .await
+        .expect("and takes writes");
+    assert_eq!(enqueued.ids.len(), 1);
+    assert_eq!(records_fillfactor(&client, s).await, None, "the fill waits");
+    drop(store);
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    let store = PgStore::connect(quick).await.expect("the next open");
+    assert_eq!(
+        records_fillfactor(&client, s).await.as_deref(),
+        Some("50"),
+        "the next open sets the fill"
+    );
+    assert_eq!(store.stats().await.unwrap().pending, 1, "the record kept");
 }
