@@ -43,9 +43,9 @@ impl Resumed {
 
 /// Lifts the persisted halt if it is still the one the person saw: a runner may have resumed
 /// and halted again for another reason while the person looked, and that halt is left as it
-/// is ([`CliError::Changed`]). Every runner of the outbox resumes when it reads the cleared
-/// halt. The store has no compare-and-set for its halt, so the check and the clearing are two
-/// calls.
+/// is ([`CliError::Changed`]). The comparison and the clearing are one step of the store
+/// ([`Store::clear_halt_if`]), so a halt written at any moment after the person looked is
+/// never lifted. Every runner of the outbox resumes when it reads the cleared halt.
 ///
 /// ```
 /// use outbox_cli::verbs::{lift_halt, Resumed};
@@ -66,11 +66,8 @@ impl Resumed {
 /// # }
 /// ```
 pub async fn lift_halt(store: &dyn Store, seen: &Halt) -> Result<Resumed, CliError> {
-    match store.halt().await? {
-        Some(halt) if halt == *seen => {
-            store.set_halt(None).await?;
-            Ok(Resumed::Lifted)
-        }
+    match store.clear_halt_if(seen).await? {
+        Some(found) if found == *seen => Ok(Resumed::Lifted),
         None => Ok(Resumed::AlreadyLifted),
         Some(_) => Err(CliError::Changed(
             "left the halt as it is: it changed since you looked (look again)".into(),

@@ -644,3 +644,66 @@ async fn resume_leaves_a_halt_that_changed_while_it_asked() {
     assert!(out.contains("was lifted already"), "{out}");
     assert!(err.contains("unchanged:"), "{err}");
 }
+
+/// The memory store, with a runner halting again for another reason just before the
+/// command's clearing reaches the store (after every read of the command).
+#[derive(Debug)]
+struct HaltsMeanwhile {
+    inner: MemoryStore,
+    newer: std::sync::Mutex<Option<Halt>>,
+}
+
+impl HaltsMeanwhile {
+    async fn halt_now(&self) {
+        let newer = self.newer.lock().unwrap().take();
+        if let Some(newer) = newer {
+            self.inner.set_halt(Some(newer)).await.unwrap();
+        }
+    }
+}
+
+#[outbox_core::async_trait]
+impl outbox_core::StoreLayer for HaltsMeanwhile {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
+
+    async fn set_halt(&self, halt: Option<Halt>) -> outbox_core::Result<()> {
+        self.halt_now().await;
+        self.inner.set_halt(halt).await
+    }
+
+    async fn clear_halt_if(&self, seen: &Halt) -> outbox_core::Result<Option<Halt>> {
+        self.halt_now().await;
+        self.inner.clear_halt_if(seen).await
+    }
+}
+
+#[tokio::test]
+async fn resume_never_lifts_a_halt_written_just_before_its_clearing() {
+    let seen = Halt {
+        reason: "HTTP 401".into(),
+        since: NOW - 60_000,
+    };
+    let newer = Halt {
+        reason: "HTTP 403".into(),
+        since: NOW - 1_000,
+    };
+    let store = HaltsMeanwhile {
+        inner: seeded().await,
+        newer: std::sync::Mutex::new(Some(newer.clone())),
+    };
+    store.inner.set_halt(Some(seen)).await.unwrap();
+    let (out, err, result) = run(&store, &["resume", "mem", "--yes"], "").await;
+    assert!(matches!(result, Err(CliError::Changed(_))), "{result:?}");
+    assert_eq!(
+        store.halt().await.unwrap(),
+        Some(newer),
+        "the newer halt stands"
+    );
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("verb=resume") && err.contains("unchanged:") && !err.contains("done:"),
+        "{err}"
+    );
+}

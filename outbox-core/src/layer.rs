@@ -101,6 +101,8 @@ pub enum Operation {
     Halt,
     /// [`Store::set_halt`].
     SetHalt,
+    /// [`Store::clear_halt_if`].
+    ClearHaltIf,
     /// [`Store::prune`].
     Prune,
     /// [`Store::unreadable`].
@@ -113,7 +115,7 @@ pub enum Operation {
 
 impl Operation {
     /// Every operation, in the trait's order.
-    pub const ALL: [Operation; 18] = [
+    pub const ALL: [Operation; 19] = [
         Operation::Enqueue,
         Operation::Claim,
         Operation::Renew,
@@ -128,6 +130,7 @@ impl Operation {
         Operation::NextDue,
         Operation::Halt,
         Operation::SetHalt,
+        Operation::ClearHaltIf,
         Operation::Prune,
         Operation::Unreadable,
         Operation::DiscardUnreadable,
@@ -151,6 +154,7 @@ impl Operation {
             Operation::NextDue => "next_due",
             Operation::Halt => "halt",
             Operation::SetHalt => "set_halt",
+            Operation::ClearHaltIf => "clear_halt_if",
             Operation::Prune => "prune",
             Operation::Unreadable => "unreadable",
             Operation::DiscardUnreadable => "discard_unreadable",
@@ -298,6 +302,11 @@ pub trait StoreLayer: Debug + Send + Sync {
         self.inner().set_halt(halt).await
     }
 
+    /// [`Store::clear_halt_if`]; forwards by default.
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        self.inner().clear_halt_if(seen).await
+    }
+
     /// [`Store::prune`]; forwards by default.
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.inner().prune(older_than).await
@@ -394,6 +403,11 @@ impl<L: StoreLayer> Store for L {
     async fn set_halt(&self, halt: Option<Halt>) -> Result<()> {
         let _entered = self.enter(Operation::SetHalt);
         StoreLayer::set_halt(self, halt).await
+    }
+
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        let _entered = self.enter(Operation::ClearHaltIf);
+        StoreLayer::clear_halt_if(self, seen).await
     }
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {
@@ -494,6 +508,10 @@ mod tests {
             self.called("set_halt");
             Ok(())
         }
+        async fn clear_halt_if(&self, _: &Halt) -> Result<Option<Halt>> {
+            self.called("clear_halt_if");
+            Ok(None)
+        }
         async fn prune(&self, _: Millis) -> Result<u64> {
             self.called("prune");
             Ok(3)
@@ -556,6 +574,11 @@ mod tests {
         assert_eq!(store.next_due().await.unwrap(), Some(5));
         store.halt().await.unwrap();
         store.set_halt(None).await.unwrap();
+        let seen = Halt {
+            reason: "r".into(),
+            since: 1,
+        };
+        assert_eq!(store.clear_halt_if(&seen).await.unwrap(), None);
         assert_eq!(store.prune(0).await.unwrap(), 3);
         assert_eq!(store.unreadable(1).await.unwrap().len(), 1);
         assert!(store.discard_unreadable(RecordId(4), 0).await.unwrap());

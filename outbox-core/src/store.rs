@@ -427,7 +427,8 @@ pub struct Round {
 /// - **Common errors**: [`Store::common_errors`] counts as [`ErrorCount::tally`] does, over
 ///   every failed record.
 /// - **Halt**: [`Store::set_halt`] persists the runner's halt (or clears it) so a restart stays
-///   halted; [`Stats::halt`] reports it.
+///   halted; [`Stats::halt`] reports it; [`Store::clear_halt_if`] clears it only as it was
+///   seen, in one step.
 /// - **Time**: a store shared by hosts whose clocks may disagree names the one clock its
 ///   leases and deadlines are judged by ([`Store::shared_clock`]); the runner then uses it.
 ///
@@ -508,6 +509,37 @@ pub trait Store: Debug + Send + Sync {
 
     /// Persists the runner's halt, or clears it with `None`.
     async fn set_halt(&self, halt: Option<Halt>) -> Result<()>;
+
+    /// Clears the persisted halt only if it is still `seen`: a person's resume, made on the
+    /// halt they were shown, never lifts a halt written since. Returns the halt that was
+    /// persisted when the call ran: `seen` when this call cleared it, `None` when there was
+    /// none, any other halt when that one was left in place.
+    ///
+    /// The default reads and then clears, so a halt written between the two is lost; every
+    /// store of this workspace overrides it with one step no other write can come between
+    /// (one write transaction, or a row lock).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_core::{Halt, Store};
+    /// let store = outbox_memory::MemoryStore::new();
+    /// let shown = Halt { reason: "HTTP 401".into(), since: 1_000 };
+    /// let newer = Halt { reason: "HTTP 403".into(), since: 2_000 };
+    /// store.set_halt(Some(newer.clone())).await?;
+    /// assert_eq!(store.clear_halt_if(&shown).await?, Some(newer.clone()), "left in place");
+    /// assert_eq!(store.clear_halt_if(&newer).await?, Some(newer), "cleared");
+    /// assert_eq!(store.halt().await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        let found = self.halt().await?;
+        if found.as_ref() == Some(seen) {
+            self.set_halt(None).await?;
+        }
+        Ok(found)
+    }
 
     /// Removes rejected records whose last attempt, and tombstones whose discard, is before
     /// `older_than`; returns how many went.

@@ -520,6 +520,15 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        let mut inner = self.lock();
+        let found = inner.halt.clone();
+        if found.as_ref() == Some(seen) {
+            inner.halt = None;
+        }
+        Ok(found)
+    }
+
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         let mut inner = self.lock();
         let rejected: Vec<RecordId> = inner

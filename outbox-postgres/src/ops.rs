@@ -440,13 +440,37 @@ impl Core {
     }
 
     pub(crate) async fn set_halt(self: Arc<Self>, halt: Option<Halt>) -> Result<()> {
-        let (reason, since) = match &halt {
-            Some(h) => (Some(text(&h.reason)), Some(millis(h.since))),
-            None => (None, None),
-        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        self.write_halt(&Exec::Transaction(&tx), halt.as_ref())
+            .await?;
+        tx.commit().await.map_err(pg)
+    }
+
+    /// Clears the halt if it is `seen`: the meta row is read locked, so no halt is written
+    /// between the comparison and the clearing. Returns the halt found.
+    pub(crate) async fn clear_halt_if(self: Arc<Self>, seen: Halt) -> Result<Option<Halt>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
         let ex = Exec::Transaction(&tx);
+        let rows = ex.rows(&self.sql.halt_locked, &[]).await.map_err(pg)?;
+        let row = rows
+            .first()
+            .ok_or_else(|| corrupt("the meta table has no row"))?;
+        let found = halt(row.try_get(0).map_err(pg)?, row.try_get(1).map_err(pg)?)?;
+        if found.as_ref() == Some(&seen) {
+            self.write_halt(&ex, None).await?;
+        }
+        tx.commit().await.map_err(pg)?;
+        Ok(found)
+    }
+
+    /// Writes the halt, or clears it, in the caller's transaction.
+    async fn write_halt(&self, ex: &Exec<'_>, halt: Option<&Halt>) -> Result<()> {
+        let (reason, since) = match halt {
+            Some(h) => (Some(text(&h.reason)), Some(millis(h.since))),
+            None => (None, None),
+        };
         let (set, notify) =
             futures::try_join!(ex.prepare(&self.sql.set_halt), ex.prepare(&self.sql.notify))
                 .map_err(pg)?;
@@ -458,7 +482,7 @@ impl Core {
                 .await
                 .map_err(pg)?;
         }
-        tx.commit().await.map_err(pg)
+        Ok(())
     }
 
     pub(crate) async fn prune(self: Arc<Self>, older_than: Millis) -> Result<u64> {

@@ -47,6 +47,8 @@ pub(crate) struct Sql {
     pub(crate) stats: String,
     pub(crate) next_due: String,
     pub(crate) halt: String,
+    /// The halt, its row locked until the transaction ends (a compare-and-clear).
+    pub(crate) halt_locked: String,
     pub(crate) set_halt: String,
     pub(crate) prune_rejected: String,
     pub(crate) prune_tombstones: String,
@@ -298,6 +300,7 @@ impl Sql {
                 "SELECT next_attempt_at FROM {r} WHERE claimable ORDER BY next_attempt_at LIMIT 1"
             ),
             halt: format!("SELECT halt_reason, halt_since FROM {s}.meta"),
+            halt_locked: format!("SELECT halt_reason, halt_since FROM {s}.meta FOR UPDATE"),
             set_halt: format!("UPDATE {s}.meta SET halt_reason = $1, halt_since = $2"),
             // Returns how many records it removed; what they had absorbed is counted on.
             prune_rejected: format!(

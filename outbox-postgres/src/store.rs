@@ -342,6 +342,11 @@ impl Store for PgStore {
         self.run(move |core| core.set_halt(halt)).await
     }
 
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        let seen = seen.clone();
+        self.run(move |core| core.clear_halt_if(seen)).await
+    }
+
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.run(move |core| core.prune(older_than)).await
     }

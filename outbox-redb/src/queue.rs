@@ -421,6 +421,15 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// Clears the halt if it is `seen`; returns the halt found.
+    pub(crate) fn clear_halt_if(&mut self, seen: &Halt) -> Result<Option<Halt>> {
+        let found = load_halt(&self.runner)?;
+        if found.as_ref() == Some(seen) {
+            self.set_halt(None)?;
+        }
+        Ok(found)
+    }
+
     /// Removes rejected records and tombstones older than `older_than`.
     pub(crate) fn prune(&mut self, older_than: Millis) -> Result<u64> {
         let mut rejected = Vec::new();

@@ -517,6 +517,11 @@ impl Store for RedbStore {
         self.write(move |t| t.set_halt(halt.as_ref())).await
     }
 
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        let seen = seen.clone();
+        self.write(move |t| t.clear_halt_if(&seen)).await
+    }
+
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.write(move |t| t.prune(older_than)).await
     }

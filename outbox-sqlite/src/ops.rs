@@ -265,6 +265,15 @@ pub(crate) fn set_halt(conn: &Connection, halt: Option<&Halt>) -> Result<()> {
     Ok(())
 }
 
+/// Clears the halt if it is `seen`, in the caller's write transaction; returns the halt found.
+pub(crate) fn clear_halt_if(conn: &Connection, seen: &Halt) -> Result<Option<Halt>> {
+    let found = halt(conn)?;
+    if found.as_ref() == Some(seen) {
+        set_halt(conn, None)?;
+    }
+    Ok(found)
+}
+
 /// In-flight records whose lease expired at or before `now`.
 pub(crate) fn expired(conn: &Connection, now: Millis, limit: usize) -> Result<Vec<Record>> {
     records(conn, EXPIRED_SQL, params![ms(now), count(limit)])

@@ -449,6 +449,13 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        let seen = seen.clone();
+        self.writer
+            .write(move |conn| ops::clear_halt_if(conn, &seen))
+            .await
+    }
+
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         self.writer
             .write_draining(move |conn| ops::prune(conn, older_than))

@@ -335,6 +335,17 @@ impl Store for BTreeMapStore {
         Ok(())
     }
 
+    // Compared and cleared under one lock: the trait's default reads and then clears, and a
+    // halt written between the two would be lost.
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        let mut tables = self.lock();
+        let found = tables.halt.clone();
+        if found.as_ref() == Some(seen) {
+            tables.halt = None;
+        }
+        Ok(found)
+    }
+
     async fn prune(&self, older_than: Millis) -> Result<u64> {
         let mut tables = self.lock();
         let old: Vec<RecordId> = tables

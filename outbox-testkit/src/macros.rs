@@ -69,6 +69,8 @@ macro_rules! __with_scenarios {
                 "`set_halt` stores the halt as given, `halt` and `stats` report it, `None` clears it";
             store halt_survives_restart (Persistent) 60
                 "a halt, and its clearing, survive a restart";
+            store halt_cleared_only_as_seen () 60
+                "`clear_halt_if` clears only the halt as shown, reports what it found; eight at once clear it once";
             store requeue_takes_its_place () 60
                 "a rejected record takes its own place again (same id, before what its group still has queued) with a fresh budget; any other record, or one whose group has a record in flight, is refused";
             store group_key_validated () 60

@@ -313,6 +313,75 @@ pub async fn halt_survives_restart(backend: &dyn Backend) -> ScenarioResult {
     Ok(Verdict::Passed)
 }
 
+/// A person's resume clears the halt only as they saw it: `clear_halt_if` with no halt
+/// persisted, or with another halt (another reason, another time), changes nothing and reports
+/// what was there; with the halt as persisted it clears it. Eight clearings of one halt at once
+/// clear it once: exactly one of them reports having found it.
+pub async fn halt_cleared_only_as_seen(backend: &dyn Backend) -> ScenarioResult {
+    let (location, store) = fresh(backend).await?;
+    let halt = Halt {
+        reason: "HTTP 401".into(),
+        since: T0 + 10,
+    };
+    ensure_eq(store.clear_halt_if(&halt).await?, None, "no halt to clear")?;
+    ensure_eq(store.halt().await?, None, "still none")?;
+    store.set_halt(Some(halt.clone())).await?;
+    let others = [
+        Halt {
+            reason: "HTTP 403".into(),
+            ..halt.clone()
+        },
+        Halt {
+            since: halt.since + 1,
+            ..halt.clone()
+        },
+    ];
+    for other in &others {
+        ensure_eq(
+            store.clear_halt_if(other).await?,
+            Some(halt.clone()),
+            "another halt was shown: the one persisted is reported",
+        )?;
+        ensure_eq(store.halt().await?, Some(halt.clone()), "and left in place")?;
+    }
+    ensure_eq(
+        store.clear_halt_if(&halt).await?,
+        Some(halt.clone()),
+        "the halt as shown is cleared",
+    )?;
+    ensure_eq(store.halt().await?, None, "cleared")?;
+    ensure_eq(store.stats().await?.halt, None, "stats after clearing")?;
+
+    store.set_halt(Some(halt.clone())).await?;
+    // Each on a handle of its own where the store is shared (as persons on other hosts are).
+    let mut clearings = Vec::new();
+    for _ in 0..8 {
+        let handle = if backend.capabilities().shared {
+            backend.open(&location).await?
+        } else {
+            store.clone()
+        };
+        let halt = halt.clone();
+        clearings.push(tokio::spawn(
+            async move { handle.clear_halt_if(&halt).await },
+        ));
+    }
+    let mut found_it = 0;
+    for clearing in clearings {
+        let found = clearing
+            .await
+            .map_err(|err| Failure::new(format!("a clearing panicked: {err}")))??;
+        found_it += usize::from(found.as_ref() == Some(&halt));
+    }
+    ensure_eq(
+        found_it,
+        1,
+        "eight clearings at once: one found the halt, the others found none",
+    )?;
+    ensure_eq(store.halt().await?, None, "cleared once")?;
+    Ok(Verdict::Passed)
+}
+
 /// Requeue: a rejected record takes its own place again (same id, so before whatever its
 /// group still has queued), pending, due at the given time, with a fresh budget and no last
 /// attempt, error or lease, and the same payload, key, group and creation time. A requeue of

@@ -50,8 +50,9 @@ pub use clock::{
     runner_halt_survives_restart, runner_step_back_across_restart, runner_step_back_while_waiting,
 };
 pub use contract::{
-    group_key_validated, halt_persisted, halt_survives_restart, idempotency_key_validated,
-    requeue_takes_its_place, round_applies_then_claims, stepped_back_exact,
+    group_key_validated, halt_cleared_only_as_seen, halt_persisted, halt_survives_restart,
+    idempotency_key_validated, requeue_takes_its_place, round_applies_then_claims,
+    stepped_back_exact,
 };
 pub use events::runner_events_follow_commits;
 pub use history::{

@@ -61,6 +61,8 @@ enum Kind {
     SteppedBackSkipsNeverAttempted,
     SteppedBackOnlyNeverAttempted,
     HaltNotPersisted,
+    ClearHaltIgnoresSeen,
+    ClearHaltReadsThenClears,
     ExpiredIgnoresExpiry,
     RenewNoop,
     RenewIgnoresToken,
@@ -278,6 +280,18 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         bug: "the halt is kept by the handle, not persisted",
         meant_for: &["halt_survives_restart", "runner_halt_survives_restart"],
         kind: Kind::HaltNotPersisted,
+    },
+    Mutant {
+        name: "clear_halt_ignores_seen",
+        bug: "`clear_halt_if` clears whatever halt is persisted, not only the one shown",
+        meant_for: &["halt_cleared_only_as_seen"],
+        kind: Kind::ClearHaltIgnoresSeen,
+    },
+    Mutant {
+        name: "clear_halt_reads_then_clears",
+        bug: "`clear_halt_if` reads the halt, then clears it in a second step others come between",
+        meant_for: &["halt_cleared_only_as_seen"],
+        kind: Kind::ClearHaltReadsThenClears,
     },
     Mutant {
         name: "expired_ignores_expiry",
@@ -1304,6 +1318,34 @@ impl StoreLayer for Layer {
             return Ok(());
         }
         self.inner.set_halt(halt).await
+    }
+
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        match self.kind {
+            Kind::HaltNotPersisted => {
+                let mut halt = self.halt.lock().unwrap();
+                let found = halt.clone();
+                if found.as_ref() == Some(seen) {
+                    *halt = None;
+                }
+                Ok(found)
+            }
+            Kind::ClearHaltIgnoresSeen => {
+                let found = self.inner.halt().await?;
+                self.inner.set_halt(None).await?;
+                Ok(found)
+            }
+            Kind::ClearHaltReadsThenClears => {
+                let found = self.inner.halt().await?;
+                // The other writers' turn between the read and the write.
+                tokio::task::yield_now().await;
+                if found.as_ref() == Some(seen) {
+                    self.inner.set_halt(None).await?;
+                }
+                Ok(found)
+            }
+            _ => self.inner.clear_halt_if(seen).await,
+        }
     }
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {
