@@ -1,8 +1,9 @@
 //! A fleet: three runners, each with its own [`PgStore`] (its own connection pool, as three
 //! processes or hosts would have), sharing one PostgreSQL schema. They claim disjoint records
 //! with `SKIP LOCKED`, every enqueue wakes all of them through `LISTEN/NOTIFY`
-//! ([`PgStore::wake_on_enqueue`]), and each runner reads the server's clock
-//! ([`PgStore::clock`]) so that leases mean the same everywhere.
+//! ([`PgStore::wake_on_enqueue`]), and each runner judges leases and deadlines by the
+//! server's clock, which the store names to the plain builder, so leases mean the same
+//! everywhere with nothing wired.
 //!
 //! Run it with `cargo run --example postgres_fleet`. It delivers 300 records to one local
 //! HTTP service that notes which runner sent each request, checks that every record arrived
@@ -108,7 +109,6 @@ async fn fleet(log: &Log, url: &str, schema: &str) -> Result<String> {
             .header(RUNNER_HEADER, &n.to_string())?;
         let shared: Arc<dyn Store> = Arc::new(store.clone());
         let outbox = Outbox::builder(shared, sink)
-            .clock(store.clock())
             .config(RunnerConfig::default().with_batch(10))
             .start()
             .await?;

@@ -149,7 +149,6 @@ async fn shop(log: &Log, url: &str, schema: &str) -> Result<String> {
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     // No safety poll: only the commits wake this runner.
     let outbox = Outbox::builder(shared, sink)
-        .clock(store.clock())
         .config(RunnerConfig {
             safety_poll: None,
             ..RunnerConfig::default()

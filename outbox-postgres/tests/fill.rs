@@ -155,9 +155,15 @@ async fn an_open_that_cannot_lock_the_table_in_time_opens_and_sets_the_fill_at_a
         .await
         .unwrap();
     let quick = common::config(s).with_lock_timeout(Some(std::time::Duration::from_millis(100)));
-    let store = PgStore::connect(quick.clone())
-        .await
-        .expect("the outbox opens while the table is locked");
+    // Bounded: an open that waited for the lock would wait for ever (the holder commits only
+    // after it), so a wait past the lock timeout fails here rather than hanging.
+    let store = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        PgStore::connect(quick.clone()),
+    )
+    .await
+    .expect("the open waits no longer than its lock timeout")
+    .expect("the outbox opens while the table is locked");
     let enqueued = store
         .enqueue(vec![NewRecord::new(b"x".to_vec())], T0)
         .await

@@ -225,8 +225,9 @@ async fn another_processs_resume_reaches_a_halted_runner_within_a_second() {
     outbox.shutdown(PATIENCE).await.unwrap();
 }
 
-/// A clearing is one transaction with its notification: one that fails, even at its commit,
-/// leaves the halt in place and tells no runner to read it.
+/// A clearing (`set_halt(None)`, or `clear_halt_if` with the halt as shown) is one transaction
+/// with its notification: one that fails, even at its commit, leaves the halt in place and
+/// tells no runner to read it; one that commits is heard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clearing_that_fails_at_its_commit_leaves_the_halt_and_wakes_no_one() {
     if !server_ready() {
@@ -257,7 +258,19 @@ async fn a_clearing_that_fails_at_its_commit_leaves_the_halt_and_wakes_no_one() 
 
     let failed = person.set_halt(None).await;
     assert!(failed.is_err(), "the commit refused: {failed:?}");
-    assert_eq!(person.halt().await.unwrap(), Some(halt), "the halt stands");
+    assert_eq!(
+        person.halt().await.unwrap(),
+        Some(halt.clone()),
+        "the halt stands"
+    );
+    // So does a person's clearing of the halt as shown (`outbox resume`, the page).
+    let failed = person.clear_halt_if(&halt).await;
+    assert!(failed.is_err(), "the commit refused: {failed:?}");
+    assert_eq!(
+        person.halt().await.unwrap(),
+        Some(halt.clone()),
+        "the halt stands"
+    );
     // Notifications reach a listener in commit order: the first one heard is the marker
     // committed after the failed clearing, so the clearing's notification was never sent.
     admin
@@ -272,7 +285,7 @@ async fn a_clearing_that_fails_at_its_commit_leaves_the_halt_and_wakes_no_one() 
         .batch_execute(&format!("DROP TRIGGER refuse_clearing ON \"{s}\".meta"))
         .await
         .unwrap();
-    person.set_halt(None).await.unwrap();
+    assert_eq!(person.clear_halt_if(&halt).await.unwrap(), Some(halt));
     assert_eq!(person.halt().await.unwrap(), None);
     let next = tokio::time::timeout(PATIENCE, heard.recv()).await.unwrap();
     assert_eq!(next.as_ref(), Some(s), "the clearing's notification");

@@ -270,6 +270,10 @@ const DELIVER_LEASED_SQL: &str = "DELETE FROM records \
 fn delivered_under_one_lease(transitions: &[Transition]) -> Option<u64> {
     let mut token = None;
     for transition in transitions {
+        // An id past SQLite's range names no row; the general path skips it as such.
+        if i64::try_from(transition.id.0).is_err() {
+            return None;
+        }
         match (transition.guard, &transition.change) {
             (Guard::Lease(t), Change::Delivered) if token.is_none_or(|seen| seen == t) => {
                 token = Some(t);
@@ -282,9 +286,11 @@ fn delivered_under_one_lease(transitions: &[Transition]) -> Option<u64> {
 
 /// [`apply_counted`] for a batch of deliveries under the one lease `token`: one `DELETE …
 /// RETURNING` both checks each guard and removes the row, so the rows are neither read first
-/// nor decoded. Counts and skips exactly as the general path does: a record not in flight
-/// under the lease (or a repeated id) is skipped, each delivered one leaves the in-flight
-/// count and the payload bytes, and the groups it held are refreshed.
+/// nor decoded. Counts and skips as the general path does: a record not in flight under the
+/// lease (or a repeated id) is skipped, each delivered one leaves the in-flight count and the
+/// payload bytes, and the groups it held are refreshed. One difference: a row damaged on disk
+/// after its claim is delivered and removed here, where the general path's read of it fails
+/// the batch.
 fn deliver_leased(
     conn: &Connection,
     transitions: &[Transition],
@@ -547,7 +553,26 @@ mod tests {
         )
         .expect("claim");
         assert_eq!(claimed.len(), 4, "all but the one behind its group's head");
-        ids
+        // Two more: one in flight under lease 8, one under lease 7 but with its deadline
+        // gone (no lease, as `Guard::admits` reads it).
+        let more = insert(conn, vec![record("six", None), record("seven", None)], 1)
+            .expect("insert")
+            .ids;
+        for token in [8, 7] {
+            let lease = outbox_core::Lease { token, until: 100 };
+            let claim = Claim {
+                now: 2,
+                limit: 1,
+                lease,
+            };
+            assert_eq!(crate::ops::claim(conn, claim).expect("claim").len(), 1);
+        }
+        conn.execute(
+            "UPDATE records SET lease_until = NULL WHERE id = ?1",
+            [ms(more[1].0)],
+        )
+        .expect("no deadline");
+        ids.into_iter().chain(more).collect()
     }
 
     #[test]
@@ -563,9 +588,10 @@ mod tests {
         );
         let ids = claimed_under_lease_7(&mut fast);
         assert_eq!(claimed_under_lease_7(&mut general), ids);
-        // Delivered: an ungrouped record, the group's head (reported twice), the last record;
-        // skipped: the record behind the head (not in flight), an id that never was, and the
-        // repeated report. The fourth record stays in flight.
+        // Delivered: an ungrouped record, the group's head (reported twice), the fifth record;
+        // skipped: the record behind the head (not in flight), an id that never was, the
+        // repeated report, the record under another lease and the one without a deadline.
+        // The fourth record stays in flight.
         let batch = vec![
             delivered(ids[0], 7),
             delivered(ids[1], 7),
@@ -573,6 +599,8 @@ mod tests {
             delivered(ids[1], 7),
             delivered(RecordId(999), 7),
             delivered(ids[4], 7),
+            delivered(ids[5], 7),
+            delivered(ids[6], 7),
         ];
         assert_eq!(delivered_under_one_lease(&batch), Some(7));
         // One transition that no lease guards sends the same batch down the general path.
@@ -588,17 +616,20 @@ mod tests {
         let mut general_applied = apply(&general, forced).expect("general");
         assert_eq!(general_applied.skipped.pop(), Some(RecordId(1000)));
         assert_eq!(fast_applied, general_applied);
-        assert_eq!(fast_applied.skipped, vec![ids[2], ids[1], RecordId(999)]);
+        assert_eq!(
+            fast_applied.skipped,
+            vec![ids[2], ids[1], RecordId(999), ids[5], ids[6]]
+        );
 
         let fast_stats = stats(&fast).expect("stats");
         assert_eq!(fast_stats, stats(&general).expect("stats"));
-        assert_eq!((fast_stats.delivered, fast_stats.in_flight), (3, 1));
+        assert_eq!((fast_stats.delivered, fast_stats.in_flight), (3, 3));
         let every = ListQuery::new(10);
         let left = list(&fast, &every).expect("list");
         assert_eq!(left, list(&general, &every).expect("list"));
         assert_eq!(
             left.iter().map(|r| r.id).collect::<Vec<_>>(),
-            vec![ids[2], ids[3]]
+            vec![ids[2], ids[3], ids[5], ids[6]]
         );
         // The record behind the delivered head now heads its group: claimable, in both.
         let next = Claim {
@@ -644,6 +675,11 @@ mod tests {
                 t(Guard::Lease(1), Change::Delivered),
                 t(Guard::Lease(1), discard.clone()),
             ],
+            vec![Transition {
+                id: RecordId(u64::MAX),
+                guard: Guard::Lease(1),
+                change: Change::Delivered,
+            }],
         ] {
             assert_eq!(delivered_under_one_lease(&mixed), None, "{mixed:?}");
         }

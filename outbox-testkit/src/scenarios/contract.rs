@@ -283,7 +283,8 @@ pub async fn halt_persisted(backend: &dyn Backend) -> ScenarioResult {
     Ok(Verdict::Passed)
 }
 
-/// The halt survives a restart, and so does its clearing.
+/// The halt survives a restart, and so does its clearing (`set_halt(None)`, or `clear_halt_if`
+/// with the halt as shown; a halt it left stands).
 pub async fn halt_survives_restart(backend: &dyn Backend) -> ScenarioResult {
     if let Some(skip) = skip_unless(backend, "halt_survives_restart", Capability::Persistent) {
         return Ok(skip);
@@ -303,13 +304,35 @@ pub async fn halt_survives_restart(backend: &dyn Backend) -> ScenarioResult {
     )?;
     ensure_eq(
         store.stats().await?.halt,
-        Some(halt),
+        Some(halt.clone()),
         "stats after a restart",
     )?;
     store.set_halt(None).await?;
     drop(store);
     let store = backend.open(&location).await?;
     ensure_eq(store.halt().await?, None, "still resumed after a restart")?;
+    // A person's clearing of the halt as shown survives too, and so does a halt it left.
+    store.set_halt(Some(halt.clone())).await?;
+    let other = Halt {
+        reason: "HTTP 403".into(),
+        ..halt.clone()
+    };
+    store.clear_halt_if(&other).await?;
+    drop(store);
+    let store = backend.open(&location).await?;
+    ensure_eq(
+        store.halt().await?,
+        Some(halt.clone()),
+        "a halt another clearing left stands after a restart",
+    )?;
+    store.clear_halt_if(&halt).await?;
+    drop(store);
+    let store = backend.open(&location).await?;
+    ensure_eq(
+        store.halt().await?,
+        None,
+        "cleared as shown, still after a restart",
+    )?;
     Ok(Verdict::Passed)
 }
 

@@ -328,8 +328,21 @@ impl Journal {
         line: String,
         op: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
+        self.write_as(op, |_| Some(line)).await
+    }
+
+    /// [`Self::write`], with the line made from what the operation did (`None`: it changed
+    /// nothing worth a line).
+    async fn write_as<T>(
+        &self,
+        op: impl std::future::Future<Output = Result<T>>,
+        line: impl FnOnce(&T) -> Option<String>,
+    ) -> Result<T> {
         let mut guard = self.file.lock().await;
         let value = op.await?;
+        let Some(line) = line(&value) else {
+            return Ok(value);
+        };
         let (file, pending) = &mut *guard;
         pending.push(line);
         if pending.len() > self.lag {
@@ -396,6 +409,14 @@ impl StoreLayer for Journal {
             Some(h) => format!("H {} {}", h.since, opt_str(&Some(h.reason.clone()))),
         };
         self.write(line, self.inner.set_halt(halt)).await
+    }
+
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
+        let cleared = |found: &Option<Halt>| found.as_ref() == Some(seen);
+        self.write_as(self.inner.clear_halt_if(seen), |found| {
+            cleared(found).then(|| "H -".to_owned())
+        })
+        .await
     }
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {
