@@ -600,9 +600,8 @@ impl std::io::BufRead for AnswerAfter<'_> {
     }
 }
 
-#[tokio::test]
-async fn resume_leaves_a_halt_that_changed_while_it_asked() {
-    let store = seeded().await;
+/// The halt a person was shown, and one a runner wrote since, for another reason.
+fn seen_and_newer() -> (Halt, Halt) {
     let seen = Halt {
         reason: "HTTP 401".into(),
         since: NOW - 60_000,
@@ -611,6 +610,13 @@ async fn resume_leaves_a_halt_that_changed_while_it_asked() {
         reason: "HTTP 403".into(),
         since: NOW - 1_000,
     };
+    (seen, newer)
+}
+
+#[tokio::test]
+async fn resume_leaves_a_halt_that_changed_while_it_asked() {
+    let store = seeded().await;
+    let (seen, newer) = seen_and_newer();
     let resume = |then: Option<Halt>| {
         let store = &store;
         async move {
@@ -681,14 +687,7 @@ impl outbox_core::StoreLayer for HaltsMeanwhile {
 
 #[tokio::test]
 async fn resume_never_lifts_a_halt_written_just_before_its_clearing() {
-    let seen = Halt {
-        reason: "HTTP 401".into(),
-        since: NOW - 60_000,
-    };
-    let newer = Halt {
-        reason: "HTTP 403".into(),
-        since: NOW - 1_000,
-    };
+    let (seen, newer) = seen_and_newer();
     let store = HaltsMeanwhile {
         inner: seeded().await,
         newer: std::sync::Mutex::new(Some(newer.clone())),

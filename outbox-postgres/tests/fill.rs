@@ -11,6 +11,18 @@ use outbox_postgres::{PgConfig, PgStore};
 
 const T0: u64 = 1_700_000_000_000;
 
+/// A schema as a build before the fill setting left it (full pages), and an admin session.
+async fn written_with_full_pages() -> (Scratch, tokio_postgres::Client) {
+    let scratch = Scratch::new();
+    scratch.store().await;
+    let client = admin().await;
+    client
+        .batch_execute(&full_pages(&scratch.schema))
+        .await
+        .unwrap();
+    (scratch, client)
+}
+
 async fn version(client: &tokio_postgres::Client, s: &str) -> i32 {
     client
         .query_one(&format!("SELECT version FROM \"{s}\".schema_version"), &[])
@@ -101,11 +113,8 @@ async fn a_role_that_may_not_alter_the_table_opens_it_with_full_pages() {
     if !server_ready() {
         return;
     }
-    let scratch = Scratch::new();
+    let (scratch, client) = written_with_full_pages().await;
     let s = &scratch.schema;
-    scratch.store().await;
-    let client = admin().await;
-    client.batch_execute(&full_pages(s)).await.unwrap();
     let role = format!("{s}_filler");
     client
         .batch_execute(&format!(
@@ -140,11 +149,8 @@ async fn an_open_that_cannot_lock_the_table_in_time_opens_and_sets_the_fill_at_a
     if !server_ready() {
         return;
     }
-    let scratch = Scratch::new();
+    let (scratch, client) = written_with_full_pages().await;
     let s = &scratch.schema;
-    scratch.store().await;
-    let client = admin().await;
-    client.batch_execute(&full_pages(s)).await.unwrap();
     // Another session holds the lock a change of the table's settings waits for (as a
     // long `VACUUM` or an operator's own `ALTER` would) past the store's lock timeout.
     let holder = admin().await;
