@@ -289,8 +289,9 @@ fn delivered_under_one_lease(transitions: &[Transition]) -> Option<u64> {
 /// nor decoded. Counts and skips as the general path does: a record not in flight under the
 /// lease (or a repeated id) is skipped, each delivered one leaves the in-flight count and the
 /// payload bytes, and the groups it held are refreshed. One difference: a row damaged on disk
-/// after its claim is delivered and removed here, where the general path's read of it fails
-/// the batch.
+/// after its claim, in a column this statement does not read (all but its id, group,
+/// membership and payload length), is delivered and removed here, where the general path's
+/// read of it fails the batch.
 fn deliver_leased(
     conn: &Connection,
     transitions: &[Transition],
