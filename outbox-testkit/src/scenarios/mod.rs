@@ -29,6 +29,7 @@ mod cap;
 mod clock;
 mod contract;
 mod events;
+mod halt;
 mod history;
 mod leases;
 mod lifecycle;
@@ -50,11 +51,11 @@ pub use clock::{
     runner_halt_survives_restart, runner_step_back_across_restart, runner_step_back_while_waiting,
 };
 pub use contract::{
-    group_key_validated, halt_cleared_only_as_seen, halt_persisted, halt_survives_restart,
-    idempotency_key_validated, requeue_takes_its_place, round_applies_then_claims,
-    stepped_back_exact,
+    group_key_validated, idempotency_key_validated, requeue_takes_its_place,
+    round_applies_then_claims, stepped_back_exact,
 };
 pub use events::runner_events_follow_commits;
+pub use halt::{halt_cleared_only_as_seen, halt_persisted, halt_survives_restart};
 pub use history::{
     history_bounded, history_kept_with_each_outcome, runner_history_measures_each_attempt,
 };
