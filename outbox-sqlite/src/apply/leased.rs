@@ -221,6 +221,55 @@ mod tests {
     }
 
     #[test]
+    fn a_row_damaged_after_its_claim_is_delivered_here_where_the_general_path_fails() {
+        let damaged = |conn: &Connection, id: RecordId| {
+            conn.execute(
+                "UPDATE records SET key = CAST(x'c328ff' AS TEXT) WHERE id = ?1",
+                [ms(id.0)],
+            )
+            .expect("damage");
+        };
+        let delivered = |id: RecordId| Transition {
+            id,
+            guard: Guard::Lease(7),
+            change: Change::Delivered,
+        };
+        let (mut fast, mut general) = (
+            Connection::open_in_memory().expect("open"),
+            Connection::open_in_memory().expect("open"),
+        );
+        let ids = claimed_under_lease_7(&mut fast);
+        claimed_under_lease_7(&mut general);
+        damaged(&fast, ids[0]);
+        damaged(&general, ids[0]);
+        let before = stats(&fast).expect("stats");
+
+        let applied = apply(&fast, vec![delivered(ids[0])]).expect("delivered here");
+        assert!(applied.skipped.is_empty());
+        let after = stats(&fast).expect("stats");
+        assert_eq!(after.delivered, before.delivered + 1);
+        assert_eq!(after.in_flight, before.in_flight - 1);
+        assert_eq!(
+            after.payload_bytes,
+            before.payload_bytes - 3,
+            "\"one\" left"
+        );
+
+        // The same report with one the lease does not guard goes the general way: its read
+        // of the damaged row fails the batch, and nothing is written.
+        let forced = vec![
+            delivered(ids[0]),
+            Transition {
+                id: RecordId(1000),
+                guard: Guard::Idle,
+                change: Change::Delivered,
+            },
+        ];
+        assert!(apply(&general, forced).is_err());
+        assert_eq!(stats(&general).expect("stats"), before);
+    }
+
+    #[test]
     fn only_deliveries_under_one_lease_take_the_one_statement_path() {
         let t = |guard: Guard, change: Change| Transition {
             id: RecordId(1),
