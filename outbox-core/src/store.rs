@@ -157,6 +157,30 @@ pub struct Halt {
     pub since: Millis,
 }
 
+impl Halt {
+    /// The compare-and-clear of [`Store::clear_halt_if`] on a halt held in `slot`: takes it
+    /// if it is `seen`, leaves any other, and returns what the slot held. For a store that
+    /// keeps its halt as a value under its own lock.
+    ///
+    /// ```
+    /// use outbox_core::Halt;
+    /// let shown = Halt { reason: "HTTP 401".into(), since: 1_000 };
+    /// let newer = Halt { reason: "HTTP 403".into(), since: 2_000 };
+    /// let mut slot = Some(newer.clone());
+    /// assert_eq!(Halt::clear_if_seen(&mut slot, &shown), Some(newer.clone()));
+    /// assert_eq!(slot, Some(newer.clone()), "another halt is left");
+    /// assert_eq!(Halt::clear_if_seen(&mut slot, &newer), Some(newer));
+    /// assert_eq!(slot, None);
+    /// ```
+    pub fn clear_if_seen(slot: &mut Option<Halt>, seen: &Halt) -> Option<Halt> {
+        let found = slot.clone();
+        if found.as_ref() == Some(seen) {
+            *slot = None;
+        }
+        found
+    }
+}
+
 impl Stats {
     /// Counts one record into the per-state counts, the scheduled count and the oldest
     /// undelivered age: the one
@@ -515,9 +539,9 @@ pub trait Store: Debug + Send + Sync {
     /// persisted when the call ran: `seen` when this call cleared it, `None` when there was
     /// none, any other halt when that one was left in place.
     ///
-    /// The default reads and then clears, so a halt written between the two is lost; every
-    /// store of this workspace overrides it with one step no other write can come between
-    /// (one write transaction, or a row lock).
+    /// Required, with no default: a read followed by a clearing would lose a halt written
+    /// between the two. A store does it in one step no other write can come between (one write
+    /// transaction, a row lock, or [`Halt::clear_if_seen`] on a value under its lock).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -533,13 +557,7 @@ pub trait Store: Debug + Send + Sync {
     /// # Ok(())
     /// # }
     /// ```
-    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
-        let found = self.halt().await?;
-        if found.as_ref() == Some(seen) {
-            self.set_halt(None).await?;
-        }
-        Ok(found)
-    }
+    async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>>;
 
     /// Removes rejected records whose last attempt, and tombstones whose discard, is before
     /// `older_than`; returns how many went.

@@ -521,12 +521,7 @@ impl Store for MemoryStore {
     }
 
     async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
-        let mut inner = self.lock();
-        let found = inner.halt.clone();
-        if found.as_ref() == Some(seen) {
-            inner.halt = None;
-        }
-        Ok(found)
+        Ok(Halt::clear_if_seen(&mut self.lock().halt, seen))
     }
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {

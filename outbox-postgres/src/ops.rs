@@ -471,13 +471,12 @@ impl Core {
             Some(h) => (Some(text(&h.reason)), Some(millis(h.since))),
             None => (None, None),
         };
-        let (set, notify) =
-            futures::try_join!(ex.prepare(&self.sql.set_halt), ex.prepare(&self.sql.notify))
-                .map_err(pg)?;
+        let set = ex.prepare(&self.sql.set_halt).await.map_err(pg)?;
         ex.execute(&set, &[&reason, &since]).await.map_err(pg)?;
         if halt.is_none() {
             // A resume: the runners of other processes are told, as of a person's retry, in
             // the clearing's transaction (a clearing that returned an error was not made).
+            let notify = ex.prepare(&self.sql.notify).await.map_err(pg)?;
             ex.query(&notify, &[&self.config.schema])
                 .await
                 .map_err(pg)?;

@@ -335,15 +335,10 @@ impl Store for BTreeMapStore {
         Ok(())
     }
 
-    // Compared and cleared under one lock: the trait's default reads and then clears, and a
-    // halt written between the two would be lost.
+    // Compared and cleared under one lock: a read, then a clearing, would lose a halt written
+    // between the two.
     async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
-        let mut tables = self.lock();
-        let found = tables.halt.clone();
-        if found.as_ref() == Some(seen) {
-            tables.halt = None;
-        }
-        Ok(found)
+        Ok(Halt::clear_if_seen(&mut self.lock().halt, seen))
     }
 
     async fn prune(&self, older_than: Millis) -> Result<u64> {

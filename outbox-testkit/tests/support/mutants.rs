@@ -1322,14 +1322,7 @@ impl StoreLayer for Layer {
 
     async fn clear_halt_if(&self, seen: &Halt) -> Result<Option<Halt>> {
         match self.kind {
-            Kind::HaltNotPersisted => {
-                let mut halt = self.halt.lock().unwrap();
-                let found = halt.clone();
-                if found.as_ref() == Some(seen) {
-                    *halt = None;
-                }
-                Ok(found)
-            }
+            Kind::HaltNotPersisted => Ok(Halt::clear_if_seen(&mut self.halt.lock().unwrap(), seen)),
             Kind::ClearHaltIgnoresSeen => {
                 let found = self.inner.halt().await?;
                 self.inner.set_halt(None).await?;
