@@ -50,6 +50,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod file;
+pub mod halt;
 pub mod handle;
 pub mod history;
 pub mod http;
