@@ -307,13 +307,7 @@ async fn act(
 #[derive(Debug, Deserialize)]
 struct ResumeBody {
     /// The halt as the page showed it.
-    seen: SeenHalt,
-}
-
-#[derive(Debug, Deserialize)]
-struct SeenHalt {
-    reason: String,
-    since: u64,
+    seen: view::HaltView,
 }
 
 /// Lifts the halt the page showed, if it is still the one in the store ([`verbs::lift_halt`]).
@@ -329,10 +323,7 @@ async fn resume(
         );
     }
     let seen = match serde_json::from_slice::<ResumeBody>(&body) {
-        Ok(body) => Halt {
-            reason: body.seen.reason,
-            since: body.seen.since,
-        },
+        Ok(body) => Halt::from(body.seen),
         Err(err) => {
             return error(
                 StatusCode::BAD_REQUEST,

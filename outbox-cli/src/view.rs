@@ -1,8 +1,8 @@
 //! What the read commands report, as plain values: the `--json` shapes (documented in the crate
 //! docs) and the input of the human-readable output and of the web page.
 
-use outbox_core::{Attempt, ListQuery, Millis, Record, RecordId, Stats, Store, Tombstone};
-use serde::Serialize;
+use outbox_core::{Attempt, Halt, ListQuery, Millis, Record, RecordId, Stats, Store, Tombstone};
+use serde::{Deserialize, Serialize};
 
 use crate::cli::StateFilter;
 use crate::error::CliError;
@@ -71,13 +71,32 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// The runner's halt.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+/// The runner's halt: as `stats --json` and the page show it, and as the page's resume
+/// button sends back the halt it showed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HaltView {
     /// Why.
     pub reason: String,
     /// Since when.
     pub since: Millis,
+}
+
+impl From<Halt> for HaltView {
+    fn from(halt: Halt) -> Self {
+        HaltView {
+            reason: halt.reason,
+            since: halt.since,
+        }
+    }
+}
+
+impl From<HaltView> for Halt {
+    fn from(view: HaltView) -> Self {
+        Halt {
+            reason: view.reason,
+            since: view.since,
+        }
+    }
 }
 
 /// One `last_error` value and how many records have it.
@@ -344,10 +363,7 @@ pub async fn stats(store: &dyn Store, now: Millis) -> Result<StatsView, CliError
         oldest_created_at: stats.oldest_created_at,
         oldest_age_ms: stats.oldest_created_at.map(|t| now.saturating_sub(t)),
         next_due: stats.next_due,
-        halt: stats.halt.map(|h| HaltView {
-            reason: h.reason,
-            since: h.since,
-        }),
+        halt: stats.halt.map(HaltView::from),
         common_errors,
     })
 }
