@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::LogCapture;
 
+use outbox_core::store::Halt;
 use outbox_core::{
     async_trait, Clock, Event, LinkState, Millis, NewRecord, Outbox, Outcome, Record, RunnerConfig,
     Sink, SteppedClock, Store,
@@ -510,4 +511,49 @@ async fn a_resume_on_any_runner_of_the_store_lifts_a_halt_the_others_hold() {
     a.flush(Duration::from_secs(10)).await.unwrap();
     assert_eq!(store.stats().await.unwrap().delivered, 2);
     assert_eq!(a_sink.count(), 3, "refused once, then both delivered by A");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resume_never_lifts_a_halt_persisted_after_the_one_the_runner_held() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = SteppedClock::starting_at(BASE);
+    let sink = Scripted::new(vec![Outcome::halt("HTTP 401"), Outcome::Delivered]);
+    let outbox = start(store.clone(), sink.clone(), clock.clone(), config()).await;
+    let mut events = outbox.events();
+    outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    run_for(Duration::from_secs(1)).await;
+    assert!(outbox.is_halted());
+    let held = store.halt().await.unwrap().expect("persisted");
+    // Another process's credential is refused too, later: its halt replaces this one in the
+    // store before this runner reads it.
+    let newer = Halt {
+        reason: "HTTP 403: key revoked".into(),
+        since: held.since + 1_000,
+    };
+    store.set_halt(Some(newer.clone())).await.unwrap();
+
+    // The app resumes what it saw halted: the newer halt holds, and so does the runner.
+    outbox.resume();
+    run_for(Duration::from_secs(1)).await;
+    assert_eq!(store.halt().await.unwrap(), Some(newer), "not lifted");
+    assert!(outbox.is_halted());
+    assert_eq!(sink.count(), 1, "nothing sent while the newer halt holds");
+    let said: Vec<Event> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+    assert!(
+        !said.iter().any(|e| matches!(e, Event::Resumed)),
+        "{said:?}"
+    );
+
+    // Resumed again, now that the runner holds the newer halt: lifted, and the record goes.
+    outbox.resume();
+    outbox.flush(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(store.halt().await.unwrap(), None);
+    assert!(!outbox.is_halted());
+    assert_eq!(store.stats().await.unwrap().delivered, 1);
+    let said: Vec<Event> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+    assert_eq!(
+        said.iter().filter(|e| matches!(e, Event::Resumed)).count(),
+        1,
+        "{said:?}"
+    );
 }

@@ -44,6 +44,7 @@ pub async fn perform(store: &dyn Store, io: Io) -> Result<Answer> {
             store.set_halt(halt).await?;
             Answer::HaltSet
         }
+        Io::ClearHaltIf(seen) => Answer::Halt(store.clear_halt_if(&seen).await?),
         Io::Halt => Answer::Halt(store.halt().await?),
         Io::Stats => Answer::Stats(store.stats().await?),
         Io::Unreadable { limit } => Answer::Unreadable(store.unreadable(limit).await?),

@@ -364,6 +364,12 @@ fn log(notice: &Notice) {
                 "sink panicked; the delivery counts as interrupted"
             );
         }
+        Notice::HaltKept { reason } => {
+            tracing::warn!(
+                %reason,
+                "resume did not lift the halt: the store holds a newer one, which holds"
+            );
+        }
         Notice::StoreFailed { error, retry_in } => {
             tracing::error!(%error, ?retry_in, "outbox store error; runner backing off");
         }

@@ -197,9 +197,10 @@ impl Scheduler {
                     self.actions.push_back(Action::Emit(event));
                 }
             }
-            Chore::ClearHalt { was_halted: true } => {
-                self.actions.push_back(Action::Emit(Event::Resumed));
-            }
+            Chore::ClearHalt {
+                held: Some(held),
+                found,
+            } => self.halt_cleared(&held, found),
             Chore::ReadHalt { halt, cleared } => self.halt_read(&halt, cleared),
             Chore::Unreadable { found } => {
                 for row in found {

@@ -26,9 +26,15 @@ pub(super) enum Chore {
     Renew { ids: Vec<RecordId>, lease: Lease },
     /// Persist the halt.
     SetHalt(Halt),
-    /// Clear the persisted halt (a resume, by this process): whatever runner of the store it
-    /// halted reads that and resumes. `Resumed` is said when this runner `was_halted`.
-    ClearHalt { was_halted: bool },
+    /// Clear the persisted halt (a resume, by this process). A runner that was halted clears
+    /// only the halt it `held` (`Store::clear_halt_if`), and `found` is what the store held:
+    /// a newer halt is never lifted by a resume of an older one. A runner that was not halted
+    /// clears whatever halt the store holds (another process's, whose runner reads that and
+    /// resumes).
+    ClearHalt {
+        held: Option<Halt>,
+        found: Option<Halt>,
+    },
     /// Read the persisted halt while halted with `halt`: `cleared` once the store holds none
     /// (another process or a person resumed the outbox).
     ReadHalt { halt: Halt, cleared: bool },
@@ -81,7 +87,8 @@ impl Chore {
                 lease: *lease,
             },
             Chore::SetHalt(halt) => Io::SetHalt(Some(halt.clone())),
-            Chore::ClearHalt { .. } => Io::SetHalt(None),
+            Chore::ClearHalt { held: Some(h), .. } => Io::ClearHaltIf(h.clone()),
+            Chore::ClearHalt { held: None, .. } => Io::SetHalt(None),
             Chore::ReadHalt { .. } => Io::Halt,
             Chore::RecoverExpired { .. } => Io::Expired { now, limit: PAGE },
             Chore::FarLeases { .. } => Io::Expired {
@@ -100,6 +107,10 @@ impl Chore {
     /// Takes the answer to [`Chore::io`].
     pub(super) fn found(&mut self, answer: Answer, cx: Context<'_>) -> Next {
         match (self, answer) {
+            (Chore::ClearHalt { found, .. }, Answer::Halt(held)) => {
+                *found = held;
+                Next::Done(0)
+            }
             (Chore::Renew { .. } | Chore::SetHalt(_) | Chore::ClearHalt { .. }, _) => Next::Done(0),
             (Chore::ReadHalt { cleared, .. }, Answer::Halt(halt)) => {
                 *cleared = halt.is_none();

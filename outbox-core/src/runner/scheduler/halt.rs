@@ -56,10 +56,17 @@ impl Halting {
         self.event.take()
     }
 
-    /// Resumed: returns true when a halt was lifted (and must be cleared in the store).
-    pub(super) fn resume(&mut self) -> bool {
+    /// Resumed: returns the halt lifted, if one held (it is cleared in the store if the store
+    /// still holds it).
+    pub(super) fn resume(&mut self) -> Option<Halt> {
         self.storm.reset();
-        self.halt.take().is_some()
+        self.halt.take()
+    }
+
+    /// Keeps to `halt`, persisted by someone else after the halt this runner held: no event
+    /// (its refusal was not this runner's), and nothing to persist.
+    pub(super) fn keep(&mut self, halt: Halt) {
+        self.halt = Some(halt);
     }
 
     /// An answered outcome of a record of `group`: the reason to halt for, when it makes a
@@ -164,8 +171,8 @@ mod tests {
             })
         );
         assert_eq!(halting.persisted(), None);
-        assert!(halting.resume());
-        assert!(!halting.resume());
+        assert!(halting.resume().is_some());
+        assert!(halting.resume().is_none());
         assert!(!halting.is_halted());
     }
 }

@@ -9,7 +9,7 @@
 
 use super::chore::Chore;
 use super::timer::Timer;
-use super::{Action, Scheduler};
+use super::{Action, Notice, Scheduler};
 use crate::event::Event;
 use crate::record::Millis;
 use crate::store::Halt;
@@ -72,9 +72,29 @@ impl Scheduler {
     /// waits behind the read) or it is shutting down.
     pub(super) fn halt_read(&mut self, halt: &Halt, cleared: bool) {
         let same = self.halting.halt() == Some(halt);
-        if cleared && same && self.stopping.is_none() && self.halting.resume() {
+        if cleared && same && self.stopping.is_none() && self.halting.resume().is_some() {
             self.wanted = true;
             self.actions.push_back(Action::Emit(Event::Resumed));
+        }
+    }
+
+    /// This runner's resume cleared the store's halt if it was `held`, the halt the runner
+    /// held; `found` is what the store held. Another halt there (a refusal persisted after
+    /// `held`, by this fleet's other runners or a person's tooling) is not lifted by a resume
+    /// of an older one: the runner keeps to it, said in a log line, and claims nothing. The
+    /// store held `held` or none: the runner is resumed, and says so. Halted again meanwhile
+    /// by a refusal of its own, the runner's newer halt is written after this clearing.
+    pub(super) fn halt_cleared(&mut self, held: &Halt, found: Option<Halt>) {
+        match found {
+            Some(other) if &other != held => {
+                if !self.halting.is_halted() {
+                    self.actions.push_back(Action::Log(Notice::HaltKept {
+                        reason: other.reason.clone(),
+                    }));
+                    self.halting.keep(other);
+                }
+            }
+            _ => self.actions.push_back(Action::Emit(Event::Resumed)),
         }
     }
 }

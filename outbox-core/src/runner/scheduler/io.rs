@@ -109,6 +109,10 @@ pub enum Io {
     Apply(Vec<Transition>),
     /// `Store::set_halt`: persist the halt, or clear it. Answered by [`Answer::HaltSet`].
     SetHalt(Option<Halt>),
+    /// `Store::clear_halt_if`: clear the persisted halt only if it is this one (the halt the
+    /// runner holds when resumed), in one step. Answered by [`Answer::Halt`] with the halt
+    /// the store held.
+    ClearHaltIf(Halt),
     /// `Store::halt`: the persisted halt, read by a halted runner when it is woken or polls,
     /// to learn whether another process (or a person) cleared it. Answered by
     /// [`Answer::Halt`].
@@ -149,7 +153,8 @@ pub enum Answer {
     },
     /// [`Io::SetHalt`] done.
     HaltSet,
-    /// [`Io::Halt`]: the halt the store holds, if any.
+    /// [`Io::Halt`]: the halt the store holds, if any; [`Io::ClearHaltIf`]: the halt it held
+    /// (cleared when it was the one given).
     Halt(Option<Halt>),
     /// [`Io::Stats`].
     Stats(Stats),
@@ -225,6 +230,12 @@ pub enum Notice {
     SinkPanicked {
         /// The record.
         id: RecordId,
+    },
+    /// A resume did not lift the halt: the store holds another one (a refusal here or
+    /// elsewhere, persisted after the halt this runner held), and the runner keeps to it.
+    HaltKept {
+        /// The halt the store holds.
+        reason: String,
     },
     /// A store call failed; the runner tries again after `retry_in`.
     StoreFailed {

@@ -292,8 +292,9 @@ impl Scheduler {
                 self.wanted = true;
                 // Cleared in the store even when this runner is not halted: the halt may be
                 // another process's, and its runner resumes when it reads the store.
-                let was_halted = self.halting.resume();
-                self.chores.push_back(Chore::ClearHalt { was_halted });
+                let held = self.halting.resume();
+                self.chores
+                    .push_back(Chore::ClearHalt { held, found: None });
             }
             Input::Shutdown { grace } => {
                 self.stopping = Some(self.stopping.map_or(grace, |g| g.min(grace)));

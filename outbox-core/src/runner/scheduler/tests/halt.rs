@@ -51,9 +51,10 @@ fn concurrent_refusals_halt_once_and_release_the_rest() {
     assert!(writes(&settle(&mut s, at(6), None))
         .iter()
         .all(|(_, claim)| !claim));
+    let held = s.halt().cloned().expect("halted");
     s.handle(at(7), Input::Resume);
     let resume = drain(&mut s);
-    assert_eq!(resume, [Action::Io(Io::SetHalt(None))]);
+    assert_eq!(resume, [Action::Io(Io::ClearHaltIf(held))]);
     answer(&mut s, at(7), &resume, vec![]);
     let after = drain(&mut s);
     assert_eq!(after.first(), Some(&Action::Emit(Event::Resumed)));
@@ -230,6 +231,61 @@ fn a_read_that_finds_the_halt_cleared_does_not_lift_a_newer_halt() {
         "{after:?}"
     );
     assert!(writes(&after).iter().all(|(_, claim)| !claim), "{after:?}");
+}
+
+#[test]
+fn a_resume_lifts_only_the_halt_the_runner_held_never_a_newer_one() {
+    let held = Halt {
+        reason: "HTTP 401".into(),
+        since: WALL - 5,
+    };
+    let newer = Halt {
+        reason: "HTTP 403: key revoked".into(),
+        since: WALL - 2,
+    };
+    let config = RunnerConfig::default().with_safety_poll(None);
+    let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(held.clone()));
+    settle(&mut s, at(0), None);
+    // Another process's refusal persisted a newer halt, not read here yet; the application
+    // resumes: the clearing compares with the halt this runner holds.
+    s.handle(at(5), Input::Resume);
+    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(held.clone()))]);
+    s.handle(at(5), Input::Answer(Ok(Answer::Halt(Some(newer.clone())))));
+    let kept = settle(&mut s, at(5), None);
+    assert_eq!(s.halt(), Some(&newer), "{kept:?}");
+    assert!(
+        kept.contains(&Action::Log(Notice::HaltKept {
+            reason: newer.reason.clone()
+        })),
+        "{kept:?}"
+    );
+    assert!(!kept.contains(&Action::Emit(Event::Resumed)), "{kept:?}");
+    assert!(writes(&kept).is_empty(), "nothing claimed: {kept:?}");
+    // A resume once that halt was seen lifts it.
+    s.handle(at(9), Input::Resume);
+    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(newer.clone()))]);
+    s.handle(at(9), Input::Answer(Ok(Answer::Halt(Some(newer)))));
+    let resumed = settle(&mut s, at(9), None);
+    assert_eq!(resumed.first(), Some(&Action::Emit(Event::Resumed)));
+    assert!(s.halt().is_none());
+    assert_eq!(writes(&resumed), [(0, true)]);
+
+    // A store that holds no halt any more (a person cleared it): resumed as well.
+    let mut s = Scheduler::new(
+        RunnerConfig::default(),
+        policy(),
+        1,
+        2,
+        at(0),
+        Some(held.clone()),
+    );
+    settle(&mut s, at(0), None);
+    s.handle(at(5), Input::Resume);
+    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(held))]);
+    s.handle(at(5), Input::Answer(Ok(Answer::Halt(None))));
+    let resumed = settle(&mut s, at(5), None);
+    assert_eq!(resumed.first(), Some(&Action::Emit(Event::Resumed)));
+    assert!(s.halt().is_none());
 }
 
 /// [`settle`] against a store whose halt was cleared by someone else.

@@ -85,6 +85,8 @@ pub(super) fn reply(io: &Io, records: Vec<Record>, due: Option<Millis>) -> Answe
         Io::Get(_) => Answer::Record(records.into_iter().next()),
         Io::Apply(_) => Answer::Applied { skipped: vec![] },
         Io::SetHalt(_) => Answer::HaltSet,
+        // The store held the halt the runner cleared.
+        Io::ClearHaltIf(seen) => Answer::Halt(Some(seen.clone())),
         Io::Halt => Answer::Halt(None),
         Io::Stats => Answer::Stats(Stats::default()),
         Io::Unreadable { .. } => Answer::Unreadable(Vec::new()),
