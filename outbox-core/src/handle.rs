@@ -32,6 +32,7 @@ pub struct OutboxBuilder {
     clock: Option<Arc<dyn Clock>>,
     online: Option<watch::Receiver<bool>>,
     resolver: Arc<dyn ConflictResolver>,
+    events: broadcast::Sender<Event>,
 }
 
 impl std::fmt::Debug for OutboxBuilder {
@@ -84,6 +85,37 @@ impl OutboxBuilder {
         self
     }
 
+    /// Subscribes to the outbox's events from before it starts, so that none of what its start
+    /// says is missed: records the recovery parks (a delivery that kept killing the process),
+    /// rows the store cannot read, a persisted halt. [`Outbox::events`] subscribes from the
+    /// moment it is called, when the runner may have said those already. Like it, the stream
+    /// ends (`RecvError::Closed`) once the outbox is gone, or at once if it fails to start.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use outbox_core::{sink_fn, Event, NewRecord, Outbox, Outcome, Record};
+    ///
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let builder = Outbox::builder(Arc::new(outbox_memory::MemoryStore::new()), sink);
+    /// let mut events = builder.events();
+    /// let outbox = builder.start().await?;
+    /// let id = outbox.enqueue(NewRecord::new(b"hello".to_vec())).await?;
+    /// outbox.flush(Duration::from_secs(5)).await?;
+    /// loop {
+    ///     if events.recv().await.expect("open") == (Event::Delivered { id }) {
+    ///         break;
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn events(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
     /// Recovers what a previous process left (expired leases count one interruption each;
     /// deadlines set before the wall clock stepped back are re-based, keeping their waits),
     /// reads a persisted halt, and starts the runner on the current tokio runtime.
@@ -103,6 +135,7 @@ impl OutboxBuilder {
             self.config,
             clock,
             self.resolver,
+            self.events,
         ));
         let halt = shared.store.halt().await?;
         shared.halted.store(halt.is_some(), Ordering::SeqCst);
@@ -198,6 +231,7 @@ impl Outbox {
             clock: None,
             online: None,
             resolver: Arc::new(ParkOnConflict),
+            events: crate::runner::event_channel(),
         }
     }
 
@@ -366,9 +400,11 @@ impl Outbox {
         self.shared.halted.load(Ordering::SeqCst)
     }
 
-    /// Subscribes to events from now on. The stream ends (`RecvError::Closed`) once the last
-    /// handle is dropped; a shutdown alone does not end it, since the handle can still enqueue
-    /// and its verbs still send events.
+    /// Subscribes to events from now on: what the runner said at its start (records its
+    /// recovery parked, rows the store cannot read) may have gone by already; subscribe with
+    /// [`OutboxBuilder::events`] to have those too. The stream ends (`RecvError::Closed`) once
+    /// the last handle is dropped; a shutdown alone does not end it, since the handle can
+    /// still enqueue and its verbs still send events.
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.shared.events.subscribe()
     }

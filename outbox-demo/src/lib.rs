@@ -265,8 +265,9 @@ async fn start_outbox(
     if let Some(online) = online {
         builder = builder.connectivity(online);
     }
+    // Subscribed before the start, so nothing the runner says as it starts goes by.
+    let mut events = builder.events();
     let outbox = Arc::new(builder.start().await?);
-    let mut events = outbox.events();
     let handle = Arc::clone(&outbox);
     let login = format!("{base}/login");
     tokio::spawn(async move {

@@ -263,21 +263,22 @@ async fn open(
     let sqlite = options.sqlite()?;
     let on_conflict = options.on_conflict;
     let (online, signal) = watch::channel(options.online);
-    let inner = on_runtime(async move {
+    let (inner, events) = on_runtime(async move {
         let store = SqliteStore::open_or_create(&path, sqlite).await?;
-        let outbox = outbox_core::Outbox::builder(Arc::new(store), sink)
+        let builder = outbox_core::Outbox::builder(Arc::new(store), sink)
             .policy(policy)
             .config(config)
             .connectivity(signal)
             .conflict_resolver(move |_: &outbox_core::Record, detail: &str| {
                 on_conflict.resolve(detail)
-            })
-            .start()
-            .await?;
-        Ok(Arc::new(outbox))
+            });
+        // Subscribed before the start: what the runner says as it starts (records its
+        // recovery parks, rows it cannot read) is the first thing `next_event` returns.
+        let events = builder.events();
+        let outbox = builder.start().await?;
+        Ok((Arc::new(outbox), events))
     })
     .await?;
-    let events = inner.events();
     Ok(Arc::new(Outbox {
         inner,
         online,

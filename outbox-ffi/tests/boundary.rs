@@ -405,3 +405,56 @@ async fn a_full_outbox_raises_queue_full_and_queues_nothing() {
     assert_eq!((stats.pending, stats.payload_bytes), (2, 3));
     outbox.shutdown(2_000).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_runner_says_as_it_opens_is_the_first_event() {
+    use outbox_core::{Claim, Lease, NewRecord, Store};
+    use outbox_sqlite::{SqliteConfig, SqliteStore};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox.db").to_string_lossy().into_owned();
+    // A previous process claimed a record and died delivering it: its lease ran out with no
+    // report. The app allows one such interruption, so opening parks the record.
+    let now = outbox_core::Clock::now(&outbox_core::SystemClock);
+    let store = SqliteStore::create(&path, SqliteConfig::default())
+        .await
+        .unwrap();
+    let id = store
+        .enqueue(vec![NewRecord::new(b"{}".to_vec())], now - 2_000)
+        .await
+        .unwrap()
+        .ids[0];
+    let lease = Lease {
+        token: 7,
+        until: now - 1_000,
+    };
+    let claim = Claim {
+        now: now - 2_000,
+        limit: 1,
+        lease,
+    };
+    assert_eq!(store.claim(claim).await.unwrap().len(), 1);
+    drop(store);
+
+    let mut options = fast();
+    options.online = false;
+    options.policy.max_interruptions = 1;
+    let outbox = open_outbox(path, options, Arc::new(Answers(200)))
+        .await
+        .unwrap();
+    let event = outbox.next_event(10_000).await.unwrap();
+    assert!(
+        matches!(&event, Some(OutboxEvent::Parked { id: parked, .. }) if *parked == id.0),
+        "{event:?}"
+    );
+    outbox.shutdown(5_000).await.unwrap();
+}
+
+/// Answers every delivery with one status.
+struct Answers(u16);
+
+impl DeliverySink for Answers {
+    fn deliver(&self, _record: OutboxRecord) -> Result<Delivery, SinkError> {
+        Ok(answer(self.0))
+    }
+}

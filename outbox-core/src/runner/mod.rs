@@ -74,6 +74,12 @@ impl std::fmt::Debug for Shared {
     }
 }
 
+/// The channel of an outbox's events, made with its builder so that a subscriber can be there
+/// before the runner starts.
+pub(crate) fn event_channel() -> broadcast::Sender<Event> {
+    broadcast::channel(EVENT_CAPACITY).0
+}
+
 impl Shared {
     /// Everything the runner and the handle share, nothing held yet.
     pub(crate) fn new(
@@ -83,6 +89,7 @@ impl Shared {
         config: RunnerConfig,
         clock: Arc<dyn Clock>,
         resolver: Arc<dyn ConflictResolver>,
+        events: broadcast::Sender<Event>,
     ) -> Self {
         Shared {
             store,
@@ -91,7 +98,7 @@ impl Shared {
             config,
             clock,
             resolver,
-            events: broadcast::channel(EVENT_CAPACITY).0,
+            events,
             wake: Notify::new(),
             resume: AtomicBool::new(false),
             halted: AtomicBool::new(false),
