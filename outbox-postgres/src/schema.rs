@@ -8,7 +8,6 @@
 
 use deadpool_postgres::Object;
 use outbox_core::{Error, Result};
-use tokio_postgres::error::SqlState;
 
 use crate::error::pg;
 use crate::migrations::MIGRATIONS;
@@ -212,34 +211,46 @@ pub(crate) const FILLFACTOR: u32 = 50;
 /// Sets the records' [`FILLFACTOR`] where no fill is set: a storage setting, not a change of
 /// layout, so it carries no schema version and a build that does not know it still opens the
 /// schema. A fill an operator chose (any `fillfactor`) stands. Pages written before keep their
-/// fill. A role that may not alter the table (a reader, a read-only session) opens the outbox
-/// all the same: the attempt is undone and logged, and the setting waits for an owner's open;
-/// so does one that timed out waiting for the table's lock.
+/// fill.
+///
+/// Only the table's owner (or a member of the owning role) may change it: a role that may not
+/// (an application's restricted role, a reader), or a read-only session, opens the outbox all
+/// the same without trying, so neither the server's log nor the application's gets a refused
+/// `ALTER` at every open; an `info` line says what the owner can run. An attempt that fails
+/// anyway (it timed out waiting for the table's lock) is undone, logged, and made again at the
+/// next open.
 async fn keep_room(
     tx: &mut deadpool_postgres::Transaction<'_>,
     schema: &str,
     quoted: &str,
 ) -> Result<()> {
-    let set: bool = tx
+    let found = tx
         .query_one(
-            "SELECT EXISTS (SELECT 1 FROM unnest(c.reloptions) o WHERE o LIKE 'fillfactor=%') \
+            "SELECT EXISTS (SELECT 1 FROM unnest(c.reloptions) o WHERE o LIKE 'fillfactor=%'), \
+                    pg_has_role(c.relowner, 'USAGE') \
+                    AND current_setting('transaction_read_only') = 'off' \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND c.relname = 'records'",
             &[&schema],
         )
         .await
-        .map_err(pg)?
-        .try_get(0)
         .map_err(pg)?;
+    let set: bool = found.try_get(0).map_err(pg)?;
+    let may_alter: bool = found.try_get(1).map_err(pg)?;
     if set {
         return Ok(());
     }
+    let alter = format!("ALTER TABLE {quoted}.records SET (fillfactor = {FILLFACTOR})");
+    if !may_alter {
+        tracing::info!(
+            schema,
+            "outbox records' fill left as it is: this session may not alter the table; its \
+             owner's next open sets it, or run: {alter}"
+        );
+        return Ok(());
+    }
     let attempt = tx.savepoint("outbox_fillfactor").await.map_err(pg)?;
-    let altered = attempt
-        .batch_execute(&format!(
-            "ALTER TABLE {quoted}.records SET (fillfactor = {FILLFACTOR})"
-        ))
-        .await;
+    let altered = attempt.batch_execute(&alter).await;
     match altered {
         Ok(()) => {
             attempt.commit().await.map_err(pg)?;
@@ -247,16 +258,11 @@ async fn keep_room(
         }
         Err(err) => {
             attempt.rollback().await.map_err(pg)?;
-            let refused = err.code().is_some_and(|code| {
-                *code == SqlState::INSUFFICIENT_PRIVILEGE
-                    || *code == SqlState::READ_ONLY_SQL_TRANSACTION
-            });
-            let why = if refused {
-                "this role may not alter the table"
-            } else {
-                "tried again at the next open"
-            };
-            tracing::warn!(schema, error = %err, "outbox records' fill left as it is: {why}");
+            tracing::warn!(
+                schema,
+                error = %err,
+                "outbox records' fill left as it is: tried again at the next open"
+            );
         }
     }
     Ok(())

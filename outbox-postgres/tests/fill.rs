@@ -108,11 +108,36 @@ async fn a_fill_an_operator_chose_stands_at_the_next_open() {
     drop(store);
 }
 
+/// Formatted log lines, kept.
+#[derive(Clone, Default)]
+struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_that_may_not_alter_the_table_opens_it_with_full_pages() {
     if !server_ready() {
         return;
     }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The process's subscriber (the store works on threads of its own); this test alone sets
+    // it, and reads only its schema's lines.
+    tracing::subscriber::set_global_default(subscriber).unwrap();
     let (scratch, client) = written_with_full_pages().await;
     let s = &scratch.schema;
     let role = format!("{s}_filler");
@@ -126,6 +151,7 @@ async fn a_role_that_may_not_alter_the_table_opens_it_with_full_pages() {
         .await
         .unwrap();
     let url = format!("{} user={role}", key_value(&common::url()));
+    lines.0.lock().unwrap().clear();
     let opened = PgStore::connect(PgConfig::new(&url, s).with_pool_size(2)).await;
     let worked = match &opened {
         Ok(store) => store
@@ -142,6 +168,20 @@ async fn a_role_that_may_not_alter_the_table_opens_it_with_full_pages() {
         .unwrap();
     assert_eq!(worked.expect("the role opens the outbox and enqueues"), 1);
     assert_eq!(fill, None, "only the table's owner sets the fill");
+    // No refused attempt: the open says once what the owner can run, and warns of nothing.
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let said: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("fill") && l.contains(s.as_str()))
+        .collect();
+    assert_eq!(said.len(), 1, "{text}");
+    assert!(said[0].contains("INFO"), "{text}");
+    assert!(
+        said[0].contains(&format!(
+            "ALTER TABLE \"{s}\".records SET (fillfactor = 50)"
+        )),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
