@@ -80,6 +80,13 @@ pub enum Event {
     },
     /// The runner was resumed after a halt.
     Resumed,
+    /// A resume did not lift the halt: the store holds a newer one (a refusal persisted after
+    /// the halt this runner held, by another process of the fleet), and the runner keeps to
+    /// it. Resume again to lift that one.
+    StillHalted {
+        /// The reason of the halt the store holds.
+        reason: String,
+    },
     /// No server answered: the runner probes with one record at a time until one does.
     LinkDown {
         /// When the first unanswered delivery reported.
@@ -130,7 +137,10 @@ impl Event {
             | Event::Discarded { id, .. }
             | Event::Requeued { id, .. }
             | Event::Unreadable { id, .. } => Some(*id),
-            Event::Resumed | Event::LinkDown { .. } | Event::LinkUp { .. } => None,
+            Event::Resumed
+            | Event::StillHalted { .. }
+            | Event::LinkDown { .. }
+            | Event::LinkUp { .. } => None,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The handle the application holds: enqueue, observe, manual verbs, flush and shutdown.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, Mutex};
@@ -87,9 +87,10 @@ impl OutboxBuilder {
 
     /// Subscribes to the outbox's events from before it starts, so that none of what its start
     /// says is missed: records the recovery parks (a delivery that kept killing the process),
-    /// rows the store cannot read, a persisted halt. [`Outbox::events`] subscribes from the
-    /// moment it is called, when the runner may have said those already. Like it, the stream
-    /// ends (`RecvError::Closed`) once the outbox is gone, or at once if it fails to start.
+    /// rows the store cannot read. [`Outbox::events`] subscribes from the moment it is called,
+    /// when the runner may have said those already. Like it, the stream ends
+    /// (`RecvError::Closed`) once the outbox is gone, or at once if it fails to start. A halt
+    /// persisted before the start is no event: [`Outbox::is_halted`] says so from the start.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -364,7 +365,7 @@ impl Outbox {
     /// ```
     pub fn notifier(&self) -> Notifier {
         Notifier {
-            shared: Arc::clone(&self.shared),
+            shared: Arc::downgrade(&self.shared),
         }
     }
 
@@ -514,16 +515,20 @@ impl Outbox {
     }
 }
 
-/// Wakes an outbox's runner; see [`Outbox::notifier`]. Waking a stopped runner does nothing.
+/// Wakes an outbox's runner; see [`Outbox::notifier`]. Waking a stopped runner does nothing,
+/// and neither does waking one whose outbox is gone: a notifier does not keep the outbox (nor
+/// its event stream) alive.
 #[derive(Clone, Debug)]
 pub struct Notifier {
-    shared: Arc<Shared>,
+    shared: Weak<Shared>,
 }
 
 impl Notifier {
     /// Wakes the runner (wake-ups that arrive during a drain coalesce into one more round).
     pub fn notify(&self) {
-        self.shared.wake.notify_one();
+        if let Some(shared) = self.shared.upgrade() {
+            shared.wake.notify_one();
+        }
     }
 }
 

@@ -171,6 +171,7 @@ pub(crate) fn event(event: &Event) {
             gauge!(HALTED).set(1.0);
         }
         Event::Resumed => gauge!(HALTED).set(0.0),
+        Event::StillHalted { .. } => gauge!(HALTED).set(1.0),
         Event::LinkDown { .. } => gauge!(LINK_UP).set(0.0),
         Event::LinkUp { .. } => gauge!(LINK_UP).set(1.0),
         // An unreadable row is said once per process, so a counter of it would count

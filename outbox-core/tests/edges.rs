@@ -543,6 +543,12 @@ async fn a_resume_never_lifts_a_halt_persisted_after_the_one_the_runner_held() {
         !said.iter().any(|e| matches!(e, Event::Resumed)),
         "{said:?}"
     );
+    assert!(
+        said.contains(&Event::StillHalted {
+            reason: "HTTP 403: key revoked".into()
+        }),
+        "{said:?}"
+    );
 
     // Resumed again, now that the runner holds the newer halt: lifted, and the record goes.
     outbox.resume();

@@ -127,3 +127,25 @@ async fn a_builder_that_fails_to_start_ends_its_subscription() {
         Err(broadcast::error::RecvError::Closed)
     ));
 }
+
+#[tokio::test]
+async fn the_stream_ends_with_the_outbox_even_while_a_notifier_lives() {
+    let outbox = Outbox::builder(Arc::new(MemoryStore::new()), delivered())
+        .start()
+        .await
+        .unwrap();
+    let mut events = outbox.events();
+    // A wake-up source (PostgreSQL's listener holds one) outlives the outbox here.
+    let notifier = outbox.notifier();
+    drop(outbox);
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Err(broadcast::error::RecvError::Closed) = events.recv().await {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream is still open");
+    notifier.notify();
+}

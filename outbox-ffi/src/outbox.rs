@@ -382,7 +382,10 @@ impl Outbox {
             .await
     }
 
-    /// Resumes a runner halted by a refused credential (store the new credential first).
+    /// Resumes a runner halted by a refused credential (store the new credential first): the
+    /// halt it holds is cleared and `Resumed` says so; `is_halted` turns false once the file
+    /// no longer holds it. A newer halt the file holds (another process's refusal) is not
+    /// lifted: `StillHalted` says so, and a second `resume` lifts it.
     pub fn resume(&self) {
         self.inner.resume();
     }

@@ -413,6 +413,13 @@ pub enum OutboxEvent {
     },
     /// The runner was resumed after a halt.
     Resumed,
+    /// A `resume` did not lift the halt: the file holds a newer one (another process's
+    /// refusal, after the halt this runner held); the runner keeps to it. Resume again to
+    /// lift that one.
+    StillHalted {
+        /// The reason of the halt that holds.
+        reason: String,
+    },
     /// No server answered: the runner probes with one record at a time.
     LinkDown {
         /// When the first unanswered delivery reported.
@@ -476,6 +483,7 @@ impl From<Event> for OutboxEvent {
             Event::Rejected { id: i, reason } => OutboxEvent::Rejected { id: id(i), reason },
             Event::Halted { id: i, reason } => OutboxEvent::Halted { id: id(i), reason },
             Event::Resumed => OutboxEvent::Resumed,
+            Event::StillHalted { reason } => OutboxEvent::StillHalted { reason },
             Event::LinkDown { since, error } => OutboxEvent::LinkDown { since, error },
             Event::LinkUp { down_for } => OutboxEvent::LinkUp {
                 down_for_ms: millis(down_for),

@@ -458,11 +458,19 @@ impl Core {
             .first()
             .ok_or_else(|| corrupt("the meta table has no row"))?;
         let found = halt(row.try_get(0).map_err(pg)?, row.try_get(1).map_err(pg)?)?;
-        if found.as_ref() == Some(&seen) {
+        // The halt shown is compared in the form it is stored in (its reason may have held a
+        // NUL, which the column cannot): a runner clearing the halt it wrote finds it, and is
+        // answered with the halt as it gave it.
+        let stored = Halt {
+            reason: text(&seen.reason),
+            since: seen.since,
+        };
+        let cleared = found.as_ref() == Some(&stored);
+        if cleared {
             self.write_halt(&ex, None).await?;
         }
         tx.commit().await.map_err(pg)?;
-        Ok(found)
+        Ok(if cleared { Some(seen) } else { found })
     }
 
     /// Writes the halt, or clears it, in the caller's transaction.

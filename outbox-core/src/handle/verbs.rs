@@ -82,22 +82,23 @@ impl Outbox {
         self.shared.store.prune(cut).await
     }
 
-    /// Resumes a runner halted by a refused credential or a rejection storm: the persisted
-    /// halt is cleared and a `Resumed` event says so. The halted runners of other processes
-    /// sharing the store resume too, when they read the cleared halt: at their next wake-up
-    /// (on PostgreSQL the clearing wakes them through `NOTIFY`) or safety poll.
+    /// Resumes a runner halted by a refused credential or a rejection storm: the runner
+    /// clears the persisted halt, then goes on, and a `Resumed` event says so;
+    /// [`Outbox::is_halted`] turns false once the store has cleared it. The halted runners of
+    /// other processes sharing the store resume too, when they read the cleared halt: at
+    /// their next wake-up (on PostgreSQL the clearing wakes them through `NOTIFY`) or safety
+    /// poll.
     ///
     /// A halted runner clears only the halt it holds, in one step
     /// ([`Store::clear_halt_if`](crate::store::Store::clear_halt_if)): if the store holds a
     /// newer one (another process's refusal, persisted after this runner's halt and not read
-    /// here yet), that halt is not lifted; the runner keeps to it, stays halted
-    /// ([`Outbox::is_halted`]) and says so in a `warn` line. Resume again to lift it. A
-    /// runner that is not halted clears whatever halt the store holds, so one call lifts a
-    /// halt any runner of the store holds: call it for a person's decision, not on every
-    /// start.
+    /// here yet), that halt is not lifted; the runner keeps to it, stays halted and says so
+    /// with [`Event::StillHalted`] (and a `warn` line). Resume again to lift it. Resumes made
+    /// while a clearing waits (a store that does not answer) are that clearing's. A runner
+    /// that is not halted clears whatever halt the store holds, so one call lifts a halt any
+    /// runner of the store holds: call it for a person's decision, not on every start.
     pub fn resume(&self) {
         self.shared.resume.store(true, Ordering::SeqCst);
-        self.shared.halted.store(false, Ordering::SeqCst);
         self.notify();
     }
 

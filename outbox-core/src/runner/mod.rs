@@ -175,6 +175,12 @@ fn log_event(event: &Event) {
         Event::Halted { id, reason } => {
             tracing::error!(record = id.0, %reason, "runner halted until resumed");
         }
+        Event::StillHalted { reason } => {
+            tracing::warn!(
+                %reason,
+                "resume did not lift the halt: the store holds a newer one, which holds"
+            );
+        }
         Event::Unreadable { id, reason } => {
             tracing::warn!(record = id.0, %reason, "row {} cannot be read: {reason}", id.0);
         }

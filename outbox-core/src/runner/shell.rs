@@ -181,7 +181,7 @@ pub(crate) async fn run(
                     publish(
                         &shared,
                         scheduler.holding(),
-                        scheduler.halt().is_some(),
+                        scheduler.is_halted(),
                         scheduler.link(),
                     );
                     let claims = matches!(&io, Io::Round { claim: Some(_), .. });
@@ -217,7 +217,7 @@ pub(crate) async fn run(
         publish(
             &shared,
             scheduler.holding(),
-            scheduler.halt().is_some(),
+            scheduler.is_halted(),
             scheduler.link(),
         );
         if scheduler.holding() == 0 {
@@ -334,7 +334,7 @@ fn act(shared: &Shared, scheduler: &Scheduler, action: Action) {
             publish(
                 shared,
                 scheduler.holding(),
-                scheduler.halt().is_some(),
+                scheduler.is_halted(),
                 scheduler.link(),
             );
             shared.emit(event);
@@ -362,12 +362,6 @@ fn log(notice: &Notice) {
             tracing::error!(
                 record = id.0,
                 "sink panicked; the delivery counts as interrupted"
-            );
-        }
-        Notice::HaltKept { reason } => {
-            tracing::warn!(
-                %reason,
-                "resume did not lift the halt: the store holds a newer one, which holds"
             );
         }
         Notice::StoreFailed { error, retry_in } => {

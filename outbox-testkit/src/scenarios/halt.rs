@@ -134,6 +134,20 @@ pub async fn halt_cleared_only_as_seen(backend: &dyn Backend) -> ScenarioResult 
     ensure_eq(store.halt().await?, None, "cleared")?;
     ensure_eq(store.stats().await?.halt, None, "stats after clearing")?;
 
+    // A runner clears the halt it persisted, whose reason is a server's text as it came (a NUL,
+    // an escape code), whatever form the store keeps it in.
+    let raw = Halt {
+        reason: "HTTP 401: \0\u{1b}[2Jdenied".into(),
+        since: T0 + 20,
+    };
+    store.set_halt(Some(raw.clone())).await?;
+    ensure_eq(
+        store.clear_halt_if(&raw).await?,
+        Some(raw.clone()),
+        "the halt as the runner holds it is cleared, and reported as shown",
+    )?;
+    ensure_eq(store.halt().await?, None, "cleared, NUL and all")?;
+
     store.set_halt(Some(halt.clone())).await?;
     // Each on a handle of its own where the store is shared (as persons on other hosts are).
     let mut clearings = Vec::new();

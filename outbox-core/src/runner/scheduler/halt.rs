@@ -15,6 +15,9 @@ use crate::store::Halt;
 #[derive(Debug, Default)]
 pub(super) struct Halting {
     halt: Option<Halt>,
+    /// The halt this runner was resumed from, until the store has answered its clearing: the
+    /// runner still counts as halted (it claims nothing, and says it is halted) until then.
+    resuming: Option<Halt>,
     /// The `Halted` event, sent once the halt is persisted.
     event: Option<Event>,
     storm: Storm,
@@ -32,8 +35,14 @@ impl Halting {
         self.halt.as_ref()
     }
 
+    /// Halted, or resumed from a halt the store has not cleared yet.
     pub(super) fn is_halted(&self) -> bool {
-        self.halt.is_some()
+        self.halt.is_some() || self.resuming.is_some()
+    }
+
+    /// A resume's clearing is queued or under way.
+    pub(super) fn is_resuming(&self) -> bool {
+        self.resuming.is_some()
     }
 
     /// Halts because of record `id`; returns the halt to persist, or `None` when a halt holds
@@ -56,11 +65,27 @@ impl Halting {
         self.event.take()
     }
 
-    /// Resumed: returns the halt lifted, if one held (it is cleared in the store if the store
-    /// still holds it).
+    /// Resumed: returns the halt lifted, if one held, to clear in the store if the store still
+    /// holds it; the runner counts as halted until [`Halting::cleared`].
     pub(super) fn resume(&mut self) -> Option<Halt> {
         self.storm.reset();
-        self.halt.take()
+        let held = self.halt.take();
+        if held.is_some() {
+            self.resuming.clone_from(&held);
+        }
+        held
+    }
+
+    /// The store holds no halt any more (cleared elsewhere): lifted, with nothing to clear.
+    /// Returns true when a halt held.
+    pub(super) fn lifted(&mut self) -> bool {
+        self.storm.reset();
+        self.halt.take().is_some()
+    }
+
+    /// The store answered the clearing of the halt this runner was resumed from.
+    pub(super) fn cleared(&mut self) {
+        self.resuming = None;
     }
 
     /// Keeps to `halt`, persisted by someone else after the halt this runner held: no event
@@ -172,7 +197,9 @@ mod tests {
         );
         assert_eq!(halting.persisted(), None);
         assert!(halting.resume().is_some());
+        assert!(halting.is_halted(), "until the store has cleared it");
         assert!(halting.resume().is_none());
+        halting.cleared();
         assert!(!halting.is_halted());
     }
 }

@@ -9,7 +9,7 @@
 
 use super::chore::Chore;
 use super::timer::Timer;
-use super::{Action, Notice, Scheduler};
+use super::{Action, Scheduler};
 use crate::event::Event;
 use crate::record::Millis;
 use crate::store::Halt;
@@ -44,7 +44,7 @@ impl Scheduler {
     /// A wake's read of the halt: at once when none started in the last
     /// [`HALT_READ_SPACING`], else once when that time is over, however many wakes came.
     pub(super) fn read_halt_when_woken(&mut self) {
-        if !self.halting.is_halted() || self.stopping.is_some() {
+        if self.halting.halt().is_none() || self.stopping.is_some() {
             return;
         }
         if self.timers.is_set(Timer::HaltRead) {
@@ -72,7 +72,7 @@ impl Scheduler {
     /// waits behind the read) or it is shutting down.
     pub(super) fn halt_read(&mut self, halt: &Halt, cleared: bool) {
         let same = self.halting.halt() == Some(halt);
-        if cleared && same && self.stopping.is_none() && self.halting.resume().is_some() {
+        if cleared && same && self.stopping.is_none() && self.halting.lifted() {
             self.wanted = true;
             self.actions.push_back(Action::Emit(Event::Resumed));
         }
@@ -80,19 +80,21 @@ impl Scheduler {
 
     /// This runner's resume cleared the store's halt if it was `held`, the halt the runner
     /// held; `found` is what the store held. Another halt there (a refusal persisted after
-    /// `held`, by this fleet's other runners or a person's tooling) is not lifted by a resume
-    /// of an older one: the runner keeps to it, said in a log line, and claims nothing. The
-    /// store held `held` or none: the runner is resumed, and says so. Halted again meanwhile
-    /// by a refusal of its own, the runner's newer halt is written after this clearing.
+    /// `held`, by another runner of the fleet) is not lifted by a resume of an older one: the
+    /// runner keeps to it and says so ([`Event::StillHalted`]). The store held `held` or none:
+    /// the runner is resumed, and says so. Halted again meanwhile by a refusal of its own, it
+    /// says neither: its newer halt is written after this clearing, and its event follows.
     pub(super) fn halt_cleared(&mut self, held: &Halt, found: Option<Halt>) {
+        self.halting.cleared();
+        if self.halting.halt().is_some() {
+            return;
+        }
         match found {
             Some(other) if &other != held => {
-                if !self.halting.is_halted() {
-                    self.actions.push_back(Action::Log(Notice::HaltKept {
-                        reason: other.reason.clone(),
-                    }));
-                    self.halting.keep(other);
-                }
+                self.actions.push_back(Action::Emit(Event::StillHalted {
+                    reason: other.reason.clone(),
+                }));
+                self.halting.keep(other);
             }
             _ => self.actions.push_back(Action::Emit(Event::Resumed)),
         }

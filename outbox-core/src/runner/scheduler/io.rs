@@ -231,12 +231,6 @@ pub enum Notice {
         /// The record.
         id: RecordId,
     },
-    /// A resume did not lift the halt: the store holds another one (a refusal here or
-    /// elsewhere, persisted after the halt this runner held), and the runner keeps to it.
-    HaltKept {
-        /// The halt the store holds.
-        reason: String,
-    },
     /// A store call failed; the runner tries again after `retry_in`.
     StoreFailed {
         /// What the store said.

@@ -263,6 +263,12 @@ impl Scheduler {
         self.halting.halt()
     }
 
+    /// True while a halt holds the runner, and while a resume waits for the store to clear
+    /// the halt it lifted: what `Outbox::is_halted` reports.
+    pub fn is_halted(&self) -> bool {
+        self.halting.is_halted()
+    }
+
     /// The link as this runner sees it.
     pub fn link(&self) -> &LinkState {
         self.link.state()
@@ -290,11 +296,21 @@ impl Scheduler {
             Input::Online(online) => self.set_online(online),
             Input::Resume => {
                 self.wanted = true;
-                // Cleared in the store even when this runner is not halted: the halt may be
-                // another process's, and its runner resumes when it reads the store.
-                let held = self.halting.resume();
-                self.chores
-                    .push_back(Chore::ClearHalt { held, found: None });
+                match self.halting.resume() {
+                    held @ Some(_) => self
+                        .chores
+                        .push_back(Chore::ClearHalt { held, found: None }),
+                    // A clearing of this runner's halt is queued or under way (a store
+                    // backoff, say): it answers for this resume too. Another clearing here,
+                    // of whatever the store holds, could lift a newer halt unseen.
+                    None if self.halting.is_resuming() => {}
+                    // Cleared in the store even when this runner is not halted: the halt may
+                    // be another process's, and its runner resumes when it reads the store.
+                    None => self.chores.push_back(Chore::ClearHalt {
+                        held: None,
+                        found: None,
+                    }),
+                }
             }
             Input::Shutdown { grace } => {
                 self.stopping = Some(self.stopping.map_or(grace, |g| g.min(grace)));

@@ -254,7 +254,7 @@ fn a_resume_lifts_only_the_halt_the_runner_held_never_a_newer_one() {
     let kept = settle(&mut s, at(5), None);
     assert_eq!(s.halt(), Some(&newer), "{kept:?}");
     assert!(
-        kept.contains(&Action::Log(Notice::HaltKept {
+        kept.contains(&Action::Emit(Event::StillHalted {
             reason: newer.reason.clone()
         })),
         "{kept:?}"
@@ -286,6 +286,92 @@ fn a_resume_lifts_only_the_halt_the_runner_held_never_a_newer_one() {
     let resumed = settle(&mut s, at(5), None);
     assert_eq!(resumed.first(), Some(&Action::Emit(Event::Resumed)));
     assert!(s.halt().is_none());
+}
+
+#[test]
+fn resumes_while_a_clearing_waits_on_the_store_are_that_clearings_and_the_runner_stays_halted() {
+    let held = Halt {
+        reason: "HTTP 401".into(),
+        since: WALL - 5,
+    };
+    let newer = Halt {
+        reason: "HTTP 403: key revoked".into(),
+        since: WALL - 2,
+    };
+    let config = RunnerConfig::default().with_safety_poll(None);
+    let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(held.clone()));
+    settle(&mut s, at(0), None);
+    s.handle(at(5), Input::Resume);
+    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(held.clone()))]);
+    assert!(s.is_halted(), "halted until the store has cleared it");
+    // The store does not answer; the person clicks again, and again, during the backoff.
+    s.handle(
+        at(5),
+        Input::Answer(Err(StoreFailure {
+            kind: FailureKind::Transient,
+            error: "connection reset".into(),
+        })),
+    );
+    let mut calls = Vec::new();
+    for ms in [6, 7] {
+        s.handle(at(ms), Input::Resume);
+        calls.extend(drain(&mut s));
+    }
+    assert!(s.is_halted());
+    // The backoff over, the one clearing is made again, of the halt the runner held: no
+    // clearing of whatever the store holds (here a newer halt) is ever queued.
+    let retry_at = s.poll_timeout().expect("a retry");
+    s.handle(at(retry_at), Input::Timer);
+    calls.extend(drain(&mut s));
+    let clearings: Vec<&Action> = calls
+        .iter()
+        .filter(|a| matches!(a, Action::Io(Io::ClearHaltIf(_) | Io::SetHalt(_))))
+        .collect();
+    assert_eq!(clearings, [&Action::Io(Io::ClearHaltIf(held))], "{calls:?}");
+    s.handle(
+        at(retry_at),
+        Input::Answer(Ok(Answer::Halt(Some(newer.clone())))),
+    );
+    let kept = settle(&mut s, at(retry_at), None);
+    assert!(s.is_halted());
+    assert_eq!(s.halt(), Some(&newer), "{kept:?}");
+    assert!(writes(&kept).is_empty(), "{kept:?}");
+}
+
+#[test]
+fn a_runner_halted_again_while_its_clearing_waits_says_it_resumed_only_if_it_did() {
+    let mut s = scheduler(RunnerConfig::default());
+    claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
+    s.handle(
+        at(5),
+        Input::Reported {
+            id: RecordId(1),
+            report: Report::Outcome(Outcome::halt("HTTP 401")),
+        },
+    );
+    settle(&mut s, at(5), None);
+    let first = s.halt().cloned().expect("halted");
+    // Resumed: the clearing of the first halt is under way when record 2's refusal halts the
+    // runner again.
+    s.handle(at(6), Input::Resume);
+    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(first.clone()))]);
+    s.handle(
+        at(7),
+        Input::Reported {
+            id: RecordId(2),
+            report: Report::Outcome(Outcome::halt("HTTP 401")),
+        },
+    );
+    let second = s.halt().cloned().expect("halted again");
+    s.handle(at(8), Input::Answer(Ok(Answer::Halt(Some(first)))));
+    let after = settle(&mut s, at(8), None);
+    assert!(!after.contains(&Action::Emit(Event::Resumed)), "{after:?}");
+    assert!(
+        after.contains(&Action::Io(Io::SetHalt(Some(second.clone())))),
+        "{after:?}"
+    );
+    assert_eq!(s.halt(), Some(&second));
+    assert!(writes(&after).iter().all(|(_, claim)| !claim), "{after:?}");
 }
 
 /// [`settle`] against a store whose halt was cleared by someone else.
