@@ -1,10 +1,12 @@
 //! The handle shared by an application's tasks: `shutdown` through an `Arc`, twice, after a
-//! timed-out first call; `Drop` still stopping the runner; `prune` by age.
+//! timed-out first call; `Drop` still stopping the runner; `prune` by age; a resume of the halt
+//! a person was shown.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_core::store::Halt;
 use outbox_core::{
     sink_fn, Claim, Error, Event, Millis, NewRecord, Outbox, Outcome, Record, Round, RunnerConfig,
     State, Store, TokioClock, Transition,
@@ -284,4 +286,46 @@ async fn committed_announces_the_callers_records_and_wakes_the_runner() {
     );
     assert_eq!(store.stats().await.unwrap().delivered, 2);
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resume_of_the_halt_shown_lifts_it_only_while_the_store_holds_it() {
+    let store = Arc::new(MemoryStore::new());
+    // Another process's refusal halted the fleet; this runner started halted by it.
+    let shown = Halt {
+        reason: "HTTP 401".into(),
+        since: BASE - 5_000,
+    };
+    store.set_halt(Some(shown.clone())).await.unwrap();
+    let outbox = start(Arc::clone(&store), slow(Duration::from_millis(1))).await;
+    let mut events = outbox.events();
+    outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(outbox.is_halted());
+    assert_eq!(outbox.stats().await.unwrap().halt, Some(shown.clone()));
+
+    // A newer refusal elsewhere replaced it before the person clicked: nothing is lifted.
+    let newer = Halt {
+        reason: "HTTP 403".into(),
+        since: BASE - 1_000,
+    };
+    store.set_halt(Some(newer.clone())).await.unwrap();
+    assert!(!outbox.resume_if(&shown).await.unwrap());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(store.halt().await.unwrap(), Some(newer.clone()));
+    assert!(outbox.is_halted());
+    assert_eq!(store_delivered(&outbox).await, 0);
+
+    // The person is shown the newer one and lifts it: the runner resumes, says so, delivers.
+    assert!(outbox.resume_if(&newer).await.unwrap());
+    outbox.flush(Duration::from_secs(10)).await.unwrap();
+    assert!(!outbox.is_halted());
+    assert_eq!(store_delivered(&outbox).await, 1);
+    let said: Vec<Event> = std::iter::from_fn(|| events.try_recv().ok()).collect();
+    assert_eq!(
+        said.iter().filter(|e| matches!(e, Event::Resumed)).count(),
+        1,
+        "{said:?}"
+    );
+    assert!(!outbox.resume_if(&newer).await.unwrap(), "lifted already");
 }

@@ -12,7 +12,7 @@ use crate::machine;
 use crate::outcome::duration_ms;
 use crate::record::RecordId;
 use crate::state::State;
-use crate::store::ListQuery;
+use crate::store::{Halt, ListQuery};
 
 impl Outbox {
     /// Retries one record now with a fresh budget (a person's intent outweighs the ceiling).
@@ -96,10 +96,46 @@ impl Outbox {
     /// with [`Event::StillHalted`] (and a `warn` line). Resume again to lift it. Resumes made
     /// while a clearing waits (a store that does not answer) are that clearing's. A runner
     /// that is not halted clears whatever halt the store holds, so one call lifts a halt any
-    /// runner of the store holds: call it for a person's decision, not on every start.
+    /// runner of the store holds: call it for a person's decision, not on every start. To
+    /// lift the halt a person was shown and no other, use [`Outbox::resume_if`].
     pub fn resume(&self) {
         self.shared.resume.store(true, Ordering::SeqCst);
         self.notify();
+    }
+
+    /// Lifts the persisted halt a person was shown (read from [`Outbox::stats`], say), only if
+    /// it is still the one the store holds: the compare-and-set of a manual resume, for an
+    /// application that shows the fleet's halt whichever runner holds it. Returns true when it
+    /// was lifted: the halted runners read that and resume, each with its `Resumed` event (this
+    /// process's at the wake-up this call gives it, those of other processes at their next
+    /// wake-up or safety poll, on PostgreSQL through `NOTIFY`). False when the store holds
+    /// another halt (a newer refusal: show that one) or none (lifted already): nothing is
+    /// changed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use std::sync::Arc;
+    /// use outbox_core::{sink_fn, Halt, Outbox, Outcome, Record, Store};
+    ///
+    /// let store = Arc::new(outbox_memory::MemoryStore::new());
+    /// let halt = Halt { reason: "HTTP 401".into(), since: 1_000 };
+    /// store.set_halt(Some(halt)).await?; // another process's refusal
+    /// let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    /// let outbox = Outbox::builder(store, sink).start().await?;
+    ///
+    /// let shown = outbox.stats().await?.halt.expect("halted");
+    /// assert!(outbox.resume_if(&shown).await?);
+    /// assert_eq!(outbox.stats().await?.halt, None);
+    /// assert!(!outbox.resume_if(&shown).await?, "lifted already");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn resume_if(&self, seen: &Halt) -> Result<bool> {
+        let held = self.shared.store.clear_halt_if(seen).await?;
+        // Halted here, the runner reads the store at this wake-up and resumes if it is clear.
+        self.notify();
+        Ok(held.as_ref() == Some(seen))
     }
 
     /// Re-admits one rejected record with a fresh budget, in its own place: it goes before
