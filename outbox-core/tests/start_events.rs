@@ -1,14 +1,13 @@
-//! What a runner says at its start (records its recovery parks, rows the store cannot read)
-//! reaches a subscriber made with the builder, on any runtime: before the runner starts, not
-//! after, when the runner's task may have spoken already.
+//! What a runner says at its start reaches a subscriber made with the builder, on any runtime:
+//! before the runner starts, not after, when the runner's task may have spoken already (the
+//! rows it cannot read: `unreadable.rs`). The stream ends with the outbox.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::layer::StoreLayer;
 use outbox_core::{
-    sink_fn, Claim, Clock, Event, Lease, NewRecord, Outbox, Outcome, Record, RecordId, Result,
-    RetryPolicy, State, Store, SystemClock, Unreadable,
+    sink_fn, Claim, Clock, Event, Lease, NewRecord, Outbox, Outcome, Record, RetryPolicy, State,
+    Store, SystemClock,
 };
 use outbox_memory::MemoryStore;
 use tokio::sync::broadcast;
@@ -79,40 +78,6 @@ async fn a_record_the_recovery_parks_is_said_to_a_subscriber_made_before_the_sta
         late.try_recv(),
         Err(broadcast::error::TryRecvError::Empty)
     ));
-    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
-}
-
-/// A memory store that reports one unreadable row, as a persistent store would.
-#[derive(Debug, Default)]
-struct OneBadRow(MemoryStore);
-
-#[async_trait::async_trait]
-impl StoreLayer for OneBadRow {
-    fn inner(&self) -> &dyn Store {
-        &self.0
-    }
-
-    async fn unreadable(&self, _: usize) -> Result<Vec<Unreadable>> {
-        Ok(vec![Unreadable::new(
-            RecordId(42),
-            "state 9 is not a state",
-        )])
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_row_found_at_start_reaches_a_subscriber_made_before_the_start() {
-    let builder = Outbox::builder(Arc::new(OneBadRow::default()), delivered());
-    let mut events = builder.events();
-    let outbox = builder.start().await.unwrap();
-    let said = first(&mut events, |e| matches!(e, Event::Unreadable { .. })).await;
-    assert_eq!(
-        said,
-        Some(Event::Unreadable {
-            id: RecordId(42),
-            reason: "state 9 is not a state".into()
-        })
-    );
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 

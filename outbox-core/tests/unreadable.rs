@@ -93,3 +93,31 @@ async fn an_unreadable_row_is_said_once_at_start_however_often_it_is_listed() {
     assert_eq!(warned.len(), 1, "{text}");
     assert!(warned[0].contains("WARN"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_row_found_at_start_reaches_a_subscriber_made_before_the_start() {
+    let builder = Outbox::builder(
+        Arc::new(OneBadRow::default()),
+        sink_fn(|_: Record| async { Outcome::Delivered }),
+    );
+    let mut events = builder.events();
+    let outbox = builder.start().await.unwrap();
+    let said = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let event = events.recv().await.unwrap();
+            if matches!(event, Event::Unreadable { .. }) {
+                return event;
+            }
+        }
+    })
+    .await
+    .expect("said at start");
+    assert_eq!(
+        said,
+        Event::Unreadable {
+            id: RecordId(42),
+            reason: "last_error is not UTF-8".into()
+        }
+    );
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}

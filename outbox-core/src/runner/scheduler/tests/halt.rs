@@ -1,5 +1,32 @@
 use super::*;
 
+/// Record `id`'s delivery is refused: a halt.
+fn refused(s: &mut Scheduler, now: Now, id: u64) {
+    s.handle(
+        now,
+        Input::Reported {
+            id: RecordId(id),
+            report: Report::Outcome(Outcome::halt("HTTP 401")),
+        },
+    );
+}
+
+/// The halt a runner starts with: persisted by an earlier refusal.
+fn persisted() -> Halt {
+    Halt {
+        reason: "HTTP 401".into(),
+        since: WALL - 5,
+    }
+}
+
+/// A halt persisted after [`persisted`] by another runner of the fleet.
+fn newer() -> Halt {
+    Halt {
+        reason: "HTTP 403: key revoked".into(),
+        since: WALL - 2,
+    }
+}
+
 #[test]
 fn concurrent_refusals_halt_once_and_release_the_rest() {
     let mut s = scheduler(RunnerConfig::default());
@@ -63,10 +90,7 @@ fn concurrent_refusals_halt_once_and_release_the_rest() {
 
 #[test]
 fn a_halt_cleared_elsewhere_resumes_the_runner_at_its_next_wake_or_poll() {
-    let halt = Halt {
-        reason: "HTTP 401".into(),
-        since: WALL - 5,
-    };
+    let halt = persisted();
     let config = RunnerConfig::default().with_safety_poll(Some(Duration::from_secs(60)));
     let mut s = Scheduler::new(config.clone(), policy(), 1, 2, at(0), Some(halt.clone()));
     let start = settle(&mut s, at(0), None);
@@ -120,10 +144,7 @@ fn a_halt_cleared_elsewhere_resumes_the_runner_at_its_next_wake_or_poll() {
 
 #[test]
 fn wakes_read_the_halt_at_most_once_per_spacing_and_once_after_the_last() {
-    let halt = Halt {
-        reason: "HTTP 401".into(),
-        since: WALL - 5,
-    };
+    let halt = persisted();
     let config = RunnerConfig::default().with_safety_poll(None);
     let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(halt.clone()));
     settle(&mut s, at(0), None);
@@ -164,10 +185,7 @@ fn wakes_read_the_halt_at_most_once_per_spacing_and_once_after_the_last() {
 
 #[test]
 fn a_runner_shutting_down_reads_no_halt() {
-    let halt = Halt {
-        reason: "HTTP 401".into(),
-        since: WALL - 5,
-    };
+    let halt = persisted();
     let mut s = Scheduler::new(RunnerConfig::default(), policy(), 1, 2, at(0), Some(halt));
     settle(&mut s, at(0), None);
     s.handle(at(5), Input::Shutdown { grace: 1_000 });
@@ -199,13 +217,7 @@ fn a_read_that_finds_the_halt_cleared_does_not_lift_a_newer_halt() {
     let started = claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
     assert_eq!(delivered(&started), [RecordId(1), RecordId(2)]);
     // Record 1's refusal halts the runner; record 2 is still with the sink.
-    s.handle(
-        at(5),
-        Input::Reported {
-            id: RecordId(1),
-            report: Report::Outcome(Outcome::halt("HTTP 401")),
-        },
-    );
+    refused(&mut s, at(5), 1);
     settle(&mut s, at(5), None);
     let first = s.halt().cloned().expect("halted");
     // Woken: the read of the persisted halt is under way when the app resumes and record
@@ -213,13 +225,7 @@ fn a_read_that_finds_the_halt_cleared_does_not_lift_a_newer_halt() {
     s.handle(at(6), Input::Wake);
     assert_eq!(drain(&mut s), [Action::Io(Io::Halt)]);
     s.handle(at(7), Input::Resume);
-    s.handle(
-        at(8),
-        Input::Reported {
-            id: RecordId(2),
-            report: Report::Outcome(Outcome::halt("HTTP 401")),
-        },
-    );
+    refused(&mut s, at(8), 2);
     let newer = s.halt().cloned().expect("halted again");
     assert_ne!(newer, first);
     // The read answers that the store holds no halt (someone cleared the first one).
@@ -235,14 +241,8 @@ fn a_read_that_finds_the_halt_cleared_does_not_lift_a_newer_halt() {
 
 #[test]
 fn a_resume_lifts_only_the_halt_the_runner_held_never_a_newer_one() {
-    let held = Halt {
-        reason: "HTTP 401".into(),
-        since: WALL - 5,
-    };
-    let newer = Halt {
-        reason: "HTTP 403: key revoked".into(),
-        since: WALL - 2,
-    };
+    let held = persisted();
+    let newer = newer();
     let config = RunnerConfig::default().with_safety_poll(None);
     let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(held.clone()));
     settle(&mut s, at(0), None);
@@ -290,14 +290,8 @@ fn a_resume_lifts_only_the_halt_the_runner_held_never_a_newer_one() {
 
 #[test]
 fn resumes_while_a_clearing_waits_on_the_store_are_that_clearings_and_the_runner_stays_halted() {
-    let held = Halt {
-        reason: "HTTP 401".into(),
-        since: WALL - 5,
-    };
-    let newer = Halt {
-        reason: "HTTP 403: key revoked".into(),
-        since: WALL - 2,
-    };
+    let held = persisted();
+    let newer = newer();
     let config = RunnerConfig::default().with_safety_poll(None);
     let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(held.clone()));
     settle(&mut s, at(0), None);
@@ -342,26 +336,14 @@ fn resumes_while_a_clearing_waits_on_the_store_are_that_clearings_and_the_runner
 fn a_runner_halted_again_while_its_clearing_waits_says_it_resumed_only_if_it_did() {
     let mut s = scheduler(RunnerConfig::default());
     claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
-    s.handle(
-        at(5),
-        Input::Reported {
-            id: RecordId(1),
-            report: Report::Outcome(Outcome::halt("HTTP 401")),
-        },
-    );
+    refused(&mut s, at(5), 1);
     settle(&mut s, at(5), None);
     let first = s.halt().cloned().expect("halted");
     // Resumed: the clearing of the first halt is under way when record 2's refusal halts the
     // runner again.
     s.handle(at(6), Input::Resume);
     assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(first.clone()))]);
-    s.handle(
-        at(7),
-        Input::Reported {
-            id: RecordId(2),
-            report: Report::Outcome(Outcome::halt("HTTP 401")),
-        },
-    );
+    refused(&mut s, at(7), 2);
     let second = s.halt().cloned().expect("halted again");
     s.handle(at(8), Input::Answer(Ok(Answer::Halt(Some(first)))));
     let after = settle(&mut s, at(8), None);
@@ -391,10 +373,7 @@ fn settle_cleared(s: &mut Scheduler, now: Now) -> Vec<Action> {
 
 #[test]
 fn a_persisted_halt_holds_from_the_start() {
-    let halt = Halt {
-        reason: "HTTP 401".into(),
-        since: WALL - 5,
-    };
+    let halt = persisted();
     let mut s = Scheduler::new(RunnerConfig::default(), policy(), 1, 2, at(0), Some(halt));
     let actions = drain(&mut s);
     assert!(writes(&actions).is_empty(), "{actions:?}");
