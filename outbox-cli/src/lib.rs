@@ -60,9 +60,8 @@ impl Command {
     /// write.
     pub fn access(&self) -> Access {
         match self {
-            Command::Stats(_) | Command::List(_) | Command::Show(_) | Command::Watch(_) => {
-                Access::Read
-            }
+            Command::Stats(_) | Command::List(_) | Command::Show(_) => Access::Look,
+            Command::Watch(_) => Access::Read,
             // The page writes only when asked to.
             Command::Serve(args) if !args.write => Access::Read,
             Command::Retry(_)
@@ -80,6 +79,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     let now = Now(cli.now);
     let target = cli.command.target();
     let opened = open(target, cli.command.access()).await?;
+    if let Some(note) = &opened.note {
+        eprintln!("note: {}", escape::visible(note));
+    }
     let store = opened.store;
     let name = open::shown(&target.target);
     let stdout = io::stdout();

@@ -26,10 +26,22 @@ pub const DEFAULT_SCHEMA: &str = "outbox";
 /// Whether a command may write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
-    /// Reads only: the target is opened read-only and never changed.
+    /// Reads once (`stats`, `list`, `show`): the target is opened read-only and never changed;
+    /// a SQLite file an older build wrote is read through an upgraded copy, since its schema
+    /// must be migrated before it can be read.
+    Look,
+    /// Reads as the target changes (`watch`, the read-only page): opened read-only and never
+    /// changed; a copy would not follow the file, so an older SQLite file is refused.
     Read,
     /// A verb: the target is opened for writing.
     Write,
+}
+
+impl Access {
+    /// True for the reads, which never change the target.
+    pub fn reads(self) -> bool {
+        self != Access::Write
+    }
 }
 
 /// The kind of storage behind a target.
@@ -154,13 +166,17 @@ pub struct Opened {
     pub store: Arc<dyn Store>,
     /// What it is.
     pub kind: Kind,
+    /// A line for the person when the command reads a copy of the target (see
+    /// [`Access::Look`]).
+    pub note: Option<String>,
 }
 
 /// Opens `target` for `access`.
 pub async fn open(target: &Target, access: Access) -> Result<Opened, CliError> {
     let kind = detect(target)?;
+    let mut note = None;
     let store = match kind {
-        Kind::Sqlite => sqlite(&target.target, access).await,
+        Kind::Sqlite => sqlite(&target.target, access, &mut note).await,
         Kind::Redb => redb(&target.target, access).await,
         Kind::Postgres => {
             let schema = target.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
@@ -170,7 +186,7 @@ pub async fn open(target: &Target, access: Access) -> Result<Opened, CliError> {
         }
     }
     .map_err(|err| describe(target, kind, access, err))?;
-    Ok(Opened { store, kind })
+    Ok(Opened { store, kind, note })
 }
 
 /// Turns a store's refusal to open into one line that names the target and what to do.
@@ -194,9 +210,10 @@ fn describe(target: &Target, kind: Kind, access: Access, err: Error) -> CliError
             "{name} is in use by another process (a redb file is opened by one process at a \
              time): stop the application using it, or copy the file and look at the copy"
         ),
-        Error::ReadOnly { .. } if access == Access::Read => format!(
-            "{name} has an older schema that must be migrated before it can be read; run the \
-             application (or any write command) on it once"
+        Error::ReadOnly { .. } if access.reads() => format!(
+            "{name} has an older schema that must be migrated before it can be followed; run \
+             the application (or any write command) on it once, or look at it with `stats`, \
+             `list` or `show`, which read an upgraded copy"
         ),
         Error::ReadOnly { .. } => format!("{name} cannot be written (read-only file or medium)"),
         Error::Corrupted { detail, .. } => format!("{name} is damaged: {detail}"),
@@ -234,14 +251,29 @@ fn not_built(kind: Kind) -> Error {
 }
 
 #[cfg(feature = "sqlite")]
-async fn sqlite(path: &str, access: Access) -> Result<Arc<dyn Store>, Error> {
+async fn sqlite(
+    path: &str,
+    access: Access,
+    note: &mut Option<String>,
+) -> Result<Arc<dyn Store>, Error> {
     use outbox_sqlite::{SqliteConfig, SqliteStore};
-    let config = SqliteConfig::default().read_only(access == Access::Read);
-    Ok(Arc::new(SqliteStore::open(path, config).await?))
+    let config = SqliteConfig::default().read_only(access.reads());
+    match SqliteStore::open(path, config.clone()).await {
+        // An older schema: a read-only open cannot migrate it, a look may read a copy.
+        Err(Error::ReadOnly { .. }) if access == Access::Look => {
+            let copy = SqliteStore::open_copy(path, config).await?;
+            *note = Some(format!(
+                "{path} was written by an older outbox: read from an upgraded copy made now \
+                 (the file is not changed)"
+            ));
+            Ok(Arc::new(copy))
+        }
+        opened => Ok(Arc::new(opened?)),
+    }
 }
 
 #[cfg(not(feature = "sqlite"))]
-async fn sqlite(_: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
+async fn sqlite(_: &str, _: Access, _: &mut Option<String>) -> Result<Arc<dyn Store>, Error> {
     Err(not_built(Kind::Sqlite))
 }
 
@@ -249,7 +281,9 @@ async fn sqlite(_: &str, _: Access) -> Result<Arc<dyn Store>, Error> {
 async fn redb(path: &str, access: Access) -> Result<Arc<dyn Store>, Error> {
     use outbox_redb::{RedbConfig, RedbStore};
     let store = match access {
-        Access::Read => RedbStore::open_read_only(path, RedbConfig::default()).await?,
+        Access::Look | Access::Read => {
+            RedbStore::open_read_only(path, RedbConfig::default()).await?
+        }
         Access::Write => RedbStore::open(path, RedbConfig::default()).await?,
     };
     Ok(Arc::new(store))
@@ -277,7 +311,7 @@ async fn postgres(
     config.validate()?;
     // Connecting creates a missing schema: a read must not, so look first (over the same
     // connection settings, TLS included).
-    if access == Access::Read && !PgStore::schema_exists(&config).await? {
+    if access.reads() && !PgStore::schema_exists(&config).await? {
         return Err(Error::NotFound {
             path: schema.to_owned(),
         });

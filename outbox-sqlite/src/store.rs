@@ -57,6 +57,9 @@ pub struct SqliteStore {
     writer: Writer,
     reader: Reader,
     closed: oneshot::Receiver<()>,
+    /// The directory of the copy [`SqliteStore::open_copy`] made, removed with the store
+    /// (after its connections, declared above it).
+    copy: Option<tempfile::TempDir>,
 }
 
 /// Prepared statements kept per connection: every statement the store runs, with room to spare.
@@ -74,6 +77,21 @@ async fn off_executor<T: Send + 'static>(
         })
         .map_err(Error::backend)?;
     wait(answer).await
+}
+
+/// [`Error::NotFound`] when nothing is at `path`, [`Error::NotAnOutbox`] when it is no file.
+fn check_file(path: &Path) -> Result<()> {
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(Error::NotAnOutbox {
+            detail: format!("{} is not a file", path.display()),
+            source: None,
+        }),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Err(Error::NotFound {
+            path: path.display().to_string(),
+        }),
+        Err(err) => Err(Error::backend(err)),
+    }
 }
 
 impl SqliteStore {
@@ -163,22 +181,65 @@ impl SqliteStore {
         .await
     }
 
+    /// Opens a copy of the outbox file at `path`, brought to this build's schema: for the
+    /// reads that a [read-only](SqliteConfig::read_only) open refuses with [`Error::ReadOnly`]
+    /// on a file an older build wrote (its schema must be migrated first, and a read-only open
+    /// writes nothing), such as a support engineer's look at a file from a device.
+    ///
+    /// The file is checked as [`SqliteStore::open`] checks it ([`Error::NotFound`],
+    /// [`Error::NotAnOutbox`], [`Error::SchemaTooNew`], [`Error::Corrupted`]), then copied
+    /// with SQLite's `VACUUM INTO` (a consistent snapshot, also while an application writes
+    /// the file) into a directory of its own under the system's temporary directory, which
+    /// is removed with the store. The file itself is never changed; the copy does not follow
+    /// its later writes, and the store's own writes go to the copy. `config.read_only` is
+    /// ignored: the copy must be migrated.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_core::{NewRecord, Store};
+    /// use outbox_sqlite::{SqliteConfig, SqliteStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("outbox.db");
+    /// let store = SqliteStore::create(&path, SqliteConfig::default()).await?;
+    /// store.enqueue(vec![NewRecord::new(b"hello".to_vec())], 1_000).await?;
+    /// store.close().await;
+    ///
+    /// let copy = SqliteStore::open_copy(&path, SqliteConfig::default()).await?;
+    /// assert_eq!(copy.stats().await?.pending, 1);
+    /// assert_ne!(copy.path(), path);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open_copy(path: impl AsRef<Path>, config: SqliteConfig) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        off_executor(move || {
+            check_file(&path)?;
+            let source = schema::connect(&path, true)?;
+            schema::inspect(&source, config.check_on_open)?;
+            let dir = tempfile::Builder::new()
+                .prefix("outbox-copy-")
+                .tempdir()
+                .map_err(Error::backend)?;
+            let copy = dir.path().join("outbox.db");
+            let target = copy.to_str().ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "the temporary directory {} is not a UTF-8 path",
+                    dir.path().display()
+                ))
+            })?;
+            source.execute("VACUUM INTO ?1", [target]).map_err(db)?;
+            drop(source);
+            let mut store = Self::open_now(copy, config.read_only(false))?;
+            store.copy = Some(dir);
+            Ok(store)
+        })
+        .await
+    }
+
     fn open_now(path: PathBuf, config: SqliteConfig) -> Result<Self> {
-        match fs::metadata(&path) {
-            Ok(meta) if meta.is_file() => {}
-            Ok(_) => {
-                return Err(Error::NotAnOutbox {
-                    detail: format!("{} is not a file", path.display()),
-                    source: None,
-                })
-            }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                return Err(Error::NotFound {
-                    path: path.display().to_string(),
-                })
-            }
-            Err(err) => return Err(Error::backend(err)),
-        }
+        check_file(&path)?;
         let mut conn = schema::connect(&path, config.read_only)?;
         // Inspect before anything (even the journal mode) is written to the file.
         let version = schema::inspect(&conn, config.check_on_open)?;
@@ -208,6 +269,7 @@ impl SqliteStore {
             writer,
             reader,
             closed: writer_done,
+            copy: None,
         })
     }
 
@@ -236,12 +298,15 @@ impl SqliteStore {
             writer,
             reader,
             closed,
+            copy,
             ..
         } = self;
         drop(writer);
         let reader_closed = reader.close();
         let _ = reader_closed.await;
         let _ = closed.await;
+        // A copy's directory goes once its connections are closed.
+        drop(copy);
     }
 
     /// The settings SQLite actually applies on the store's write connection, read back from

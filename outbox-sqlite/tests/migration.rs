@@ -733,10 +733,10 @@ async fn two_stores_upgrading_one_file_at_once_converge() {
 }
 
 #[tokio::test]
-async fn a_first_schema_file_opened_read_only_is_not_altered() {
+async fn a_first_schema_file_opened_read_only_is_not_altered_and_reads_through_a_copy() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("v1.db");
-    build_first_schema(&path);
+    let records = build_first_schema(&path);
     // Fold the WAL into the file so its bytes are the whole story.
     Connection::open(&path)
         .expect("open")
@@ -748,6 +748,17 @@ async fn a_first_schema_file_opened_read_only_is_not_altered() {
         matches!(result, Err(outbox_core::Error::ReadOnly { .. })),
         "{result:?}"
     );
+    assert!(std::fs::read(&path).expect("read") == before);
+    // Read through an upgraded copy instead: every record as it was, the file untouched, and
+    // the copy gone with the store.
+    let copy = SqliteStore::open_copy(&path, SqliteConfig::default().read_only(true))
+        .await
+        .expect("a copy");
+    check_upgraded(&copy, &records).await;
+    let copied = copy.path().to_path_buf();
+    assert_ne!(copied, path);
+    copy.close().await;
+    assert!(!copied.exists(), "the copy is removed");
     assert!(std::fs::read(&path).expect("read") == before);
 }
 
