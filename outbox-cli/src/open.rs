@@ -210,7 +210,10 @@ fn describe(target: &Target, kind: Kind, access: Access, err: Error) -> CliError
             "{name} is in use by another process (a redb file is opened by one process at a \
              time): stop the application using it, or copy the file and look at the copy"
         ),
-        Error::ReadOnly { .. } if access.reads() => format!(
+        Error::ReadOnly { .. } if access == Access::Look => {
+            format!("{name} cannot be opened from where it lies (a read-only medium): {err}")
+        }
+        Error::ReadOnly { .. } if access == Access::Read => format!(
             "{name} has an older schema that must be migrated before it can be followed; run \
              the application (or any write command) on it once, or look at it with `stats`, \
              `list` or `show`, which read an upgraded copy"
@@ -259,12 +262,21 @@ async fn sqlite(
     use outbox_sqlite::{SqliteConfig, SqliteStore};
     let config = SqliteConfig::default().read_only(access.reads());
     match SqliteStore::open(path, config.clone()).await {
-        // An older schema: a read-only open cannot migrate it, a look may read a copy.
-        Err(Error::ReadOnly { .. }) if access == Access::Look => {
+        // An older schema, which a read-only open cannot migrate: a look reads a copy.
+        Err(Error::ReadOnly { source }) if access == Access::Look => {
+            let file = std::path::PathBuf::from(path);
+            let found =
+                tokio::task::spawn_blocking(move || outbox_sqlite::schema::version_of(&file))
+                    .await
+                    .map_err(Error::backend)??;
+            if found >= outbox_sqlite::SCHEMA_VERSION {
+                // Refused for another reason (a read-only medium): no copy would say better.
+                return Err(Error::ReadOnly { source });
+            }
             let copy = SqliteStore::open_copy(path, config).await?;
             *note = Some(format!(
-                "{path} was written by an older outbox: read from an upgraded copy made now \
-                 (the file is not changed)"
+                "{path} was written by an older outbox (schema version {found}): read from an \
+                 upgraded copy made now (the file is not changed)"
             ));
             Ok(Arc::new(copy))
         }

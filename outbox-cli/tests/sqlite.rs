@@ -236,8 +236,9 @@ async fn a_file_an_older_build_wrote_is_looked_at_through_an_upgraded_copy() {
     assert_eq!(
         err.trim_end(),
         format!(
-            "note: {path} was written by an older outbox: read from an upgraded copy made now \
-             (the file is not changed)"
+            "note: {path} was written by an older outbox (schema version {}): read from an \
+             upgraded copy made now (the file is not changed)",
+            SCHEMA_VERSION - 1
         )
     );
     let stats = String::from_utf8(out.stdout).unwrap();

@@ -396,7 +396,8 @@ impl Outbox {
         self.shared.store.tombstones(after, limit).await
     }
 
-    /// True while a halt holds the runner.
+    /// True while a halt holds the runner, and after [`Outbox::resume`] until the store has
+    /// cleared the halt (a resume that finds a newer halt leaves it true).
     pub fn is_halted(&self) -> bool {
         self.shared.halted.load(Ordering::SeqCst)
     }

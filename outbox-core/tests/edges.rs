@@ -534,6 +534,7 @@ async fn a_resume_never_lifts_a_halt_persisted_after_the_one_the_runner_held() {
 
     // The app resumes what it saw halted: the newer halt holds, and so does the runner.
     outbox.resume();
+    assert!(outbox.is_halted(), "halted until the store has cleared it");
     run_for(Duration::from_secs(1)).await;
     assert_eq!(store.halt().await.unwrap(), Some(newer), "not lifted");
     assert!(outbox.is_halted());

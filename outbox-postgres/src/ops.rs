@@ -448,7 +448,8 @@ impl Core {
     }
 
     /// Clears the halt if it is `seen`: the meta row is read locked, so no halt is written
-    /// between the comparison and the clearing. Returns the halt found.
+    /// between the comparison and the clearing. Returns `seen` when it cleared it, else the
+    /// halt found (in its stored form).
     pub(crate) async fn clear_halt_if(self: Arc<Self>, seen: Halt) -> Result<Option<Halt>> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;

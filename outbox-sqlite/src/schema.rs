@@ -124,6 +124,33 @@ pub(crate) fn room(conn: &Connection, config: &SqliteConfig) -> Result<Option<Ro
     }))
 }
 
+/// The schema version of the outbox file at `path`, read without writing to it: the file is
+/// checked as an open checks it ([`Error::NotFound`], [`Error::NotAnOutbox`],
+/// [`Error::SchemaTooNew`]), without its integrity check. A version below
+/// [`SCHEMA_VERSION`] is a file an older build wrote, which a read-only open refuses and
+/// [`SqliteStore::open_copy`](crate::SqliteStore::open_copy) reads. It blocks on the file.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> outbox_core::Result<()> {
+/// use outbox_sqlite::{schema, SqliteConfig, SqliteStore};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("outbox.db");
+/// SqliteStore::create(&path, SqliteConfig::default()).await?.close().await;
+/// assert_eq!(schema::version_of(&path)?, schema::SCHEMA_VERSION);
+/// # Ok(())
+/// # }
+/// ```
+pub fn version_of(path: &Path) -> Result<u32> {
+    if !path.exists() {
+        return Err(Error::NotFound {
+            path: path.display().to_string(),
+        });
+    }
+    inspect(&connect(path, true)?, false)
+}
+
 /// Reads what the file is without writing to it, and returns its schema version.
 pub(crate) fn inspect(conn: &Connection, check: bool) -> Result<u32> {
     let app: i32 = conn

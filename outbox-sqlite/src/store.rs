@@ -3,6 +3,7 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
@@ -19,7 +20,7 @@ use crate::error::db;
 use crate::ops;
 use crate::schema::{self, SCHEMA_VERSION};
 use crate::unreadable;
-use crate::worker::{wait, Reader, Writer};
+use crate::worker::{wait, Keep, Reader, Writer};
 
 /// An outbox [`Store`] on one SQLite file in WAL mode.
 ///
@@ -57,9 +58,6 @@ pub struct SqliteStore {
     writer: Writer,
     reader: Reader,
     closed: oneshot::Receiver<()>,
-    /// The directory of the copy [`SqliteStore::open_copy`] made, removed with the store
-    /// (after its connections, declared above it).
-    copy: Option<tempfile::TempDir>,
 }
 
 /// Prepared statements kept per connection: every statement the store runs, with room to spare.
@@ -189,8 +187,10 @@ impl SqliteStore {
     /// The file is checked as [`SqliteStore::open`] checks it ([`Error::NotFound`],
     /// [`Error::NotAnOutbox`], [`Error::SchemaTooNew`], [`Error::Corrupted`]), then copied
     /// with SQLite's `VACUUM INTO` (a consistent snapshot, also while an application writes
-    /// the file) into a directory of its own under the system's temporary directory, which
-    /// is removed with the store. The file itself is never changed; the copy does not follow
+    /// the file, and with the writes still in its WAL) into a directory of its own under the
+    /// system's temporary directory, removed once the store's connections have closed (at
+    /// [`SqliteStore::close`], or after a drop). The file itself is never changed; the copy
+    /// does not follow
     /// its later writes, and the store's own writes go to the copy. `config.read_only` is
     /// ignored: the copy must be migrated.
     ///
@@ -217,6 +217,8 @@ impl SqliteStore {
         off_executor(move || {
             check_file(&path)?;
             let source = schema::connect(&path, true)?;
+            // An application writing the file may hold its lock for a moment.
+            source.busy_timeout(config.busy_timeout).map_err(db)?;
             schema::inspect(&source, config.check_on_open)?;
             let dir = tempfile::Builder::new()
                 .prefix("outbox-copy-")
@@ -231,14 +233,22 @@ impl SqliteStore {
             })?;
             source.execute("VACUUM INTO ?1", [target]).map_err(db)?;
             drop(source);
-            let mut store = Self::open_now(copy, config.read_only(false))?;
-            store.copy = Some(dir);
-            Ok(store)
+            // The copy was read whole just now: no second check of it.
+            let config = SqliteConfig {
+                check_on_open: false,
+                ..config.read_only(false)
+            };
+            Self::open_keeping(copy, config, Some(Arc::new(dir)))
         })
         .await
     }
 
     fn open_now(path: PathBuf, config: SqliteConfig) -> Result<Self> {
+        Self::open_keeping(path, config, None)
+    }
+
+    /// [`SqliteStore::open_now`], its connections keeping `keep` until each has closed.
+    fn open_keeping(path: PathBuf, config: SqliteConfig, keep: Keep) -> Result<Self> {
         check_file(&path)?;
         let mut conn = schema::connect(&path, config.read_only)?;
         // Inspect before anything (even the journal mode) is written to the file.
@@ -261,15 +271,21 @@ impl SqliteStore {
         let (writer_closed, writer_done) = oneshot::channel();
         let relax = config.durability == crate::Durability::Full;
         let room = schema::room(&conn, &config)?;
-        let writer = Writer::start(conn, config.max_group_commit, relax, room, writer_closed)?;
-        let reader = Reader::new(reader);
+        let writer = Writer::start(
+            conn,
+            config.max_group_commit,
+            relax,
+            room,
+            writer_closed,
+            keep.clone(),
+        )?;
+        let reader = Reader::new(reader, keep);
         Ok(SqliteStore {
             path,
             config,
             writer,
             reader,
             closed: writer_done,
-            copy: None,
         })
     }
 
@@ -298,15 +314,12 @@ impl SqliteStore {
             writer,
             reader,
             closed,
-            copy,
             ..
         } = self;
         drop(writer);
         let reader_closed = reader.close();
         let _ = reader_closed.await;
         let _ = closed.await;
-        // A copy's directory goes once its connections are closed.
-        drop(copy);
     }
 
     /// The settings SQLite actually applies on the store's write connection, read back from

@@ -199,7 +199,8 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread; `closed` fires once it has closed its connection. With `relax`
+    /// Starts the thread; `closed` fires once it has closed its connection (and dropped
+    /// `keep`). With `relax`
     /// (the connection syncs at every commit), a transaction of lease-only writes commits
     /// without waiting for its sync. With `room`, a transaction that may add records is held
     /// to its limit and one of draining writes may use its headroom.
@@ -209,6 +210,7 @@ impl Writer {
         relax: bool,
         room: Option<Room>,
         closed: oneshot::Sender<()>,
+        keep: Keep,
     ) -> Result<Self> {
         let (queue, jobs) = mpsc::channel::<Work>();
         let commits = Arc::new(AtomicU64::new(0));
@@ -251,6 +253,7 @@ impl Writer {
                     commit_batch(&mut conn, batch, &counter, relax);
                 }
                 close(conn);
+                drop(keep);
                 let _ = closed.send(());
             })
             .map_err(Error::backend)?;
@@ -412,16 +415,23 @@ type ReadJob = Box<dyn FnOnce(&mut Connection) + Send>;
 
 /// The store's read connection. Each query runs on it inside tokio's blocking pool, so a read
 /// costs one hop off the executor and back (no thread of its own to wake and answer).
+/// What a store's connections keep until each has closed: the directory of a copy
+/// ([`SqliteStore::open_copy`](crate::SqliteStore::open_copy)), removed once the last one has
+/// closed its connection, so no file of it is open when it goes.
+pub(crate) type Keep = Option<Arc<tempfile::TempDir>>;
+
 #[derive(Debug)]
 pub(crate) struct Reader {
     conn: Arc<Mutex<Option<Connection>>>,
+    keep: Mutex<Keep>,
 }
 
 impl Reader {
-    /// Takes the read connection.
-    pub(crate) fn new(conn: Connection) -> Self {
+    /// Takes the read connection, and what to keep until it is closed.
+    pub(crate) fn new(conn: Connection, keep: Keep) -> Self {
         Reader {
             conn: Arc::new(Mutex::new(Some(conn))),
+            keep: Mutex::new(keep),
         }
     }
 
@@ -465,11 +475,17 @@ impl Reader {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
+        let keep = self
+            .keep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(conn) = conn {
             let closing = thread::Builder::new()
                 .name("outbox-sqlite-close".into())
                 .spawn(move || {
                     close(conn);
+                    drop(keep);
                     let _ = closed.send(());
                 });
             if let Err(err) = closing {

@@ -367,3 +367,36 @@ async fn a_directory_is_not_an_outbox_and_a_missing_directory_cannot_hold_one() 
     assert!(created.is_err(), "{created:?}");
     assert!(!nowhere.exists());
 }
+
+#[tokio::test]
+async fn a_copy_holds_what_the_application_wrote_and_has_not_checkpointed_and_goes_when_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    // The application keeps the file open: its writes sit in the WAL, not in the file.
+    let app = SqliteStore::create(&path, SqliteConfig::default())
+        .await
+        .unwrap();
+    let ids = app
+        .enqueue(vec![NewRecord::new(b"in the wal".to_vec())], 1_000)
+        .await
+        .unwrap()
+        .ids;
+    let wal = fs::metadata(dir.path().join("app.db-wal")).unwrap().len();
+    assert!(wal > 0, "written to the WAL");
+
+    let copy = SqliteStore::open_copy(&path, SqliteConfig::default().read_only(true))
+        .await
+        .unwrap();
+    let record = copy.get(ids[0]).await.unwrap().expect("copied");
+    assert_eq!(record.payload, b"in the wal");
+    assert_eq!(copy.stats().await.unwrap().pending, 1);
+    // The copy's writes stay in the copy.
+    copy.enqueue(vec![NewRecord::new(b"only here".to_vec())], 2_000)
+        .await
+        .unwrap();
+    assert_eq!(app.stats().await.unwrap().pending, 1);
+    let copied = copy.path().parent().unwrap().to_path_buf();
+    copy.close().await;
+    assert!(!copied.exists(), "the copy's directory is removed");
+    app.close().await;
+}

@@ -50,7 +50,7 @@ fn answer(reply: &mut Reply) -> Result<i64> {
 #[test]
 fn writes_waiting_together_share_one_commit() {
     let (closed, _) = oneshot::channel();
-    let writer = Writer::start(table(), 1024, false, None, closed).expect("writer");
+    let writer = Writer::start(table(), 1024, false, None, closed, None).expect("writer");
     // Hold the writer thread in a first write until fifty others are queued.
     let (release, held) = mpsc::channel::<()>();
     let (entered, inside) = mpsc::channel::<()>();

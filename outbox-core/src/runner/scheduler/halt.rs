@@ -83,9 +83,15 @@ impl Halting {
         self.halt.take().is_some()
     }
 
-    /// The store answered the clearing of the halt this runner was resumed from.
-    pub(super) fn cleared(&mut self) {
+    /// The store answered the clearing of `held`. Returns false when the runner was resumed
+    /// from a later halt since (halted again, and resumed again, while this clearing waited):
+    /// that clearing is still to come, and answers for the runner.
+    pub(super) fn cleared(&mut self, held: &Halt) -> bool {
+        if self.resuming.as_ref() != Some(held) {
+            return false;
+        }
         self.resuming = None;
+        true
     }
 
     /// Keeps to `halt`, persisted by someone else after the halt this runner held: no event
@@ -199,7 +205,11 @@ mod tests {
         assert!(halting.resume().is_some());
         assert!(halting.is_halted(), "until the store has cleared it");
         assert!(halting.resume().is_none());
-        halting.cleared();
+        let held = Halt {
+            reason: "401".into(),
+            since: 5,
+        };
+        assert!(halting.cleared(&held));
         assert!(!halting.is_halted());
     }
 }

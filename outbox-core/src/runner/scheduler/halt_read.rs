@@ -83,10 +83,10 @@ impl Scheduler {
     /// `held`, by another runner of the fleet) is not lifted by a resume of an older one: the
     /// runner keeps to it and says so ([`Event::StillHalted`]). The store held `held` or none:
     /// the runner is resumed, and says so. Halted again meanwhile by a refusal of its own, it
-    /// says neither: its newer halt is written after this clearing, and its event follows.
+    /// says neither: its newer halt is written after this clearing, and its event follows;
+    /// resumed from that one too, the later clearing answers.
     pub(super) fn halt_cleared(&mut self, held: &Halt, found: Option<Halt>) {
-        self.halting.cleared();
-        if self.halting.halt().is_some() {
+        if !self.halting.cleared(held) || self.halting.halt().is_some() {
             return;
         }
         match found {

@@ -356,6 +356,56 @@ fn a_runner_halted_again_while_its_clearing_waits_says_it_resumed_only_if_it_did
     assert!(writes(&after).iter().all(|(_, claim)| !claim), "{after:?}");
 }
 
+#[test]
+fn a_runner_halted_and_resumed_again_while_its_first_clearing_waits_answers_with_the_second() {
+    let mut s = scheduler(RunnerConfig::default());
+    claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
+    refused(&mut s, at(5), 1);
+    settle(&mut s, at(5), None);
+    let first = s.halt().cloned().expect("halted");
+    s.handle(at(6), Input::Resume);
+    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(first.clone()))]);
+    // While that clearing waits: halted again by record 2, and resumed again.
+    refused(&mut s, at(7), 2);
+    let second = s.halt().cloned().expect("halted again");
+    s.handle(at(8), Input::Resume);
+    // The first clearing answers: the runner is still resuming from the second halt.
+    s.handle(at(9), Input::Answer(Ok(Answer::Halt(Some(first)))));
+    let next = drain(&mut s);
+    assert!(!next.contains(&Action::Emit(Event::Resumed)), "{next:?}");
+    assert!(s.is_halted(), "until the second halt is cleared");
+    // The second halt is written, then cleared: resumed, said once, and claims.
+    assert_eq!(next, [Action::Io(Io::SetHalt(Some(second.clone())))]);
+    s.handle(at(9), Input::Answer(Ok(Answer::HaltSet)));
+    let clearing = drain(&mut s);
+    assert!(
+        clearing.contains(&Action::Emit(Event::Halted {
+            id: RecordId(2),
+            reason: "HTTP 401".into()
+        })),
+        "{clearing:?}"
+    );
+    assert_eq!(
+        clearing.last(),
+        Some(&Action::Io(Io::ClearHaltIf(second.clone())))
+    );
+    s.handle(at(10), Input::Answer(Ok(Answer::Halt(Some(second)))));
+    let resumed = settle(&mut s, at(10), None);
+    assert_eq!(
+        resumed
+            .iter()
+            .filter(|a| **a == Action::Emit(Event::Resumed))
+            .count(),
+        1,
+        "{resumed:?}"
+    );
+    assert!(!s.is_halted());
+    assert!(
+        writes(&resumed).iter().any(|(_, claim)| *claim),
+        "{resumed:?}"
+    );
+}
+
 /// [`settle`] against a store whose halt was cleared by someone else.
 fn settle_cleared(s: &mut Scheduler, now: Now) -> Vec<Action> {
     let mut all = Vec::new();
