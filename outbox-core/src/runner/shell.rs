@@ -364,6 +364,12 @@ fn log(notice: &Notice) {
                 "sink panicked; the delivery counts as interrupted"
             );
         }
+        Notice::ResumeNotRecorded => {
+            tracing::warn!(
+                "stopped before the store recorded the resume: the halt holds; resume again \
+                 after the next start"
+            );
+        }
         Notice::StoreFailed { error, retry_in } => {
             tracing::error!(%error, ?retry_in, "outbox store error; runner backing off");
         }

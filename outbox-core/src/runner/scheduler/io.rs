@@ -231,6 +231,9 @@ pub enum Notice {
         /// The record.
         id: RecordId,
     },
+    /// The runner stopped with a resume not recorded (the store did not answer its clearing):
+    /// the halt holds, and is read again at the next start.
+    ResumeNotRecorded,
     /// A store call failed; the runner tries again after `retry_in`.
     StoreFailed {
         /// What the store said.

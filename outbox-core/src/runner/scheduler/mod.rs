@@ -447,6 +447,10 @@ impl Scheduler {
         if self.timers.is_set(Timer::RetryIo) {
             if self.stopping.is_some() && self.round.is_none() {
                 // The store keeps failing at shutdown: give up; leases will expire.
+                if self.halting.is_resuming() {
+                    self.actions
+                        .push_back(Action::Log(Notice::ResumeNotRecorded));
+                }
                 self.finish();
             }
             return;

@@ -406,6 +406,30 @@ fn a_runner_halted_and_resumed_again_while_its_first_clearing_waits_answers_with
     );
 }
 
+#[test]
+fn a_resume_the_store_never_recorded_is_said_when_the_runner_stops() {
+    let config = RunnerConfig::default().with_safety_poll(None);
+    let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(persisted()));
+    settle(&mut s, at(0), None);
+    s.handle(at(5), Input::Resume);
+    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(persisted()))]);
+    s.handle(
+        at(5),
+        Input::Answer(Err(StoreFailure {
+            kind: FailureKind::Transient,
+            error: "connection reset".into(),
+        })),
+    );
+    drain(&mut s);
+    s.handle(at(6), Input::Shutdown { grace: 6 });
+    let stopped = drain(&mut s);
+    assert!(
+        stopped.contains(&Action::Log(Notice::ResumeNotRecorded)),
+        "{stopped:?}"
+    );
+    assert!(s.is_halted(), "the halt holds");
+}
+
 /// [`settle`] against a store whose halt was cleared by someone else.
 fn settle_cleared(s: &mut Scheduler, now: Now) -> Vec<Action> {
     let mut all = Vec::new();
