@@ -84,15 +84,27 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     }
     let store = opened.store;
     let name = open::shown(&target.target);
+    let done = execute(&cli, store, &name, now).await;
+    if let Some(closing) = opened.closing {
+        closing.await;
+    }
+    done
+}
+
+/// Runs the command on the opened store (dropped when done).
+async fn execute(
+    cli: &Cli,
+    store: std::sync::Arc<dyn outbox_core::Store>,
+    name: &str,
+    now: Now,
+) -> Result<(), CliError> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     match &cli.command {
         Command::Watch(args) => {
-            watch::run(&*store, &name, args.interval, args.json, now, &mut out).await
+            watch::run(&*store, name, args.interval, args.json, now, &mut out).await
         }
-        Command::Serve(args) => {
-            serve::run(store, &name, args.port, args.write, now, &mut out).await
-        }
+        Command::Serve(args) => serve::run(store, name, args.port, args.write, now, &mut out).await,
         command => {
             let stderr = io::stderr();
             let stdin = io::stdin();

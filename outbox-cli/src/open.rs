@@ -159,8 +159,10 @@ fn open_error(path: &Path, err: io::Error) -> CliError {
     }
 }
 
+/// Closes a store and waits until its connections are closed.
+pub type Closing = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// An opened outbox.
-#[derive(Debug)]
 pub struct Opened {
     /// The store.
     pub store: Arc<dyn Store>,
@@ -169,14 +171,35 @@ pub struct Opened {
     /// A line for the person when the command reads a copy of the target (see
     /// [`Access::Look`]).
     pub note: Option<String>,
+    /// For a copy: to await once `store` (every clone of it) is dropped, so that the copy is
+    /// removed before the process exits (its connections close on threads of their own,
+    /// which an exiting process would not wait for).
+    pub closing: Option<Closing>,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("store", &self.store)
+            .field("kind", &self.kind)
+            .field("note", &self.note)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What opening a target through a copy adds to it.
+#[derive(Default)]
+struct Copied {
+    note: Option<String>,
+    closing: Option<Closing>,
 }
 
 /// Opens `target` for `access`.
 pub async fn open(target: &Target, access: Access) -> Result<Opened, CliError> {
     let kind = detect(target)?;
-    let mut note = None;
+    let mut copied = Copied::default();
     let store = match kind {
-        Kind::Sqlite => sqlite(&target.target, access, &mut note).await,
+        Kind::Sqlite => sqlite(&target.target, access, &mut copied).await,
         Kind::Redb => redb(&target.target, access).await,
         Kind::Postgres => {
             let schema = target.schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
@@ -186,7 +209,12 @@ pub async fn open(target: &Target, access: Access) -> Result<Opened, CliError> {
         }
     }
     .map_err(|err| describe(target, kind, access, err))?;
-    Ok(Opened { store, kind, note })
+    Ok(Opened {
+        store,
+        kind,
+        note: copied.note,
+        closing: copied.closing,
+    })
 }
 
 /// Turns a store's refusal to open into one line that names the target and what to do.
@@ -254,11 +282,7 @@ fn not_built(kind: Kind) -> Error {
 }
 
 #[cfg(feature = "sqlite")]
-async fn sqlite(
-    path: &str,
-    access: Access,
-    note: &mut Option<String>,
-) -> Result<Arc<dyn Store>, Error> {
+async fn sqlite(path: &str, access: Access, copied: &mut Copied) -> Result<Arc<dyn Store>, Error> {
     use outbox_sqlite::{SqliteConfig, SqliteStore};
     let config = SqliteConfig::default().read_only(access.reads());
     match SqliteStore::open(path, config.clone()).await {
@@ -273,19 +297,25 @@ async fn sqlite(
                 // Refused for another reason (a read-only medium): no copy would say better.
                 return Err(Error::ReadOnly { source });
             }
-            let copy = SqliteStore::open_copy(path, config).await?;
-            *note = Some(format!(
+            let copy = Arc::new(SqliteStore::open_copy(path, config).await?);
+            copied.note = Some(format!(
                 "{path} was written by an older outbox (schema version {found}): read from an \
                  upgraded copy made now (the file is not changed)"
             ));
-            Ok(Arc::new(copy))
+            let closed = Arc::clone(&copy);
+            copied.closing = Some(Box::pin(async move {
+                if let Ok(copy) = Arc::try_unwrap(closed) {
+                    copy.close().await;
+                }
+            }));
+            Ok(copy)
         }
         opened => Ok(Arc::new(opened?)),
     }
 }
 
 #[cfg(not(feature = "sqlite"))]
-async fn sqlite(_: &str, _: Access, _: &mut Option<String>) -> Result<Arc<dyn Store>, Error> {
+async fn sqlite(_: &str, _: Access, _: &mut Copied) -> Result<Arc<dyn Store>, Error> {
     Err(not_built(Kind::Sqlite))
 }
 

@@ -246,6 +246,17 @@ async fn a_file_an_older_build_wrote_is_looked_at_through_an_upgraded_copy() {
         stats,
         support::ok(&["stats", current.to_str().unwrap(), "--json"])
     );
+    // The copy goes with the command: nothing is left in the temporary directory.
+    let temp = tempfile::tempdir().unwrap();
+    let out = support::outbox()
+        .args(["show", path, "1", "--now", &support::NOW.to_string()])
+        .env("TMPDIR", temp.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let left: Vec<_> = std::fs::read_dir(temp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
     let listed = support::ok(&["list", path, "--json"]);
     assert_eq!(
         listed,
