@@ -143,12 +143,23 @@ pub(crate) fn room(conn: &Connection, config: &SqliteConfig) -> Result<Option<Ro
 /// # }
 /// ```
 pub fn version_of(path: &Path) -> Result<u32> {
-    if !path.exists() {
-        return Err(Error::NotFound {
-            path: path.display().to_string(),
-        });
-    }
+    check_file(path)?;
     inspect(&connect(path, true)?, false)
+}
+
+/// [`Error::NotFound`] when nothing is at `path`, [`Error::NotAnOutbox`] when it is no file.
+pub(crate) fn check_file(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(Error::NotAnOutbox {
+            detail: format!("{} is not a file", path.display()),
+            source: None,
+        }),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Err(Error::NotFound {
+            path: path.display().to_string(),
+        }),
+        Err(err) => Err(Error::backend(err)),
+    }
 }
 
 /// Reads what the file is without writing to it, and returns its schema version.

@@ -1,7 +1,5 @@
 //! [`SqliteStore`]: the [`Store`] on one SQLite file.
 
-use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -75,21 +73,6 @@ async fn off_executor<T: Send + 'static>(
         })
         .map_err(Error::backend)?;
     wait(answer).await
-}
-
-/// [`Error::NotFound`] when nothing is at `path`, [`Error::NotAnOutbox`] when it is no file.
-fn check_file(path: &Path) -> Result<()> {
-    match fs::metadata(path) {
-        Ok(meta) if meta.is_file() => Ok(()),
-        Ok(_) => Err(Error::NotAnOutbox {
-            detail: format!("{} is not a file", path.display()),
-            source: None,
-        }),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Err(Error::NotFound {
-            path: path.display().to_string(),
-        }),
-        Err(err) => Err(Error::backend(err)),
-    }
 }
 
 impl SqliteStore {
@@ -215,7 +198,7 @@ impl SqliteStore {
     pub async fn open_copy(path: impl AsRef<Path>, config: SqliteConfig) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         off_executor(move || {
-            check_file(&path)?;
+            schema::check_file(&path)?;
             let source = schema::connect(&path, true)?;
             // An application writing the file may hold its lock for a moment.
             source.busy_timeout(config.busy_timeout).map_err(db)?;
@@ -249,7 +232,7 @@ impl SqliteStore {
 
     /// [`SqliteStore::open_now`], its connections keeping `keep` until each has closed.
     fn open_keeping(path: PathBuf, config: SqliteConfig, keep: Keep) -> Result<Self> {
-        check_file(&path)?;
+        schema::check_file(&path)?;
         let mut conn = schema::connect(&path, config.read_only)?;
         // Inspect before anything (even the journal mode) is written to the file.
         let version = schema::inspect(&conn, config.check_on_open)?;

@@ -332,19 +332,27 @@ fn resumes_while_a_clearing_waits_on_the_store_are_that_clearings_and_the_runner
     assert!(writes(&kept).is_empty(), "{kept:?}");
 }
 
-#[test]
-fn a_runner_halted_again_while_its_clearing_waits_says_it_resumed_only_if_it_did() {
+/// Two records claimed; record 1's refusal halts the runner, which is resumed; while the
+/// clearing of that first halt is under way, record 2's refusal halts it again. Returns the
+/// scheduler (the clearing unanswered) and the two halts.
+fn halted_again_while_clearing() -> (Scheduler, Halt, Halt) {
     let mut s = scheduler(RunnerConfig::default());
     claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
     refused(&mut s, at(5), 1);
     settle(&mut s, at(5), None);
     let first = s.halt().cloned().expect("halted");
-    // Resumed: the clearing of the first halt is under way when record 2's refusal halts the
-    // runner again.
     s.handle(at(6), Input::Resume);
     assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(first.clone()))]);
     refused(&mut s, at(7), 2);
     let second = s.halt().cloned().expect("halted again");
+    (s, first, second)
+}
+
+#[test]
+fn a_runner_halted_again_while_its_clearing_waits_says_it_resumed_only_if_it_did() {
+    // Resumed: the clearing of the first halt is under way when record 2's refusal halts the
+    // runner again.
+    let (mut s, first, second) = halted_again_while_clearing();
     s.handle(at(8), Input::Answer(Ok(Answer::Halt(Some(first)))));
     let after = settle(&mut s, at(8), None);
     assert!(!after.contains(&Action::Emit(Event::Resumed)), "{after:?}");
@@ -358,16 +366,8 @@ fn a_runner_halted_again_while_its_clearing_waits_says_it_resumed_only_if_it_did
 
 #[test]
 fn a_runner_halted_and_resumed_again_while_its_first_clearing_waits_answers_with_the_second() {
-    let mut s = scheduler(RunnerConfig::default());
-    claimed(&mut s, at(0), vec![record(1, None), record(2, None)]);
-    refused(&mut s, at(5), 1);
-    settle(&mut s, at(5), None);
-    let first = s.halt().cloned().expect("halted");
-    s.handle(at(6), Input::Resume);
-    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(first.clone()))]);
     // While that clearing waits: halted again by record 2, and resumed again.
-    refused(&mut s, at(7), 2);
-    let second = s.halt().cloned().expect("halted again");
+    let (mut s, first, second) = halted_again_while_clearing();
     s.handle(at(8), Input::Resume);
     // The first clearing answers: the runner is still resuming from the second halt.
     s.handle(at(9), Input::Answer(Ok(Answer::Halt(Some(first)))));
