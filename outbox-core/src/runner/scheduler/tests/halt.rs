@@ -239,17 +239,24 @@ fn a_read_that_finds_the_halt_cleared_does_not_lift_a_newer_halt() {
     assert!(writes(&after).iter().all(|(_, claim)| !claim), "{after:?}");
 }
 
+/// A runner started halted by `held` (persisted before it) and resumed at 5: its clearing of
+/// `held` is asked, and not answered yet. No safety poll, so no read of the halt interleaves.
+fn resumed_from(held: &Halt) -> Scheduler {
+    let config = RunnerConfig::default().with_safety_poll(None);
+    let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(held.clone()));
+    settle(&mut s, at(0), None);
+    s.handle(at(5), Input::Resume);
+    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(held.clone()))]);
+    s
+}
+
 #[test]
 fn a_resume_lifts_only_the_halt_the_runner_held_never_a_newer_one() {
     let held = persisted();
     let newer = newer();
-    let config = RunnerConfig::default().with_safety_poll(None);
-    let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(held.clone()));
-    settle(&mut s, at(0), None);
     // Another process's refusal persisted a newer halt, not read here yet; the application
     // resumes: the clearing compares with the halt this runner holds.
-    s.handle(at(5), Input::Resume);
-    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(held.clone()))]);
+    let mut s = resumed_from(&held);
     s.handle(at(5), Input::Answer(Ok(Answer::Halt(Some(newer.clone())))));
     let kept = settle(&mut s, at(5), None);
     assert_eq!(s.halt(), Some(&newer), "{kept:?}");
@@ -271,17 +278,7 @@ fn a_resume_lifts_only_the_halt_the_runner_held_never_a_newer_one() {
     assert_eq!(writes(&resumed), [(0, true)]);
 
     // A store that holds no halt any more (a person cleared it): resumed as well.
-    let mut s = Scheduler::new(
-        RunnerConfig::default(),
-        policy(),
-        1,
-        2,
-        at(0),
-        Some(held.clone()),
-    );
-    settle(&mut s, at(0), None);
-    s.handle(at(5), Input::Resume);
-    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(held))]);
+    let mut s = resumed_from(&held);
     s.handle(at(5), Input::Answer(Ok(Answer::Halt(None))));
     let resumed = settle(&mut s, at(5), None);
     assert_eq!(resumed.first(), Some(&Action::Emit(Event::Resumed)));
@@ -292,11 +289,7 @@ fn a_resume_lifts_only_the_halt_the_runner_held_never_a_newer_one() {
 fn resumes_while_a_clearing_waits_on_the_store_are_that_clearings_and_the_runner_stays_halted() {
     let held = persisted();
     let newer = newer();
-    let config = RunnerConfig::default().with_safety_poll(None);
-    let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(held.clone()));
-    settle(&mut s, at(0), None);
-    s.handle(at(5), Input::Resume);
-    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(held.clone()))]);
+    let mut s = resumed_from(&held);
     assert!(s.is_halted(), "halted until the store has cleared it");
     // The store does not answer; the person clicks again, and again, during the backoff.
     s.handle(
@@ -408,11 +401,7 @@ fn a_runner_halted_and_resumed_again_while_its_first_clearing_waits_answers_with
 
 #[test]
 fn a_resume_the_store_never_recorded_is_said_when_the_runner_stops() {
-    let config = RunnerConfig::default().with_safety_poll(None);
-    let mut s = Scheduler::new(config, policy(), 1, 2, at(0), Some(persisted()));
-    settle(&mut s, at(0), None);
-    s.handle(at(5), Input::Resume);
-    assert_eq!(drain(&mut s), [Action::Io(Io::ClearHaltIf(persisted()))]);
+    let mut s = resumed_from(&persisted());
     s.handle(
         at(5),
         Input::Answer(Err(StoreFailure {
