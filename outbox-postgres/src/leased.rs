@@ -192,6 +192,25 @@ impl LeasedSql {
     }
 }
 
+/// What opens a round's transaction on a server of version `server_version_num`: from
+/// PostgreSQL 12 on, with the round's statements planned for any batch (generic plans).
+///
+/// Every statement of a round reaches its rows through the primary key, by the ids of its
+/// batch. Planned for the batch at hand (a custom plan, which PostgreSQL chooses for a
+/// statement's first executions on a connection), a batch of a few hundred ids out of a table
+/// of tens of thousands looked cheaper to the planner as a read of the whole table, hashed:
+/// such a round read every row, and its time grew with the backlog. The generic plan finds each
+/// id through the primary key whatever the batch's size, and is made once per connection
+/// rather than once per round. PostgreSQL 11 has no `plan_cache_mode`; its rounds plan as
+/// before.
+pub(crate) fn begin_round(server_version_num: i32) -> &'static str {
+    if server_version_num >= 120_000 {
+        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+    } else {
+        "BEGIN"
+    }
+}
+
 /// The round of `outcomes` (all [`eligible`]) and then `claim`, in one transaction sent as
 /// two pipelines.
 pub(crate) async fn round(
@@ -232,7 +251,7 @@ async fn run(
     // so it can be read before the locks).
     let lock_params: [Param<'_>; 2] = [&ids, &core.group_seed];
     let (_, locked) = futures::try_join!(
-        client.batch_execute("BEGIN"),
+        client.batch_execute(core.begin_round),
         ex.query(&lock_groups, &lock_params)
     )
     .map_err(pg)?;
@@ -324,6 +343,19 @@ mod tests {
             guard,
             change,
         }
+    }
+
+    #[test]
+    fn rounds_plan_generically_where_the_server_can() {
+        assert_eq!(
+            begin_round(150_020),
+            "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+        );
+        assert_eq!(
+            begin_round(120_000),
+            "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+        );
+        assert_eq!(begin_round(110_022), "BEGIN");
     }
 
     #[test]

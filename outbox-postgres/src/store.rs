@@ -13,7 +13,8 @@ use outbox_core::{
 use crate::clock::ServerClock;
 use crate::config::PgConfig;
 use crate::engine::Engine;
-use crate::error::pool as pool_error;
+use crate::error::{pg, pool as pool_error};
+use crate::leased;
 use crate::listen::{RunnerWakeups, Wakeups};
 use crate::ops::Core;
 use crate::pending::PendingEnqueue;
@@ -262,6 +263,11 @@ async fn open(config: PgConfig, host: Arc<dyn Clock>) -> Result<Core> {
         .map_err(|err| Error::InvalidConfig(format!("connection pool: {err}")))?;
     let mut client = pool.get().await.map_err(pool_error)?;
     schema::migrate(&mut client, &config.schema).await?;
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::integer", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(pg)?;
     drop(client);
     let core = Core {
         sql: Sql::new(&config.schema),
@@ -270,6 +276,7 @@ async fn open(config: PgConfig, host: Arc<dyn Clock>) -> Result<Core> {
         pool,
         config,
         clock: Arc::new(ServerClock::new(host)),
+        begin_round: leased::begin_round(version),
     };
     core.measure_clock().await?;
     Ok(core)
