@@ -13,8 +13,8 @@
 //! 1. `BEGIN` and the groups' advisory locks, which also name the groups of the records;
 //! 2. the guarded writes, the groups' head flags, the claim, the server's clock and `COMMIT`.
 //!
-//! A connection whose pipeline failed part way is taken out of the pool rather than handed
-//! back, so no later caller finds it inside this transaction.
+//! A connection whose pipeline failed part way is rolled back before it returns to the pool
+//! (or dropped, when even that fails), so no later caller finds it inside this transaction.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -222,8 +222,11 @@ pub(crate) async fn round(
     match run(&core, &client, &outcomes, claim).await {
         Ok(round) => Ok(round),
         Err(err) => {
-            // The connection may be inside the aborted transaction: never reuse it.
-            drop(deadpool_postgres::Object::take(client));
+            // The connection may be inside the failed transaction: it goes back to the pool
+            // only once that has ended here, and is dropped when it cannot even do that.
+            if client.batch_execute("ROLLBACK").await.is_err() {
+                drop(deadpool_postgres::Object::take(client));
+            }
             Err(err)
         }
     }

@@ -60,8 +60,9 @@ async fn a_group_lock_held_by_an_open_transaction_fails_the_call_after_lock_time
 }
 
 /// A runner's round on its own leases (sent as two pipelines) that fails on a group lock
-/// leaves no session of the store inside a transaction: the connection is dropped, not handed
-/// back to the pool. The report then goes through once the lock is free.
+/// leaves no session of the store inside a transaction by the time it returns: the
+/// connection is rolled back before it goes back to the pool. The report then goes through
+/// once the lock is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_round_leaves_no_connection_inside_its_transaction() {
     if !server_ready() {
