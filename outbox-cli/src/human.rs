@@ -178,7 +178,7 @@ pub fn stats(view: &StatsView) -> String {
         (
             "scheduled",
             c.scheduled,
-            "pending, held until their not-before time".to_owned(),
+            "pending, enqueued for a later time, not attempted yet".to_owned(),
         )
     });
     for (name, count, note) in rows.into_iter().chain(merged).chain(scheduled) {

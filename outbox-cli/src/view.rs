@@ -61,8 +61,8 @@ pub struct Counts {
     /// was created; left out while 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub superseded: u64,
-    /// Pending records held until a not-before time and not claimed since (a part of
-    /// `pending`, see [`Record::is_scheduled`]); left out while 0.
+    /// Pending records enqueued for a later time and not attempted since, whether or not that
+    /// time has come (a part of `pending`, see [`Record::is_scheduled`]); left out while 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub scheduled: u64,
 }

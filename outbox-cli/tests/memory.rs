@@ -522,7 +522,9 @@ async fn stats_list_and_show_tell_of_records_held_for_later() {
     let stats = ok(&store, &["stats", "mem"]).await;
     assert!(stats.contains("pending                  2"), "{stats}");
     assert!(
-        stats.contains("scheduled                1   pending, held until their not-before time"),
+        stats.contains(
+            "scheduled                1   pending, enqueued for a later time, not attempted yet"
+        ),
         "{stats}"
     );
     let stats_json = ok(&store, &["stats", "mem", "--json"]).await;
@@ -559,6 +561,25 @@ async fn stats_list_and_show_tell_of_records_held_for_later() {
     let list = String::from_utf8(out).unwrap();
     assert!(list.contains("1   -      pending"), "{list}");
     assert!(!list.contains("scheduled"), "{list}");
+    // The count says what it counts: enqueued for a later time and not attempted yet, whether
+    // or not that time has come.
+    let cli = Cli::try_parse_from(["outbox", "stats", "mem"]).expect("arguments parse");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut io = Io {
+        out: &mut out,
+        err: &mut err,
+        input: &mut input,
+    };
+    execute(&store, &cli.command, NOW + hour, &mut io)
+        .await
+        .expect("stats");
+    let stats = String::from_utf8(out).unwrap();
+    assert!(
+        stats.contains(
+            "scheduled                1   pending, enqueued for a later time, not attempted yet"
+        ),
+        "{stats}"
+    );
 }
 
 /// Answers `y` to the question, after moving the store's halt to `then`: what a runner or

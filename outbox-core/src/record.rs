@@ -158,11 +158,12 @@ impl Record {
         }
     }
 
-    /// Whether the record is pending and held by its not-before time: enqueued with
-    /// [`NewRecord::not_before`] later than its enqueue, and not claimed since. Stats count
-    /// these as [`Stats::scheduled`](crate::Stats::scheduled), listings mark them. A store
-    /// that counts with a query applies the same rule: state pending and the deadline equal
-    /// to the not-before time.
+    /// Whether the record is pending with the deadline it was enqueued with for a later time:
+    /// [`NewRecord::not_before`] no earlier than its enqueue, and not attempted since (a claim
+    /// given back unattempted leaves its deadline as it was). Whether that time has come is
+    /// not part of it: see [`Record::next_attempt_at`]. Stats count these as
+    /// [`Stats::scheduled`](crate::Stats::scheduled). A store that counts with a query applies
+    /// the same rule: state pending and the deadline equal to the not-before time.
     ///
     /// ```
     /// use outbox_core::{NewRecord, Record, RecordId};

@@ -122,8 +122,9 @@ pub struct Stats {
     pub superseded: u64,
     /// Records waiting behind a needs-attention record of their group.
     pub held: u64,
-    /// Pending records held by a not-before time ([`NewRecord::not_before`]) and not claimed
-    /// since: a part of `pending` (see [`Record::is_scheduled`]).
+    /// Pending records enqueued for a later time ([`NewRecord::not_before`]) and not attempted
+    /// since, whether or not that time has come (a claim given back unattempted, at a shutdown
+    /// or a halt, counts again): a part of `pending` (see [`Record::is_scheduled`]).
     pub scheduled: u64,
     /// Payload bytes of every record the store holds (rejected ones included; a row set
     /// aside as unreadable is not counted): with the record counts, what a size cap counts

@@ -263,7 +263,8 @@ pub struct OutboxStats {
     pub superseded: u64,
     /// Records held behind a needs-attention record of their group.
     pub held: u64,
-    /// Pending records waiting for their not-before time.
+    /// Pending records enqueued for a later time and not attempted since (whether or not
+    /// that time has come).
     pub scheduled: u64,
     /// Payload bytes of every record held (what a size cap counts).
     pub payload_bytes: u64,
