@@ -6,7 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use outbox_core::{Event, ListQuery, RecordId, Sink};
+use outbox_core::{Event, Halt, ListQuery, RecordId, Sink};
 use outbox_sqlite::SqliteStore;
 use tokio::runtime::Runtime;
 use tokio::sync::{broadcast, watch};
@@ -388,6 +388,15 @@ impl Outbox {
     /// lifted: `StillHalted` says so, and a second `resume` lifts it.
     pub fn resume(&self) {
         self.inner.resume();
+    }
+
+    /// Lifts the halt a person was shown (`halt_reason` and `halted_since` of `stats`) only
+    /// while the file still holds that very halt; returns whether it did. False, and nothing
+    /// changed, when the file holds another halt (a newer refusal) or none. For an app that
+    /// shows the halt and asks before resuming; `resume` lifts whatever this runner holds.
+    pub async fn resume_if(&self, reason: String, since: u64) -> Result<bool, OutboxError> {
+        let inner = Arc::clone(&self.inner);
+        on_runtime(async move { Ok(inner.resume_if(&Halt { reason, since }).await?) }).await
     }
 
     /// True while a halt holds the runner.

@@ -167,7 +167,12 @@ class OutboxTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(len(self.server.hits), hits)
 
         credential["good"] = True
-        outbox.resume()
+        # A resume against a halt the person was not shown changes nothing.
+        self.assertFalse(await outbox.resume_if("HTTP 500", stats.halted_since))
+        self.assertFalse(await outbox.resume_if(stats.halt_reason, stats.halted_since + 1))
+        self.assertTrue(outbox.is_halted())
+        self.assertEqual((await outbox.stats()).halt_reason, stats.halt_reason)
+        self.assertTrue(await outbox.resume_if(stats.halt_reason, stats.halted_since))
         seen = []
 
         async def drained():
