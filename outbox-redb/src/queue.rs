@@ -24,7 +24,7 @@ mod unreadable;
 mod usage;
 
 use crate::schema::{
-    COALESCING, DUE, GROUPS, LEASES, META, META_DELIVERED, META_LAST_ID, META_PAYLOAD_BYTES,
+    ASIDE, COALESCING, DUE, GROUPS, LEASES, META, META_DELIVERED, META_LAST_ID, META_PAYLOAD_BYTES,
     META_SUPERSEDED, QUEUED, RECORDS, RUNNER, RUNNER_HALT, TOMBSTONES,
 };
 pub(crate) use read::ReadTables;
@@ -85,6 +85,9 @@ pub(crate) struct Tables<'t> {
     groups: Table<'t, (&'static str, u64), ()>,
     coalescing: Table<'t, (&'static str, u64), ()>,
     leases: Table<'t, (u64, u64), ()>,
+    /// Records a claim set aside as unreadable, which a size cap no longer counts (see
+    /// [`unreadable`]).
+    aside: Table<'t, u64, ()>,
     tombstones: Table<'t, u64, &'static [u8]>,
     meta: Table<'t, &'static str, u64>,
     runner: Table<'t, &'static str, &'static [u8]>,
@@ -105,6 +108,7 @@ impl<'t> Tables<'t> {
             groups: txn.open_table(GROUPS).engine()?,
             coalescing: txn.open_table(COALESCING).engine()?,
             leases: txn.open_table(LEASES).engine()?,
+            aside: txn.open_table(ASIDE).engine()?,
             tombstones: txn.open_table(TOMBSTONES).engine()?,
             meta: txn.open_table(META).engine()?,
             runner: txn.open_table(RUNNER).engine()?,
@@ -284,10 +288,11 @@ impl<'t> Tables<'t> {
             }
         }
         let mut claimed = Vec::with_capacity(ids.len());
+        let mut unreadable = Vec::new();
         for (at, id) in ids {
             let Some(mut record) = load_readable(&self.records, id.0)? else {
                 if self.is_unreadable(id)? {
-                    self.set_aside(at, id)?;
+                    unreadable.push((at, id));
                 }
                 continue;
             };
@@ -298,6 +303,7 @@ impl<'t> Tables<'t> {
             self.index(&record)?;
             claimed.push(record);
         }
+        self.set_aside(&unreadable)?;
         Ok(claimed)
     }
 

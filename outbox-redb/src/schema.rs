@@ -8,6 +8,7 @@
 //! | `groups` | (group, id) → () | members of each group that hold its order (every state but rejected) |
 //! | `coalescing` | (coalescing key, id) → () | every record with a coalescing key (`replaces`): the latest record of a key is the last entry of its range |
 //! | `leases` | (lease until, id) → () | in-flight records: lease recovery |
+//! | `aside` | id → () | records a claim set aside as unreadable: left out of what a size cap counts |
 //! | `tombstones` | id → encoded tombstone | discarded records until pruned |
 //! | `meta` | name → u64 | `schema_version`, `last_id`, `delivered`, `superseded`, `payload_bytes` |
 //! | `runner` | name → encoded value | `halt`: the runner's persisted halt, absent when running |
@@ -33,9 +34,18 @@
 //! Every write that adds, replaces or removes a record's payload moves it in the same
 //! transaction. A version-6 file written before the counter existed gets it at its next
 //! writable open, from the records (setting it is idempotent: a file that has it keeps it).
-//! A record whose bytes stop decoding keeps its bytes counted until it is discarded
-//! ([`outbox_core::Store::discard_unreadable`]), which sets the counter again from the
-//! records that decode.
+//! A record whose bytes stop decoding keeps its bytes counted until a claim sets it aside or
+//! it is discarded ([`outbox_core::Store::discard_unreadable`]); either sets the counter
+//! again from the records that decode (its length cannot be read back to subtract).
+//!
+//! `aside` holds the id of every record a claim set aside as unreadable (it left the `due`
+//! index and its group's order) until it is discarded: a size cap counts the length of
+//! `records` less the length of `aside`, so a set-aside record leaves the cap's record count
+//! as it leaves `stats`. The table came without a version bump: opening a table in a write
+//! transaction creates it, so a version-6 file written before it existed gets it, empty, at
+//! its next writable open (and a build that predates it ignores it). A record such an earlier
+//! build set aside is not in it and keeps its place in the cap until it is discarded; its
+//! bytes leave the counter at the next set-aside or discard.
 
 use outbox_core::{Error, Result};
 use redb::{ReadableDatabase, TableDefinition, TableError, WriteTransaction};
@@ -52,6 +62,7 @@ pub(crate) const QUEUED: TableDefinition<(u64, u64), ()> = TableDefinition::new(
 pub(crate) const GROUPS: TableDefinition<(&str, u64), ()> = TableDefinition::new("groups");
 pub(crate) const COALESCING: TableDefinition<(&str, u64), ()> = TableDefinition::new("coalescing");
 pub(crate) const LEASES: TableDefinition<(u64, u64), ()> = TableDefinition::new("leases");
+pub(crate) const ASIDE: TableDefinition<u64, ()> = TableDefinition::new("aside");
 pub(crate) const TOMBSTONES: TableDefinition<u64, &[u8]> = TableDefinition::new("tombstones");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const RUNNER: TableDefinition<&str, &[u8]> = TableDefinition::new("runner");
@@ -121,14 +132,15 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 /// crash mid-way leaves the earlier version intact and the next open starts over. Converging
 /// means: rewrite every record in the current layout and rebuild every index from the records,
 /// which is right whatever indexes the earlier version had. Tables an earlier version lacked
-/// (`leases`, `queued`, `coalescing`, `runner`) are created empty by opening them; a halt is
-/// never invented. Records of an earlier layout have no expected version, no coalescing
-/// key, no not-before time and an empty history, a missing counter (`delivered`,
+/// (`leases`, `queued`, `coalescing`, `runner`, `aside`) are created empty by opening them; a
+/// halt is never invented. Records of an earlier layout have no expected version, no
+/// coalescing key, no not-before time and an empty history, a missing counter (`delivered`,
 /// `superseded`) starts at 0, and `payload_bytes` is set from the records. The records are
 /// rewritten even when only the layout changed (5 to 6): a converged file then holds only
 /// current-layout records, one invariant for every reader, at the cost of one rewrite of each
 /// queued record per upgrade. A current file without `payload_bytes` (written at version 6
-/// before the counter existed) gets it from the records, and one that has it is left alone.
+/// before the counter existed) gets it from the records, and one that has it is left alone;
+/// one without `aside` gets it empty (see the module documentation).
 pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     if from >= SCHEMA_VERSION {
         let mut tables = Tables::open(txn)?;

@@ -5,16 +5,15 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 
-use common::{failed, fresh_with, lease};
+use common::{failed, fresh_with, lease, plant_unreadable};
 use outbox_core::{
     Cap, CapLimit, Change, Claim, Error, Guard, ListQuery, NewRecord, Progress, Record, RecordId,
-    State, Stats, Store, Transition,
+    State, Stats, Store, Transition, Usage,
 };
 use outbox_redb::{RedbConfig, RedbStore};
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, TableDefinition};
 
 const NOTES: TableDefinition<u64, &str> = TableDefinition::new("notes");
 
@@ -329,22 +328,37 @@ async fn payload_bytes_follow_every_write_and_survive_a_reopen() {
     check(&reader, 3, "read-only").await;
 }
 
-/// Cuts the stored bytes of record `id` short, with no handle open.
-fn plant_unreadable(path: &Path, id: RecordId) {
-    const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
-    let db = redb::Database::open(path).unwrap();
-    let txn = db.begin_write().unwrap();
-    {
-        let mut records = txn.open_table(RECORDS).unwrap();
-        let bytes = records.get(id.0).unwrap().unwrap().value().to_vec();
-        records.insert(id.0, &bytes[..bytes.len() / 2]).unwrap();
-    }
-    txn.commit().unwrap();
+/// Claims everything due at `now` (up to 10) under `token`.
+async fn claim_all(store: &RedbStore, now: u64, token: u64) -> Vec<Record> {
+    store
+        .claim(Claim {
+            now,
+            limit: 10,
+            lease: lease(token, now + 60_000),
+        })
+        .await
+        .unwrap()
 }
 
+/// Delivers the records claimed under `token`.
+async fn deliver_claimed(store: &RedbStore, claimed: &[Record], token: u64) {
+    let delivered = claimed
+        .iter()
+        .map(|r| Transition {
+            id: r.id,
+            guard: Guard::Lease(token),
+            change: Change::Delivered,
+        })
+        .collect();
+    store.apply(delivered).await.unwrap();
+}
+
+/// A record a claim set aside as unreadable leaves what the cap counts, as it leaves `stats`
+/// (`Stats::usage`): the cap counts exactly what `stats` shows, records and bytes, and
+/// discarding the row afterwards changes neither.
 #[tokio::test]
-async fn an_unreadable_record_holds_its_place_until_discarded() {
-    let cap = Cap::none().with_max_records(3);
+async fn a_record_set_aside_as_unreadable_leaves_the_cap() {
+    let cap = Cap::none().with_max_records(3).with_max_bytes(15);
     let (_dir, path, store) = fresh_with(capped(cap)).await;
     let ids = store
         .enqueue(vec![rec(0), rec(1), rec(2)], 1_000)
@@ -355,18 +369,96 @@ async fn an_unreadable_record_holds_its_place_until_discarded() {
     plant_unreadable(&path, ids[1]);
 
     let store = RedbStore::open(&path, capped(cap)).await.unwrap();
+    let claimed = claim_all(&store, 2_000, 1).await;
+    assert_eq!(
+        claimed.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [ids[0], ids[2]],
+        "the claim takes the two that read and sets the third aside"
+    );
+    deliver_claimed(&store, &claimed, 1).await;
     let stats = store.stats().await.unwrap();
     assert_eq!(
-        (stats.pending, stats.payload_bytes),
-        (2, 10),
-        "stats count the records that read"
+        stats.usage(),
+        Usage {
+            records: 0,
+            bytes: 0
+        },
+        "stats count nothing held"
     );
-    let err = store.enqueue(vec![rec(3)], 1_100).await.unwrap_err();
-    assert!(same(&err, &full(CapLimit::Records, 3, 3, 1)), "{err}");
 
-    assert!(store.discard_unreadable(ids[1], 1_200).await.unwrap());
-    assert_eq!(store.stats().await.unwrap().payload_bytes, 10);
-    store.enqueue(vec![rec(3)], 1_300).await.unwrap();
+    // The cap counts what stats show: three records of five bytes fit again.
+    store
+        .enqueue(vec![rec(3), rec(4), rec(5)], 3_000)
+        .await
+        .unwrap();
     let stats = store.stats().await.unwrap();
-    assert_eq!((stats.pending, stats.payload_bytes), (3, 15));
+    assert_eq!(
+        stats.usage(),
+        Usage {
+            records: 3,
+            bytes: 15
+        }
+    );
+    let err = store.enqueue(vec![rec(6)], 3_100).await.unwrap_err();
+    assert!(same(&err, &full(CapLimit::Records, 3, 3, 1)), "{err}");
+    let Error::QueueFull { used, .. } = err else {
+        unreachable!("checked above")
+    };
+    assert_eq!(used, stats.usage().records, "the refusal's usage is stats'");
+
+    // Discarding the set-aside row changes neither count.
+    assert!(store.discard_unreadable(ids[1], 3_200).await.unwrap());
+    assert_eq!(store.stats().await.unwrap().usage(), stats.usage());
+    let err = store.enqueue(vec![rec(6)], 3_300).await.unwrap_err();
+    assert!(same(&err, &full(CapLimit::Records, 3, 3, 1)), "{err}");
+    let err = store
+        .enqueue(vec![NewRecord::new(vec![])], 3_300)
+        .await
+        .unwrap_err();
+    assert!(same(&err, &full(CapLimit::Records, 3, 3, 1)), "{err}");
+}
+
+/// A version-6 file written before the `aside` table existed opens as it always did, read-only
+/// and writable, and gets the table at its writable open: a claim then sets a row aside and
+/// the cap stops counting it.
+#[tokio::test]
+async fn a_file_without_the_aside_table_opens_and_sets_rows_aside() {
+    const ASIDE: TableDefinition<u64, ()> = TableDefinition::new("aside");
+    let cap = Cap::none().with_max_records(2);
+    let (_dir, path, store) = fresh_with(capped(cap)).await;
+    let ids = store
+        .enqueue(vec![rec(0), rec(1)], 1_000)
+        .await
+        .unwrap()
+        .ids;
+    store.close().await;
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        assert!(txn.delete_table(ASIDE).unwrap(), "a new file has the table");
+        txn.commit().unwrap();
+    }
+    plant_unreadable(&path, ids[0]);
+
+    let reader = RedbStore::open_read_only(&path, RedbConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(reader.stats().await.unwrap().pending, 1);
+    drop(reader);
+    let store = RedbStore::open(&path, capped(cap)).await.unwrap();
+    let claimed = claim_all(&store, 2_000, 1).await;
+    assert_eq!(claimed.iter().map(|r| r.id).collect::<Vec<_>>(), [ids[1]]);
+    deliver_claimed(&store, &claimed, 1).await;
+    store.enqueue(vec![rec(2), rec(3)], 3_000).await.unwrap();
+    let err = store.enqueue(vec![rec(4)], 3_100).await.unwrap_err();
+    assert!(same(&err, &full(CapLimit::Records, 2, 2, 1)), "{err}");
+    store.close().await;
+
+    let db = redb::Database::open(&path).unwrap();
+    let read = db.begin_read().unwrap();
+    let aside = read.open_table(ASIDE).unwrap();
+    assert!(
+        aside.get(ids[0].0).unwrap().is_some(),
+        "the row is set aside"
+    );
 }

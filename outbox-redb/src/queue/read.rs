@@ -169,9 +169,11 @@ impl ReadTables {
             }
         }
         // The bytes come from the counter, as the cap reads them. While a record does not
-        // decode, the counter still holds the payload it was written with, which the records
-        // counted here leave out: the bytes of the records read are reported instead. A file
-        // opened read-only before a writable open gave it the counter is counted the same way.
+        // decode and no claim has set it aside, the counter may still hold the payload it was
+        // written with, which the records counted here leave out: the bytes of the records
+        // read are reported instead (once it is set aside, the counter holds just those). A
+        // file opened read-only before a writable open gave it the counter is counted the
+        // same way.
         let counter = self
             .meta
             .get(META_PAYLOAD_BYTES)
@@ -203,12 +205,15 @@ impl ReadTables {
     }
 
     /// The most common errors of the failed records (see `Store::common_errors`): one pass
-    /// over the records in one read transaction, as `stats` makes, tallied as it goes.
+    /// over the records in one read transaction, as `stats` makes, tallied as it goes. A
+    /// record that does not decode is passed by, as `stats` passes it (see [`unreadable`]).
     pub(crate) fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
         let mut counts: HashMap<String, u64> = HashMap::new();
         for entry in self.records.iter().engine()? {
             let (id, bytes) = entry.engine()?;
-            let record = codec::decode_record(id.value(), bytes.value())?;
+            let Ok(record) = codec::decode_record(id.value(), bytes.value()) else {
+                continue;
+            };
             if let (true, Some(error)) = (
                 ErrorCount::STATES.contains(&record.state),
                 record.last_error,

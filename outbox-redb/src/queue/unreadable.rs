@@ -5,10 +5,21 @@
 //! A claim that meets such a record in the `due` index *sets it aside*: its due entry goes and
 //! it leaves its group's order (the `groups` index names its group, which its bytes no longer
 //! tell), so `next_due` stops reporting it and the group's next record becomes the head.
+//! It also leaves what a size cap counts, as it has left `stats`: its id goes into the `aside`
+//! table, whose length the cap takes off the length of `records`, and the `payload_bytes`
+//! counter is set again from the records that decode (its payload was counted when it was
+//! written and cannot be read back to subtract). That recount reads every record, once per
+//! claim that sets anything aside: a rare repair, not a hot path.
+//!
 //! [`ReadTables::unreadable`] finds every such record by reading each one;
-//! [`Tables::discard_unreadable`] removes one with every index entry that names it, keeping a
-//! tombstone with its group, and sets the `payload_bytes` counter again from the records that
-//! decode (the discarded record's payload was counted when it was written).
+//! [`Tables::discard_unreadable`] removes one with every index entry that names it (its
+//! `aside` entry too, so the cap's count is unchanged by discarding a record set aside),
+//! keeping a tombstone with its group, and sets the `payload_bytes` counter again from the
+//! records that decode.
+//!
+//! A record that stops decoding while no claim meets it (one behind its group's head, in
+//! flight, parked or rejected) is not set aside and keeps its place in the cap until it is
+//! discarded, though `stats` passes it by: the cap reads counters, never the records.
 
 use outbox_core::{Error, Millis, RecordId, Result, Tombstone, Unreadable};
 use redb::ReadableTable;
@@ -41,13 +52,21 @@ impl Tables<'_> {
         })
     }
 
-    /// Takes the undecodable record `id`, due at `at`, out of the due index and of its
-    /// group's order (see the module documentation).
-    pub(super) fn set_aside(&mut self, at: Millis, id: RecordId) -> Result<()> {
+    /// Sets aside the undecodable records `rows`, each `(due at, id)`: out of the due index
+    /// and of its group's order, into `aside`, and out of the `payload_bytes` counter, which
+    /// is set again from the records that decode (see the module documentation). Nothing is
+    /// read or written when `rows` is empty.
+    pub(super) fn set_aside(&mut self, rows: &[(Millis, RecordId)]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
         self.changed = true;
-        self.due.remove((at, id.0)).engine()?;
-        self.leave_groups_of(id)?;
-        Ok(())
+        for &(at, id) in rows {
+            self.due.remove((at, id.0)).engine()?;
+            self.leave_groups_of(id)?;
+            self.aside.insert(id.0, ()).engine()?;
+        }
+        self.count_payload_bytes()
     }
 
     /// Takes `id` out of every group it is filed under and promotes each group's next head;
@@ -102,6 +121,7 @@ impl Tables<'_> {
             self.coalescing.remove((name.as_str(), id.0)).engine()?;
         }
         let group = self.leave_groups_of(id)?;
+        self.aside.remove(id.0).engine()?;
         self.records.remove(id.0).engine()?;
         let tombstone = Tombstone {
             id,

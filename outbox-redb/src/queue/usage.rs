@@ -1,7 +1,9 @@
 //! What the store holds, as a size cap ([`Cap`]) counts it, read without a scan: the length of
-//! the `records` table (redb keeps it in the table's header) and the `payload_bytes` counter
-//! in `meta`, which every write that adds, replaces or removes a payload moves in its own
-//! transaction.
+//! the `records` table less the length of the `aside` table (redb keeps both in the tables'
+//! headers), and the `payload_bytes` counter in `meta`, which every write that adds, replaces
+//! or removes a payload moves in its own transaction. A record a claim set aside as unreadable
+//! is in both tables and its bytes have left the counter, so the cap no longer counts it, as
+//! `stats` does not (see [`unreadable`](super::unreadable)).
 //!
 //! An enqueue under a cap writes its batch, measures what it added and asks [`Cap::admit`];
 //! when refused, [`Undo`] takes every write of the batch back in reverse order, so the
@@ -63,17 +65,25 @@ impl Tables<'_> {
         )
     }
 
-    /// What the store holds now: the length of `records` and the `payload_bytes` counter.
+    /// The records a cap counts: every record in `records` but those set aside in `aside`.
+    fn held(&self) -> Result<u64> {
+        let aside = self.aside.len().engine()?;
+        Ok(self.records.len().engine()?.saturating_sub(aside))
+    }
+
+    /// What the store holds now, as a cap counts it: [`Tables::held`] and the
+    /// `payload_bytes` counter.
     fn usage(&self) -> Result<Usage> {
         Ok(Usage {
-            records: self.records.len().engine()?,
+            records: self.held()?,
             bytes: self.meta(META_PAYLOAD_BYTES)?.unwrap_or(0),
         })
     }
 
     /// Sets the `payload_bytes` counter from the records that decode (a record that does not
     /// has no payload to count): for a file that lacks the counter, and after an unreadable
-    /// record is discarded, whose bytes were counted when it was written. Reads every record.
+    /// record is set aside or discarded, whose bytes were counted when it was written. Reads
+    /// every record.
     pub(crate) fn count_payload_bytes(&mut self) -> Result<()> {
         let mut total = 0u64;
         for entry in self.records.iter().engine()? {
@@ -109,15 +119,12 @@ impl Undo {
     }
 
     /// Asks `cap` whether the batch written since [`Undo::start`] may stay: its net addition
-    /// is the usage after it less the usage before (0 when it shrank). A refusal takes the
-    /// batch back and returns the cap's [`Error::QueueFull`].
+    /// is the usage after it less the usage before (0 when it shrank), both counted alike
+    /// (records set aside left out). A refusal takes the batch back and returns the cap's
+    /// [`Error::QueueFull`].
     pub(super) fn admit(self, tables: &mut Tables<'_>, cap: Cap) -> Result<()> {
         let before = self.before;
-        let records = tables
-            .records
-            .len()
-            .engine()?
-            .saturating_sub(before.records);
+        let records = tables.held()?.saturating_sub(before.records);
         let bytes = before
             .bytes
             .saturating_add(tables.bytes.added)

@@ -3,9 +3,9 @@
 
 pub mod disk;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use outbox_core::{Lease, Millis, Progress, Record, State};
+use outbox_core::{Lease, Millis, Progress, Record, RecordId, State};
 use outbox_redb::{RedbConfig, RedbStore};
 use tempfile::TempDir;
 
@@ -36,4 +36,19 @@ pub fn failed(record: &Record, now: Millis, next: Millis) -> Progress {
         last_error: Some("503".into()),
         ..record.progress()
     }
+}
+
+/// Cuts the stored bytes of record `id` short, as a torn write would, with no handle of the
+/// store open: the store then reads it as unreadable ("truncated value").
+pub fn plant_unreadable(path: &Path, id: RecordId) {
+    use redb::ReadableTable;
+    const RECORDS: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("records");
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut records = txn.open_table(RECORDS).unwrap();
+        let bytes = records.get(id.0).unwrap().unwrap().value().to_vec();
+        records.insert(id.0, &bytes[..bytes.len() / 2]).unwrap();
+    }
+    txn.commit().unwrap();
 }

@@ -1,12 +1,15 @@
 //! The size cap: a store opened with a [`Cap`] refuses the enqueue that would pass it with
 //! [`Error::QueueFull`], writes nothing of that batch and touches nothing queued; writes that
-//! add nothing go in; deliveries and prunes free room; `stats` shows the usage.
+//! add nothing go in; deliveries and prunes free room; `stats` shows the usage, and a row set
+//! aside as unreadable leaves both.
 
 use outbox_core::{Cap, CapLimit, Error, NewRecord, Outcome, Stats, Store, Usage};
 
 use super::{all_records, claim, enqueue, fresh, ids, rec, report, T0};
 use crate::backend::Backend;
-use crate::harness::{ensure, ensure_eq, Failure, ScenarioResult, Verdict};
+use crate::harness::{
+    ensure, ensure_eq, skip_unless, Capability, Failure, ScenarioResult, Verdict,
+};
 
 /// What a refused enqueue must have returned.
 fn full(result: outbox_core::Result<outbox_core::Enqueued>) -> Result<Error, Failure> {
@@ -189,6 +192,103 @@ pub async fn queue_full_refuses_and_touches_nothing(backend: &dyn Backend) -> Sc
         store.stats().await?.payload_bytes,
         100,
         "a delivery freed its ten bytes",
+    )?;
+    Ok(Verdict::Passed)
+}
+
+/// The usage a [`Error::QueueFull`] reports for the limit it names.
+fn used_of(refused: &Error) -> Result<(CapLimit, u64), Failure> {
+    match refused {
+        Error::QueueFull { limit, used, .. } => Ok((*limit, *used)),
+        other => Err(Failure::new(format!("expected QueueFull, got {other}"))),
+    }
+}
+
+/// What `usage` holds under `limit`.
+fn usage_under(usage: Usage, limit: CapLimit) -> u64 {
+    match limit {
+        CapLimit::Records => usage.records,
+        CapLimit::Bytes => usage.bytes,
+    }
+}
+
+/// A row set aside as unreadable leaves the cap as it leaves `stats` (the cap counts exactly
+/// [`Stats::usage`]): three records, one planted unreadable, the store reopened capped at three
+/// records and the three payloads' bytes; a claim sets the bad row aside and takes the other
+/// two, which are delivered. `stats` then shows nothing held, three more records fit, a fourth
+/// is refused with `QueueFull` whose usage is what `stats` shows, and discarding the bad row
+/// changes neither.
+///
+/// It needs a backend that plants unreadable rows and opens capped stores; the scenario list
+/// names the first, and the scenario skips itself on a backend without the second.
+pub async fn unreadable_row_leaves_the_cap(backend: &dyn Backend) -> ScenarioResult {
+    let name = "unreadable_row_leaves_the_cap";
+    for needs in [Capability::UnreadableRows, Capability::SizeCap] {
+        if let Some(skip) = skip_unless(backend, name, needs) {
+            return Ok(skip);
+        }
+    }
+    let (location, store) = fresh(backend).await?;
+    let first: Vec<NewRecord> = ["u1", "u2", "u3"].into_iter().map(rec).collect();
+    let bytes: u64 = first.iter().map(|r| r.payload.len() as u64).sum();
+    let r = enqueue(&*store, T0, first).await?;
+    let bad = r[1];
+    drop(store);
+    backend.plant_unreadable(&location, bad).await?;
+    let cap = Cap::none().with_max_records(3).with_max_bytes(bytes);
+    let store = backend.open_capped(&location, cap).await?;
+    let store = &*store;
+
+    let claimed = claim(store, T0 + 10, 10, 1).await?;
+    ensure_eq(
+        ids(&claimed),
+        vec![r[0], r[2]],
+        "the claim sets the unreadable row aside and takes the two others",
+    )?;
+    for record in &claimed {
+        report(store, record, Outcome::Delivered, T0 + 11).await?;
+    }
+    ensure_eq(
+        store.stats().await?.usage(),
+        Usage {
+            records: 0,
+            bytes: 0,
+        },
+        "stats count nothing held: the set-aside row is not counted",
+    )?;
+
+    let more: Vec<NewRecord> = ["u4", "u5", "u6"].into_iter().map(rec).collect();
+    enqueue(store, T0 + 20, more).await.map_err(|failure| {
+        failure.context("three records fit a cap of three once the set-aside row left it")
+    })?;
+    let usage = store.stats().await?.usage();
+    ensure_eq(
+        usage,
+        Usage { records: 3, bytes },
+        "stats show the three new records",
+    )?;
+    let refused = full(store.enqueue(vec![rec("u7")], T0 + 21).await)?;
+    let (limit, used) = used_of(&refused)?;
+    ensure_eq(
+        used,
+        usage_under(usage, limit),
+        format!("the refusal's usage ({refused}) is what stats show ({usage:?})"),
+    )?;
+
+    ensure(store.discard_unreadable(bad, T0 + 30).await?, || {
+        "discard_unreadable removes the set-aside row".into()
+    })?;
+    ensure_eq(
+        store.stats().await?.usage(),
+        usage,
+        "discarding the set-aside row leaves the usage as it was",
+    )?;
+    let refused = full(store.enqueue(vec![rec("u7")], T0 + 31).await)?;
+    let (limit, used) = used_of(&refused)?;
+    ensure_eq(
+        used,
+        usage_under(usage, limit),
+        format!("after the discard the cap still counts what stats show ({refused})"),
     )?;
     Ok(Verdict::Passed)
 }

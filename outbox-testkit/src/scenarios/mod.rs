@@ -46,7 +46,7 @@ mod trace;
 mod unreadable;
 mod writes;
 
-pub use cap::queue_full_refuses_and_touches_nothing;
+pub use cap::{queue_full_refuses_and_touches_nothing, unreadable_row_leaves_the_cap};
 pub use clock::{
     runner_halt_survives_restart, runner_step_back_across_restart, runner_step_back_while_waiting,
 };
