@@ -329,7 +329,9 @@ where
 /// Runs one listed scenario as a test; the `conformance!` macro calls this once per test.
 ///
 /// With `skip` set the backend is not built: the test prints the reason and passes. Without
-/// the capability the scenario needs, the same. Otherwise it builds a current-thread runtime
+/// the capability the scenario needs, the same; so too when a scenario that needs a second
+/// capability skips itself for it, one the backend does not declare (a skip for a capability
+/// the backend declares panics: the scenario would pass without having run). Otherwise it builds a current-thread runtime
 /// with time and I/O enabled (a scenario that drives the runner pauses its clock, so it never
 /// waits on the wall clock), builds the backend inside it, and runs the scenario under its
 /// time limit ([`bounded`]); a failure panics with the scenario's and the backend's names.
@@ -364,15 +366,22 @@ pub fn run_listed<B, F, Fut>(
             return;
         }
     }
+    let declared = backend.capabilities();
     let result = bounded(&runtime, name, scenario.limit(), run(backend));
     // A scenario cut off by its limit may leave blocking work behind; do not wait for it.
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(Verdict::Passed) => {}
-        // The harness checked the listed capability; a scenario that still skips itself
-        // needs one the list does not name.
+        // A scenario that needs more than the one capability its list names skips itself
+        // for the other, which the backend does not declare either: an honest skip.
+        Ok(Verdict::Skipped { needs, .. }) if !needs.declared_by(declared) => eprintln!(
+            "skipped: {name} needs {needs} ({}), backend {backend_name}",
+            needs.reason()
+        ),
+        // The backend declares what the scenario says it lacks: a scenario that skips
+        // itself then would pass without having run.
         Ok(skipped @ Verdict::Skipped { .. }) => {
-            panic!("{name}: {skipped}, but the scenario list names no such need")
+            panic!("{name}: {skipped}, but {backend_name} declares it")
         }
         Err(failure) => panic!("{name} on backend {backend_name}: {failure}"),
     }
