@@ -407,9 +407,12 @@ pub struct Round {
 /// - **Unreadable rows**: a row the backend cannot decode (a text that is not UTF-8, an
 ///   unknown state, a truncated value) never fails a call that reads many rows. A claim sets
 ///   it aside (it leaves the due index, so [`Store::next_due`] no longer reports it, and no
-///   lease expires on it) and claims the others as if it were not there; stats, list and the
-///   lease recovery pass it by; [`Store::unreadable`] lists it with the reason and
-///   [`Store::discard_unreadable`] removes it.
+///   lease expires on it) and claims the others as if it were not there, but for the later
+///   records of its own group: a grouped row keeps its place, the head of its group in
+///   flight, and holds them back until it is discarded, so no write of a group overtakes an
+///   earlier one. Stats, list and the lease recovery pass it by; [`Store::unreadable`] lists
+///   it with the reason and [`Store::discard_unreadable`] removes it, which lets its group's
+///   next record go.
 /// - **Common errors**: [`Store::common_errors`] counts as [`ErrorCount::tally`] does, over
 ///   every failed record.
 /// - **Halt**: [`Store::set_halt`] persists the runner's halt (or clears it) so a restart stays

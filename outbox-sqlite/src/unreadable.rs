@@ -2,10 +2,12 @@
 //! unknown state code): read row by row so one never fails a call that reads many.
 //!
 //! A claim that meets such a row *sets it aside*: it stays in flight with neither lease
-//! token nor lease deadline, out of every member of its group's order (`member = 0`,
-//! `claimable = 0`). So the deadline index no longer holds it (`next_due` stops reporting
-//! it), the lease index never reports it expired, and its group's next record becomes the
-//! head. Stats pass such rows by. [`list`] finds every undecodable row by reading each one;
+//! token nor lease deadline (`claimable = 0`). So the deadline index no longer holds it
+//! (`next_due` stops reporting it) and the lease index never reports it expired. A grouped
+//! row keeps its place in its group's order (`member` as it was): the group's head, in
+//! flight, it holds back the later records of its group (and only those) until it is
+//! discarded, as a record in flight does, so no write of the group overtakes it. Stats pass
+//! such rows by. [`list`] finds every undecodable row by reading each one;
 //! [`discard`] removes one and keeps a tombstone with what could be read.
 
 use outbox_core::{Millis, Record, RecordId, Result, Unreadable};
@@ -104,9 +106,9 @@ pub(crate) fn rows(
     Ok((records, unreadable))
 }
 
-/// Sets claimed rows that cannot be decoded aside (see the module documentation) and makes
-/// the next record of each of their groups claimable. Their payload bytes leave the counter
-/// in `tally` as the rows leave the state counters (the caller takes them out of those).
+/// Sets claimed rows that cannot be decoded aside (see the module documentation); each
+/// stays its group's head. Their payload bytes leave the counter in `tally` as the rows leave
+/// the state counters (the caller takes them out of those).
 pub(crate) fn set_aside(conn: &Connection, rows: &[Unreadable], tally: &mut Tally) -> Result<()> {
     if rows.is_empty() {
         return Ok(());
@@ -122,13 +124,13 @@ pub(crate) fn set_aside(conn: &Connection, rows: &[Unreadable], tally: &mut Tall
         .map_err(db)?;
     tally.bytes(-bytes);
     conn.prepare_cached(
-        "UPDATE records SET lease_token = NULL, lease_until = NULL, member = 0, claimable = 0 \
+        "UPDATE records SET lease_token = NULL, lease_until = NULL, claimable = 0 \
          WHERE id IN (SELECT value FROM json_each(?1))",
     )
     .map_err(db)?
     .execute([&ids])
     .map_err(db)?;
-    promote(conn, &ids)
+    Ok(())
 }
 
 /// Makes the head of each group of the rows `ids` (a JSON array) claimable when due-kind.

@@ -2,9 +2,11 @@
 //! is not UTF-8): read as absent by every path that reads many records, so one never fails
 //! the others.
 //!
-//! A claim that meets such a record in the `due` index *sets it aside*: its due entry goes and
-//! it leaves its group's order (the `groups` index names its group, which its bytes no longer
-//! tell), so `next_due` stops reporting it and the group's next record becomes the head.
+//! A claim that meets such a record in the `due` index *sets it aside*: its due entry goes, so
+//! `next_due` stops reporting it. A grouped record keeps its place in its group's order (the
+//! `groups` index, which names its group where its bytes no longer tell it): the group's
+//! head, it holds back the later records of its group (and only those) until it is
+//! discarded, as a record in flight does, so no write of the group overtakes it.
 //! It also leaves what a size cap counts, as it has left `stats`: its id goes into the `aside`
 //! table, whose length the cap takes off the length of `records`, and the `payload_bytes`
 //! counter is set again from the records that decode (its payload was counted when it was
@@ -53,7 +55,7 @@ impl Tables<'_> {
     }
 
     /// Sets aside the undecodable records `rows`, each `(due at, id)`: out of the due index
-    /// and of its group's order, into `aside`, and out of the `payload_bytes` counter, which
+    /// (each stays its group's head), into `aside`, and out of the `payload_bytes` counter, which
     /// is set again from the records that decode (see the module documentation). Nothing is
     /// read or written when `rows` is empty.
     pub(super) fn set_aside(&mut self, rows: &[(Millis, RecordId)]) -> Result<()> {
@@ -63,7 +65,6 @@ impl Tables<'_> {
         self.changed = true;
         for &(at, id) in rows {
             self.due.remove((at, id.0)).engine()?;
-            self.leave_groups_of(id)?;
             self.aside.insert(id.0, ()).engine()?;
         }
         self.count_payload_bytes()

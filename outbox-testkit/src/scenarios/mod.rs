@@ -84,7 +84,7 @@ pub use schedule::{
 };
 pub use stats::stats_exact;
 pub use trace::trace_context_kept;
-pub use unreadable::unreadable_row_passed_by;
+pub use unreadable::{unreadable_head_holds_its_group, unreadable_row_passed_by};
 pub use writes::{
     coalescing_leaves_in_flight_alone, coalescing_replaces_in_place,
     coalescing_under_concurrent_enqueue, runner_coalescing_during_a_drain, runner_stale_parked,

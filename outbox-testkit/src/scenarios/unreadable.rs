@@ -98,3 +98,74 @@ pub async fn unreadable_row_passed_by(backend: &dyn Backend) -> ScenarioResult {
     })?;
     Ok(Verdict::Passed)
 }
+
+/// An unreadable row at the head of its group holds back that group only: records `g:a`,
+/// `g:b`, `h:c` and an ungrouped `d`, with `g:a` planted unreadable. A claim sets `g:a` aside
+/// and takes `h:c` and `d`; `g:b` waits behind it (no claim takes it, `next_due` does not
+/// report it, stats show it pending), since a group's writes go in order. Once `g:a` is
+/// discarded, `g:b` is due and claimed.
+pub async fn unreadable_head_holds_its_group(backend: &dyn Backend) -> ScenarioResult {
+    if let Some(skip) = skip_unless(
+        backend,
+        "unreadable_head_holds_its_group",
+        Capability::UnreadableRows,
+    ) {
+        return Ok(skip);
+    }
+    let (location, store) = fresh(backend).await?;
+    let r = enqueue(
+        &*store,
+        T0,
+        vec![
+            rec("a").in_group("g"),
+            rec("b").in_group("g"),
+            rec("c").in_group("h"),
+            rec("d"),
+        ],
+    )
+    .await?;
+    drop(store);
+    backend.plant_unreadable(&location, r[0]).await?;
+    let store = backend.open(&location).await?;
+    let store = &*store;
+
+    let claimed = claim(store, T0, 10, 1).await?;
+    let mut taken = ids(&claimed);
+    taken.sort();
+    ensure_eq(
+        taken,
+        vec![r[2], r[3]],
+        "the other group and the ungrouped record are claimed, not the record behind the bad head",
+    )?;
+    for record in &claimed {
+        report(store, record, Outcome::Delivered, T0 + 1).await?;
+    }
+    ensure_eq(
+        ids(&claim(store, T0 + 2, 10, 2).await?),
+        vec![],
+        "the group waits behind its unreadable head",
+    )?;
+    ensure_eq(
+        store.next_due().await?,
+        None,
+        "next_due does not report the held record",
+    )?;
+    let stats = store.stats().await?;
+    ensure_eq(
+        (stats.pending, stats.delivered),
+        (1, 2),
+        "the held record is pending",
+    )?;
+
+    ensure(store.discard_unreadable(r[0], T0 + 3).await?, || {
+        "discard_unreadable removes the head".into()
+    })?;
+    ensure_eq(
+        store.next_due().await?,
+        Some(T0),
+        "the group's next record is due once its head is gone",
+    )?;
+    let claimed = claim(store, T0 + 4, 10, 3).await?;
+    ensure_eq(ids(&claimed), vec![r[1]], "and is claimed")?;
+    Ok(Verdict::Passed)
+}
