@@ -222,11 +222,16 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// True when a member of `group` is in flight.
+    /// True when a member of `group` is in flight; a member a claim set aside as unreadable
+    /// counts as one (see [`unreadable`]), any other undecodable member is passed by.
     fn group_in_flight(&self, group: &str) -> Result<bool> {
         for entry in self.groups.range((group, 0)..=(group, u64::MAX)).engine()? {
-            let id = RecordId(entry.engine()?.0.value().1);
-            if self.get(id)?.is_some_and(|r| r.state == State::InFlight) {
+            let id = entry.engine()?.0.value().1;
+            let in_flight = match load_readable(&self.records, id)? {
+                Some(record) => record.state == State::InFlight,
+                None => self.aside.get(id).engine()?.is_some(),
+            };
+            if in_flight {
                 return Ok(true);
             }
         }
@@ -241,7 +246,8 @@ impl<'t> Tables<'t> {
             members.push(RecordId(entry.engine()?.0.value().1));
         }
         for id in members.into_iter().filter(|id| Some(*id) != skip) {
-            if let Some(member) = self.get(id)? {
+            // An undecodable member has no index entries to move (see [`unreadable`]).
+            if let Some(member) = load_readable(&self.records, id.0)? {
                 self.unindex(&member)?;
                 self.index(&member)?;
             }
@@ -249,12 +255,14 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Takes the record out of its group's order and lets the next member become the head.
+    /// Takes the record out of its group's order and lets the next member become the head. A
+    /// next member that does not decode stays unindexed: its group waits behind it until it
+    /// is discarded, and the removal goes through (see [`unreadable`]).
     fn leave_group(&mut self, id: RecordId, group: Option<&str>) -> Result<()> {
         let Some(group) = group else { return Ok(()) };
         self.groups.remove((group, id.0)).engine()?;
         if let Some(head) = self.group_head(group)? {
-            if let Some(record) = self.get(head)? {
+            if let Some(record) = load_readable(&self.records, head.0)? {
                 self.unindex(&record)?;
                 self.index(&record)?;
             }

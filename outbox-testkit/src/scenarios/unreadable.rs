@@ -1,6 +1,6 @@
 //! A row the backend cannot decode among records it can: a visible record, not an outage.
 
-use outbox_core::{Outcome, RecordId, Stats, Unreadable};
+use outbox_core::{Change, Guard, Outcome, RecordId, Stats, Transition, Unreadable};
 
 use super::{all_records, all_tombstones, claim, enqueue, fresh, ids, rec, report, T0};
 use crate::backend::Backend;
@@ -100,10 +100,11 @@ pub async fn unreadable_row_passed_by(backend: &dyn Backend) -> ScenarioResult {
 }
 
 /// An unreadable row at the head of its group holds back that group only: records `g:a`,
-/// `g:b`, `h:c` and an ungrouped `d`, with `g:a` planted unreadable. A claim sets `g:a` aside
-/// and takes `h:c` and `d`; `g:b` waits behind it (no claim takes it, `next_due` does not
-/// report it, stats show it pending), since a group's writes go in order. Once `g:a` is
-/// discarded, `g:b` is due and claimed.
+/// `g:b`, `h:c`, an ungrouped `d` and `g:e`, with `g:a` planted unreadable. A claim sets `g:a`
+/// aside and takes `h:c` and `d`; `g:b` and `g:e` wait behind it (no claim takes them,
+/// `next_due` does not report them, stats show them pending), since a group's writes go in
+/// order. The group's other records stay in reach meanwhile: a person discards `g:e`. Once
+/// `g:a` is discarded, `g:b` is due and claimed.
 pub async fn unreadable_head_holds_its_group(backend: &dyn Backend) -> ScenarioResult {
     if let Some(skip) = skip_unless(
         backend,
@@ -121,6 +122,7 @@ pub async fn unreadable_head_holds_its_group(backend: &dyn Backend) -> ScenarioR
             rec("b").in_group("g"),
             rec("c").in_group("h"),
             rec("d"),
+            rec("e").in_group("g"),
         ],
     )
     .await?;
@@ -153,9 +155,24 @@ pub async fn unreadable_head_holds_its_group(backend: &dyn Backend) -> ScenarioR
     let stats = store.stats().await?;
     ensure_eq(
         (stats.pending, stats.delivered),
-        (1, 2),
-        "the held record is pending",
+        (2, 2),
+        "the held records are pending",
     )?;
+    let discard_e = Transition {
+        id: r[4],
+        guard: Guard::Idle,
+        change: Change::Discard {
+            reason: "by hand".into(),
+            at: T0 + 3,
+            attempts: 0,
+        },
+    };
+    ensure_eq(
+        store.apply(vec![discard_e]).await?.skipped,
+        vec![],
+        "a later record of the held group can be discarded",
+    )?;
+    ensure_eq(store.stats().await?.pending, 1, "and is gone")?;
 
     ensure(store.discard_unreadable(r[0], T0 + 3).await?, || {
         "discard_unreadable removes the head".into()
