@@ -19,7 +19,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use outbox_core::{Applied, Change, Claim, Guard, Record, Result, Round, Transition};
+use outbox_core::{Applied, Change, Claim, Error, Guard, Record, Result, Round, Transition};
 use tokio_postgres::types::ToSql;
 
 use crate::codec::{self, count, millis, state, text, token};
@@ -195,21 +195,32 @@ impl LeasedSql {
 /// What opens a round's transaction on a server of version `server_version_num`: from
 /// PostgreSQL 12 on, with the round's statements planned for any batch (generic plans).
 ///
-/// Every statement of a round reaches its rows through the primary key, by the ids of its
-/// batch. Planned for the batch at hand (a custom plan, which PostgreSQL chooses for a
-/// statement's first executions on a connection), a batch of a few hundred ids out of a table
-/// of tens of thousands looked cheaper to the planner as a read of the whole table, hashed:
-/// such a round read every row, and its time grew with the backlog. The generic plan finds each
-/// id through the primary key whatever the batch's size, and is made once per connection
-/// rather than once per round. PostgreSQL 11 has no `plan_cache_mode`; its rounds plan as
-/// before.
+/// Every write of a round reaches its rows through the primary key, by the ids of its batch.
+/// Planned for the batch at hand (a custom plan, which PostgreSQL chooses for a statement's
+/// first executions on a connection), a batch of a few hundred ids out of a table of tens of
+/// thousands looked cheaper to the planner as a read of the whole table, hashed: such a round
+/// read every row, and its time grew with the backlog. The generic plan finds each id through
+/// the primary key whatever the batch's size, and is made once per connection rather than
+/// once per round. The claim, which reads a range of the due index, is planned for its values
+/// ([`PLAN_FOR_VALUES`]). PostgreSQL 11 has no `plan_cache_mode`; its rounds plan as before.
 pub(crate) fn begin_round(server_version_num: i32) -> &'static str {
-    if server_version_num >= 120_000 {
+    if generic_plans(server_version_num) {
         "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
     } else {
         "BEGIN"
     }
 }
+
+/// Whether a server of version `server_version_num` plans a round's writes generically
+/// (PostgreSQL 12 and later have `plan_cache_mode`; see [`begin_round`]).
+pub(crate) fn generic_plans(server_version_num: i32) -> bool {
+    server_version_num >= 120_000
+}
+
+/// Sent before a round's claim: back to the server's own choice of plan (`auto`), so the
+/// claim is planned for its deadline and limit. Sent only where [`begin_round`] set generic
+/// plans (PostgreSQL 11 knows no such setting).
+const PLAN_FOR_VALUES: &str = "SET LOCAL plan_cache_mode = auto";
 
 /// The round of `outcomes` (all [`eligible`]) and then `claim`, in one transaction sent as
 /// two pipelines.
@@ -218,16 +229,40 @@ pub(crate) async fn round(
     outcomes: Vec<Transition>,
     claim: Option<Claim>,
 ) -> Result<Round> {
-    let client = core.client().await?;
-    match run(&core, &client, &outcomes, claim).await {
-        Ok(round) => Ok(round),
-        Err(err) => {
-            // The connection may be inside the failed transaction: it goes back to the pool
-            // only once that has ended here, and is dropped when it cannot even do that.
-            if client.batch_execute("ROLLBACK").await.is_err() {
-                drop(deadpool_postgres::Object::take(client));
-            }
-            Err(err)
+    let connection = InRound(Some(core.client().await?));
+    let (result, ended) = {
+        let Some(client) = connection.0.as_ref() else {
+            return Err(Error::Stopped);
+        };
+        let result = run(&core, client, &outcomes, claim).await;
+        // A failed round may have left its transaction open: it ends here, or the connection
+        // is not handed back.
+        let ended = result.is_ok() || client.batch_execute("ROLLBACK").await.is_ok();
+        (result, ended)
+    };
+    if ended {
+        connection.settle();
+    }
+    result
+}
+
+/// A pooled connection inside a round's transaction. Unless settled once the transaction has
+/// ended, dropping it takes the connection out of the pool: a round whose rollback failed
+/// too, and a round dropped part way (the runner's deadline on a store call cancels it), so
+/// no later caller finds the connection inside that transaction, holding its locks.
+struct InRound(Option<deadpool_postgres::Object>);
+
+impl InRound {
+    /// The transaction has ended: the connection goes back to the pool.
+    fn settle(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for InRound {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            drop(deadpool_postgres::Object::take(client));
         }
     }
 }
@@ -285,6 +320,11 @@ async fn run(
     let take = async {
         match &claim_params {
             Some((now, n, t, until)) => {
+                // The claim reads a range of the due index by its deadline and limit, which a
+                // generic plan cannot see: it is planned for its values, as outside a round.
+                if core.generic_plans {
+                    client.batch_execute(PLAN_FOR_VALUES).await?;
+                }
                 let params: [Param<'_>; 4] = [now, n, t, until];
                 ex.query(&claim_st, &params).await.map(Some)
             }
@@ -359,6 +399,7 @@ mod tests {
             "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
         );
         assert_eq!(begin_round(110_022), "BEGIN");
+        assert!(generic_plans(120_000) && !generic_plans(110_022));
     }
 
     #[test]

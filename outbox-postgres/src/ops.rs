@@ -43,6 +43,8 @@ pub(crate) struct Core {
     pub(crate) clock: Arc<ServerClock>,
     /// What opens a leased round's transaction on this server (`leased::begin_round`).
     pub(crate) begin_round: &'static str,
+    /// Whether a leased round plans its writes generically (`leased::generic_plans`).
+    pub(crate) generic_plans: bool,
 }
 
 type Param<'a> = &'a (dyn ToSql + Sync);

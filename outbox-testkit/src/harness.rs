@@ -331,10 +331,11 @@ where
 /// With `skip` set the backend is not built: the test prints the reason and passes. Without
 /// the capability the scenario needs, the same; so too when a scenario that needs a second
 /// capability skips itself for it, one the backend does not declare (a skip for a capability
-/// the backend declares panics: the scenario would pass without having run). Otherwise it builds a current-thread runtime
-/// with time and I/O enabled (a scenario that drives the runner pauses its clock, so it never
-/// waits on the wall clock), builds the backend inside it, and runs the scenario under its
-/// time limit ([`bounded`]); a failure panics with the scenario's and the backend's names.
+/// the backend declares panics: the scenario would pass without having run). Otherwise it
+/// builds a current-thread runtime with time and I/O enabled (a scenario that drives the
+/// runner pauses its clock, so it never waits on the wall clock), builds the backend inside
+/// it, and runs the scenario under its time limit ([`bounded`]); a failure panics with the
+/// scenario's and the backend's names.
 pub fn run_listed<B, F, Fut>(
     scenario: &Scenario,
     skip: Option<String>,
