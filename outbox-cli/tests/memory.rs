@@ -40,6 +40,16 @@ async fn run_reading(
     args: &[&str],
     input: &mut dyn std::io::BufRead,
 ) -> (String, String, Result<(), CliError>) {
+    run_at(store, args, input, NOW).await
+}
+
+/// [`run_reading`] at the time `now`.
+async fn run_at(
+    store: &dyn Store,
+    args: &[&str],
+    input: &mut dyn std::io::BufRead,
+    now: u64,
+) -> (String, String, Result<(), CliError>) {
     let cli = Cli::try_parse_from(std::iter::once("outbox").chain(args.iter().copied()))
         .expect("arguments parse");
     let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -49,7 +59,7 @@ async fn run_reading(
             err: &mut err,
             input,
         };
-        execute(store, &cli.command, NOW, &mut io).await
+        execute(store, &cli.command, now, &mut io).await
     };
     (
         String::from_utf8(out).unwrap(),
@@ -59,7 +69,12 @@ async fn run_reading(
 }
 
 async fn ok(store: &dyn Store, args: &[&str]) -> String {
-    let (out, err, result) = run(store, args, "").await;
+    ok_at(store, args, NOW).await
+}
+
+/// [`ok`] at the time `now`.
+async fn ok_at(store: &dyn Store, args: &[&str], now: u64) -> String {
+    let (out, err, result) = run_at(store, args, &mut Cursor::new(Vec::new()), now).await;
     assert!(result.is_ok(), "{args:?}: {result:?} {err}");
     out
 }
@@ -547,33 +562,12 @@ async fn stats_list_and_show_tell_of_records_held_for_later() {
     );
     assert!(shown.contains("not before     "), "{shown}");
     // Once its time has come it is an ordinary pending record, due now.
-    let cli = Cli::try_parse_from(["outbox", "list", "mem"]).expect("arguments parse");
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let mut input = Cursor::new(Vec::new());
-    let mut io = Io {
-        out: &mut out,
-        err: &mut err,
-        input: &mut input,
-    };
-    execute(&store, &cli.command, NOW + hour, &mut io)
-        .await
-        .expect("list");
-    let list = String::from_utf8(out).unwrap();
+    let list = ok_at(&store, &["list", "mem"], NOW + hour).await;
     assert!(list.contains("1   -      pending"), "{list}");
     assert!(!list.contains("scheduled"), "{list}");
     // The count says what it counts: enqueued for a later time and not attempted yet, whether
     // or not that time has come.
-    let cli = Cli::try_parse_from(["outbox", "stats", "mem"]).expect("arguments parse");
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let mut io = Io {
-        out: &mut out,
-        err: &mut err,
-        input: &mut input,
-    };
-    execute(&store, &cli.command, NOW + hour, &mut io)
-        .await
-        .expect("stats");
-    let stats = String::from_utf8(out).unwrap();
+    let stats = ok_at(&store, &["stats", "mem"], NOW + hour).await;
     assert!(
         stats.contains(
             "scheduled                1   pending, enqueued for a later time, not attempted yet"

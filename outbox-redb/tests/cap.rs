@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{failed, fresh_with, lease, plant_unreadable};
+use common::{deliver_claimed, failed, fresh_with, lease, plant_unreadable};
 use outbox_core::{
     Cap, CapLimit, Change, Claim, Error, Guard, ListQuery, NewRecord, Progress, Record, RecordId,
     State, Stats, Store, Transition, Usage,
@@ -79,15 +79,7 @@ async fn deliver(store: &RedbStore, n: usize, token: u64) {
     };
     let claimed = store.claim(claim).await.unwrap();
     assert_eq!(claimed.len(), n);
-    let delivered = claimed
-        .iter()
-        .map(|r| Transition {
-            id: r.id,
-            guard: Guard::Lease(token),
-            change: Change::Delivered,
-        })
-        .collect();
-    store.apply(delivered).await.unwrap();
+    deliver_claimed(store, &claimed, token).await;
 }
 
 #[tokio::test]
@@ -338,19 +330,6 @@ async fn claim_all(store: &RedbStore, now: u64, token: u64) -> Vec<Record> {
         })
         .await
         .unwrap()
-}
-
-/// Delivers the records claimed under `token`.
-async fn deliver_claimed(store: &RedbStore, claimed: &[Record], token: u64) {
-    let delivered = claimed
-        .iter()
-        .map(|r| Transition {
-            id: r.id,
-            guard: Guard::Lease(token),
-            change: Change::Delivered,
-        })
-        .collect();
-    store.apply(delivered).await.unwrap();
 }
 
 /// A record a claim set aside as unreadable leaves what the cap counts, as it leaves `stats`

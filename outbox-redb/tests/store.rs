@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use common::disk::Disk;
-use common::{failed, fresh, fresh_with, lease};
+use common::{deliver_claimed, failed, fresh, fresh_with, lease};
 use outbox_core::{
     Attempt, AttemptClass, Change, Claim, Error, Guard, Halt, History, ListQuery, NewRecord,
     Progress, RecordId, State, Stats, Store, Transition,
@@ -440,15 +440,7 @@ async fn requeue_puts_a_rejected_record_back_in_its_place() {
     for token in 10..14 {
         let claimed = store.claim(claim(1_000, 10, token)).await.unwrap();
         order.extend(claimed.iter().map(|r| r.id.0));
-        let done = claimed
-            .iter()
-            .map(|r| Transition {
-                id: r.id,
-                guard: Guard::Lease(token),
-                change: Change::Delivered,
-            })
-            .collect();
-        store.apply(done).await.unwrap();
+        deliver_claimed(&store, &claimed, token).await;
     }
     assert_eq!(order, [1, 2, 3]);
     assert_eq!(

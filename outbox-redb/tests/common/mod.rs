@@ -5,9 +5,24 @@ pub mod disk;
 
 use std::path::{Path, PathBuf};
 
-use outbox_core::{Lease, Millis, Progress, Record, RecordId, State};
+use outbox_core::{
+    Change, Guard, Lease, Millis, Progress, Record, RecordId, State, Store, Transition,
+};
 use outbox_redb::{RedbConfig, RedbStore};
 use tempfile::TempDir;
+
+/// Delivers the records claimed under `token`.
+pub async fn deliver_claimed(store: &RedbStore, claimed: &[Record], token: u64) {
+    let delivered = claimed
+        .iter()
+        .map(|r| Transition {
+            id: r.id,
+            guard: Guard::Lease(token),
+            change: Change::Delivered,
+        })
+        .collect();
+    store.apply(delivered).await.unwrap();
+}
 
 /// A fresh outbox in its own temporary directory (kept alive by the returned `TempDir`).
 pub async fn fresh() -> (TempDir, PathBuf, RedbStore) {
