@@ -248,8 +248,10 @@ pub(crate) async fn round(
 
 /// A pooled connection inside a round's transaction. Unless settled once the transaction has
 /// ended, dropping it takes the connection out of the pool: a round whose rollback failed
-/// too, and a round dropped part way (the runner's deadline on a store call cancels it), so
-/// no later caller finds the connection inside that transaction, holding its locks.
+/// too, and a round whose future is dropped part way (a panic unwinding through it; the
+/// runner's deadline on a store call does not drop it, since the store's calls run to their
+/// end on a thread of their own), so no later caller finds the connection inside that
+/// transaction, holding its locks.
 struct InRound(Option<deadpool_postgres::Object>);
 
 impl InRound {
