@@ -92,7 +92,7 @@ macro_rules! __with_scenarios {
             store unreadable_row_passed_by (UnreadableRows) 60
                 "one undecodable row among 100: the 99 delivered, stats exact, listed with its reason, discarded by id";
             store unreadable_head_holds_its_group (UnreadableRows) 60
-                "an unreadable head of its group set aside by a claim: the other group and an ungrouped record are claimed, the record behind it waits (not claimed, not due, pending) until the head is discarded";
+                "an unreadable head of its group set aside by a claim: the other group and an ungrouped record are claimed, the record behind it waits (not claimed, not due, pending) until the head is discarded; meanwhile a later record of the group can be discarded, a rejected one pruned but not requeued";
             store unreadable_row_leaves_the_cap (UnreadableRows) 60
                 "one undecodable row among three, capped at three records and their bytes: set aside by a claim it leaves the cap as it leaves `stats`; three more fit, a fourth is refused with the usage `stats` shows; its discard changes neither (needs a size cap too)";
             store random_ops_match_reference () 300

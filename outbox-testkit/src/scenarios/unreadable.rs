@@ -1,8 +1,8 @@
 //! A row the backend cannot decode among records it can: a visible record, not an outage.
 
-use outbox_core::{Change, Guard, Outcome, RecordId, Stats, Transition, Unreadable};
+use outbox_core::{machine, Change, Guard, Outcome, RecordId, Stats, Transition, Unreadable};
 
-use super::{all_records, all_tombstones, claim, enqueue, fresh, ids, rec, report, T0};
+use super::{all_records, all_tombstones, claim, enqueue, fresh, get, ids, rec, report, T0};
 use crate::backend::Backend;
 use crate::harness::{ensure, ensure_eq, skip_unless, Capability, ScenarioResult, Verdict};
 
@@ -103,8 +103,10 @@ pub async fn unreadable_row_passed_by(backend: &dyn Backend) -> ScenarioResult {
 /// `g:b`, `h:c`, an ungrouped `d` and `g:e`, with `g:a` planted unreadable. A claim sets `g:a`
 /// aside and takes `h:c` and `d`; `g:b` and `g:e` wait behind it (no claim takes them,
 /// `next_due` does not report them, stats show them pending), since a group's writes go in
-/// order. The group's other records stay in reach meanwhile: a person discards `g:e`. Once
-/// `g:a` is discarded, `g:b` is due and claimed.
+/// order. The group's other records stay in reach meanwhile: a person discards `g:e`; a
+/// record of the group rejected earlier, `g:x`, is not requeued while the head is in flight
+/// (skipped, as behind any record in flight) and is pruned. Once `g:a` is discarded, `g:b` is
+/// due and claimed.
 pub async fn unreadable_head_holds_its_group(backend: &dyn Backend) -> ScenarioResult {
     if let Some(skip) = skip_unless(
         backend,
@@ -114,6 +116,10 @@ pub async fn unreadable_head_holds_its_group(backend: &dyn Backend) -> ScenarioR
         return Ok(skip);
     }
     let (location, store) = fresh(backend).await?;
+    let x = enqueue(&*store, T0, vec![rec("x").in_group("g")]).await?[0];
+    let rejected = claim(&*store, T0, 10, 9).await?;
+    ensure_eq(ids(&rejected), vec![x], "g:x is claimed first")?;
+    report(&*store, &rejected[0], Outcome::rejected("no"), T0).await?;
     let r = enqueue(
         &*store,
         T0,
@@ -173,6 +179,18 @@ pub async fn unreadable_head_holds_its_group(backend: &dyn Backend) -> ScenarioR
         "a later record of the held group can be discarded",
     )?;
     ensure_eq(store.stats().await?.pending, 1, "and is gone")?;
+    let requeue = machine::requeue(&get(store, x).await?, T0 + 3)
+        .ok_or_else(|| crate::harness::Failure::new("a rejected record can be requeued"))?;
+    ensure_eq(
+        store.apply(vec![requeue]).await?.skipped,
+        vec![x],
+        "no requeue into a group whose head is in flight",
+    )?;
+    ensure_eq(
+        store.prune(T0 + 1).await?,
+        1,
+        "the rejected record of the held group is pruned",
+    )?;
 
     ensure(store.discard_unreadable(r[0], T0 + 3).await?, || {
         "discard_unreadable removes the head".into()
