@@ -192,8 +192,8 @@ impl LeasedSql {
     }
 }
 
-/// What opens a round's transaction on a server of version `server_version_num`: from
-/// PostgreSQL 12 on, with the round's statements planned for any batch (generic plans).
+/// What opens a round's transaction: where the server has `plan_cache_mode`
+/// ([`generic_plans`]), with the round's statements planned for any batch (generic plans).
 ///
 /// Every write of a round reaches its rows through the primary key, by the ids of its batch.
 /// Planned for the batch at hand (a custom plan, which PostgreSQL chooses for a statement's
@@ -203,8 +203,8 @@ impl LeasedSql {
 /// the primary key whatever the batch's size, and is made once per connection rather than
 /// once per round. The claim, which reads a range of the due index, is planned for its values
 /// ([`PLAN_FOR_VALUES`]). PostgreSQL 11 has no `plan_cache_mode`; its rounds plan as before.
-pub(crate) fn begin_round(server_version_num: i32) -> &'static str {
-    if generic_plans(server_version_num) {
+pub(crate) fn begin_round(generic_plans: bool) -> &'static str {
+    if generic_plans {
         "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
     } else {
         "BEGIN"
@@ -291,7 +291,7 @@ async fn run(
     // so it can be read before the locks).
     let lock_params: [Param<'_>; 2] = [&ids, &core.group_seed];
     let (_, locked) = futures::try_join!(
-        client.batch_execute(core.begin_round),
+        client.batch_execute(begin_round(core.generic_plans)),
         ex.query(&lock_groups, &lock_params)
     )
     .map_err(pg)?;
@@ -392,16 +392,13 @@ mod tests {
 
     #[test]
     fn rounds_plan_generically_where_the_server_can() {
-        assert_eq!(
-            begin_round(150_020),
-            "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
-        );
-        assert_eq!(
-            begin_round(120_000),
-            "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
-        );
-        assert_eq!(begin_round(110_022), "BEGIN");
-        assert!(generic_plans(120_000) && !generic_plans(110_022));
+        for version in [150_020, 120_000] {
+            assert_eq!(
+                begin_round(generic_plans(version)),
+                "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+            );
+        }
+        assert_eq!(begin_round(generic_plans(110_022)), "BEGIN");
     }
 
     #[test]

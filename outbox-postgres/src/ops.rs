@@ -41,8 +41,6 @@ pub(crate) struct Core {
     pub(crate) coalesce_seed: i64,
     /// Follows the server's clock; every claim and round measures it again.
     pub(crate) clock: Arc<ServerClock>,
-    /// What opens a leased round's transaction on this server (`leased::begin_round`).
-    pub(crate) begin_round: &'static str,
     /// Whether a leased round plans its writes generically (`leased::generic_plans`).
     pub(crate) generic_plans: bool,
 }

@@ -276,7 +276,6 @@ async fn open(config: PgConfig, host: Arc<dyn Clock>) -> Result<Core> {
         pool,
         config,
         clock: Arc::new(ServerClock::new(host)),
-        begin_round: leased::begin_round(version),
         generic_plans: leased::generic_plans(version),
     };
     core.measure_clock().await?;
