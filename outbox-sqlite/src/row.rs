@@ -84,7 +84,113 @@ impl RawRecord {
         })
     }
 
+    /// The record, once every value is in range.
     pub(crate) fn into_record(self) -> Result<Record> {
+        let checked = Scalars {
+            id: self.id,
+            created_at: self.created_at,
+            state: self.state,
+            attempts: self.attempts,
+            unanswered: self.unanswered,
+            interrupted: self.interrupted,
+            last_attempt_at: self.last_attempt_at,
+            next_attempt_at: self.next_attempt_at,
+            lease_token: self.lease_token,
+            lease_until: self.lease_until,
+            not_before: self.not_before,
+        }
+        .check()?;
+        Ok(Record {
+            id: checked.id,
+            group: self.group,
+            payload: self.payload,
+            key: self.key,
+            created_at: checked.created_at,
+            state: checked.state,
+            attempts: checked.attempts,
+            unanswered: checked.unanswered,
+            interrupted: checked.interrupted,
+            last_attempt_at: checked.last_attempt_at,
+            next_attempt_at: checked.next_attempt_at,
+            last_error: self.last_error,
+            lease: checked.lease,
+            expected_version: self.expected_version,
+            replaces: self.replaces,
+            not_before: checked.not_before,
+            history: self.history,
+            trace: self.trace,
+        })
+    }
+
+    /// Whether [`RawRecord::from_row`] and then [`RawRecord::into_record`] succeed for
+    /// `row`, found without copying anything out of it: the same column types (a text is
+    /// UTF-8), then the same range checks. What a search for undecodable rows runs on every
+    /// row; only a row it fails is decoded, for its reason.
+    pub(crate) fn decodes(row: &Row<'_>) -> bool {
+        let scalars = || -> Option<Scalars> {
+            let value = |i: usize| row.get_ref(i).ok();
+            let int = |i: usize| value(i)?.as_i64().ok();
+            let int_or_null = |i: usize| value(i)?.as_i64_or_null().ok();
+            let text = |i: usize| value(i)?.as_str().ok().map(drop);
+            let text_or_null = |i: usize| value(i)?.as_str_or_null().ok().map(drop);
+            text_or_null(1)?;
+            value(2)?.as_blob().ok()?;
+            text(3)?;
+            text_or_null(11)?;
+            text_or_null(14)?;
+            text_or_null(15)?;
+            // The history (17) and trace (18) columns read as none when damaged.
+            Some(Scalars {
+                id: int(0)?,
+                created_at: int(4)?,
+                state: int(5)?,
+                attempts: int(6)?,
+                unanswered: int(7)?,
+                interrupted: int(8)?,
+                last_attempt_at: int_or_null(9)?,
+                next_attempt_at: int_or_null(10)?,
+                lease_token: int_or_null(12)?,
+                lease_until: int_or_null(13)?,
+                not_before: int_or_null(16)?,
+            })
+        };
+        scalars().is_some_and(|s| s.check().is_ok())
+    }
+}
+
+/// A row's integer columns as stored, before their ranges are checked.
+struct Scalars {
+    id: i64,
+    created_at: i64,
+    state: i64,
+    attempts: i64,
+    unanswered: i64,
+    interrupted: i64,
+    last_attempt_at: Option<i64>,
+    next_attempt_at: Option<i64>,
+    lease_token: Option<i64>,
+    lease_until: Option<i64>,
+    not_before: Option<i64>,
+}
+
+/// [`Scalars`] in range, as a [`Record`] holds them.
+struct Checked {
+    id: RecordId,
+    created_at: Millis,
+    state: State,
+    attempts: u32,
+    unanswered: u32,
+    interrupted: u32,
+    last_attempt_at: Option<Millis>,
+    next_attempt_at: Option<Millis>,
+    lease: Option<Lease>,
+    not_before: Option<Millis>,
+}
+
+impl Scalars {
+    /// The range rules of a row: a known state code, times and ids not negative, counts
+    /// that fit a `u32`; a lease needs both its token and its deadline.
+    fn check(self) -> Result<Checked> {
         let state = u8::try_from(self.state)
             .ok()
             .and_then(State::from_code)
@@ -96,34 +202,18 @@ impl RawRecord {
             }),
             _ => None,
         };
-        Ok(Record {
+        let time = |value: Option<i64>, field| value.map(|t| read_ms(t, field)).transpose();
+        Ok(Checked {
             id: RecordId(read_ms(self.id, "id")?),
-            group: self.group,
-            payload: self.payload,
-            key: self.key,
             created_at: read_ms(self.created_at, "created_at")?,
             state,
             attempts: read_u32(self.attempts, "attempts")?,
             unanswered: read_u32(self.unanswered, "unanswered")?,
             interrupted: read_u32(self.interrupted, "interrupted")?,
-            last_attempt_at: self
-                .last_attempt_at
-                .map(|t| read_ms(t, "last_attempt_at"))
-                .transpose()?,
-            next_attempt_at: self
-                .next_attempt_at
-                .map(|t| read_ms(t, "next_attempt_at"))
-                .transpose()?,
-            last_error: self.last_error,
+            last_attempt_at: time(self.last_attempt_at, "last_attempt_at")?,
+            next_attempt_at: time(self.next_attempt_at, "next_attempt_at")?,
             lease,
-            expected_version: self.expected_version,
-            replaces: self.replaces,
-            not_before: self
-                .not_before
-                .map(|t| read_ms(t, "not_before"))
-                .transpose()?,
-            history: self.history,
-            trace: self.trace,
+            not_before: time(self.not_before, "not_before")?,
         })
     }
 }
@@ -153,3 +243,70 @@ pub(crate) fn trace_at(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T
 
 /// Bytes that are no history: what a history column of the wrong type reads as.
 const DAMAGED: &[u8] = &[0];
+
+#[cfg(test)]
+mod tests {
+    use outbox_core::NewRecord;
+    use rusqlite::Connection;
+
+    use super::*;
+    use crate::ops::{columns, insert};
+    use crate::unreadable::decode;
+
+    /// The values a damaged column may hold: each type SQLite has, in and out of the ranges
+    /// a record's fields take, and text that is not UTF-8.
+    const DAMAGE: &[&str] = &[
+        "NULL",
+        "-1",
+        "0",
+        "5",
+        "4294967296",
+        "1.5",
+        "'text'",
+        "CAST(x'c328ff' AS TEXT)",
+        "x'00ff'",
+    ];
+
+    /// For every column of a row and every kind of damage, the in-place check says what a
+    /// full decode says: a row it passes decodes, a row it fails does not.
+    #[test]
+    fn the_in_place_check_agrees_with_decoding_on_every_damage() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        crate::schema::migrate(&mut conn, 0).expect("schema");
+        let record = NewRecord {
+            group: Some("g".into()),
+            ..NewRecord::new(b"payload".to_vec()).with_key("k")
+        };
+        let id = insert(&conn, vec![record], 1).expect("insert").ids[0];
+        let id = ms(id.0);
+        let columns: Vec<&str> = columns!().split(", ").map(str::trim).collect();
+        let (mut damaged, mut failing) = (0, 0);
+        for column in columns.iter().filter(|&&c| c != "id") {
+            for value in DAMAGE {
+                let tx = conn.transaction().expect("begin");
+                let planted = tx.execute(
+                    &format!("UPDATE records SET {column} = {value} WHERE id = ?1"),
+                    [id],
+                );
+                if planted.is_ok() {
+                    damaged += 1;
+                    let sql = concat!("SELECT ", columns!(), " FROM records WHERE id = ?1");
+                    let (fast, full) = tx
+                        .query_row(sql, [id], |row| {
+                            Ok((RawRecord::decodes(row), decode(row)?.is_ok()))
+                        })
+                        .expect("read");
+                    assert_eq!(fast, full, "{column} = {value}");
+                    failing += usize::from(!full);
+                }
+                // Rolled back: one damage at a time.
+                drop(tx);
+            }
+        }
+        // The corpus reaches both answers, many times over.
+        assert!(
+            damaged > 100 && failing > 50,
+            "{damaged} damaged, {failing} fail"
+        );
+    }
+}
