@@ -10,7 +10,7 @@ use std::time::Duration;
 use outbox_core::layer::StoreLayer;
 use outbox_core::{
     async_trait, sink_fn, Claim, NewRecord, Outbox, Outcome, Record, Result, Round, RunnerConfig,
-    Store, TokioClock, Transition,
+    Store, TokioClock, Transition, Unreadable,
 };
 use outbox_memory::MemoryStore;
 
@@ -71,5 +71,55 @@ async fn a_store_call_that_never_returns_is_given_up_and_the_write_still_goes_ou
         0,
         "both hanging calls were made"
     );
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// The reference store whose look for undecodable rows never ends: what a backlog too large
+/// to read within `store_timeout` looks like to the runner.
+#[derive(Debug, Default)]
+struct EndlessLook {
+    inner: MemoryStore,
+    looks: AtomicU32,
+}
+
+#[async_trait]
+impl StoreLayer for EndlessLook {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
+
+    async fn unreadable(&self, _limit: usize) -> Result<Vec<Unreadable>> {
+        self.looks.fetch_add(1, Ordering::SeqCst);
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_start_up_look_that_never_ends_is_given_up_once_and_writes_go_out() {
+    let store = Arc::new(EndlessLook::default());
+    let sent = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&sent);
+    let sink = sink_fn(move |_: Record| {
+        let counted = Arc::clone(&counted);
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Outcome::Delivered
+        }
+    });
+    let config = RunnerConfig::default().with_store_timeout(Duration::from_secs(5));
+    let outbox = Outbox::builder(Arc::clone(&store) as Arc<dyn Store>, sink)
+        .config(config)
+        .clock(Arc::new(TokioClock::starting_at(1_700_000_000_000)))
+        .start()
+        .await
+        .unwrap();
+    // The look, made before the first claim, is given up after 5 s; the write goes out then,
+    // and nothing makes the look again (before, it was tried again ahead of every claim).
+    outbox.enqueue(NewRecord::new(b"w".to_vec())).await.unwrap();
+    outbox.flush(Duration::from_secs(60)).await.unwrap();
+    outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+    outbox.flush(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(sent.load(Ordering::SeqCst), 2);
+    assert_eq!(store.looks.load(Ordering::SeqCst), 1, "looked once");
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }

@@ -387,6 +387,13 @@ fn log(notice: &Notice) {
         Notice::RenewFailed { error } => {
             tracing::warn!(%error, "could not renew leases");
         }
+        Notice::UnreadableLookGivenUp { error } => {
+            tracing::warn!(
+                %error,
+                "the look for undecodable rows did not end within store_timeout; not made \
+                 again (deliveries go on; Outbox::unreadable lists such rows)"
+            );
+        }
         Notice::Rebased { rebased, step } => {
             tracing::warn!(
                 rebased,

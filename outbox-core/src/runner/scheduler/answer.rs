@@ -129,6 +129,19 @@ impl Scheduler {
                     .push_back(Action::Log(Notice::RenewFailed { error }));
                 return;
             }
+            Pending::Chore {
+                chore: Chore::Unreadable { .. },
+                ..
+            } if failure.kind == FailureKind::Timeout => {
+                // The look reads every row; one that outgrew the store's deadline would
+                // outgrow it at every try, each time ahead of the next claim, and nothing
+                // would be delivered again. It is given up instead: claims pass such rows by
+                // and the application's own look (`unreadable`) still lists them.
+                let error = failure.error;
+                self.actions
+                    .push_back(Action::Log(Notice::UnreadableLookGivenUp { error }));
+                return;
+            }
             _ => {}
         }
         self.store.failures = self.store.failures.saturating_add(1);

@@ -257,6 +257,15 @@ pub enum Notice {
         /// What the store said.
         error: String,
     },
+    /// The start's look for rows the store cannot decode did not end within
+    /// `store_timeout` (it reads every row): it is not made again by this runner, whose
+    /// deliveries go on. Claims pass such rows by; [`Outbox::unreadable`] lists them.
+    ///
+    /// [`Outbox::unreadable`]: crate::Outbox::unreadable
+    UnreadableLookGivenUp {
+        /// What the store said.
+        error: String,
+    },
     /// The wall clock stepped back: deadlines set before the step keep their waits.
     Rebased {
         /// Records re-based.

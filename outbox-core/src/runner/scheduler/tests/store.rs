@@ -1,4 +1,5 @@
 use super::*;
+use crate::runner::scheduler::chore;
 
 #[test]
 fn a_store_failure_keeps_the_outcomes_and_backs_off() {
@@ -205,4 +206,72 @@ fn while_a_failed_call_waits_nothing_wakes_the_runner_before_its_retry() {
     assert!(wake >= 3_000, "not before the retry at 3 s: {wake}");
     s.handle(at(wake), Input::Timer);
     assert!(!drain(&mut s).is_empty(), "at the retry, the runner acts");
+}
+
+#[test]
+fn a_look_for_unreadable_rows_that_timed_out_is_given_up_and_claims_go_on() {
+    let timeout = || {
+        Input::Answer(Err(StoreFailure::from(&crate::Error::Timeout(
+            Duration::from_secs(30),
+        ))))
+    };
+    // No other chore falls due meanwhile (far leases after one lease, the safety poll).
+    let config = RunnerConfig::default()
+        .with_batch(1)
+        .with_lease(Duration::from_secs(600))
+        .with_safety_poll(None);
+    let mut s = scheduler(config);
+    s.look_for_unreadable();
+    let actions = drain(&mut s);
+    assert_eq!(
+        actions.last(),
+        Some(&Action::Io(Io::Unreadable { limit: chore::PAGE }))
+    );
+    s.handle(at(30_000), timeout());
+    let after = drain(&mut s);
+    // Said, and the claim it stood in front of is made at once: not paused, not tried again.
+    assert!(
+        matches!(
+            after.first(),
+            Some(Action::Log(Notice::UnreadableLookGivenUp { .. }))
+        ),
+        "{after:?}"
+    );
+    assert_eq!(writes(&after), [(0, true)], "{after:?}");
+    answer(&mut s, at(30_001), &after, vec![record(1, None)]);
+    let delivering = drain(&mut s);
+    assert_eq!(delivered(&delivering), [RecordId(1)]);
+    // Nothing asks for the look again: the runner's calls from here on are its rounds.
+    let later = settle(&mut s, at(40_000), None);
+    assert!(
+        !later
+            .iter()
+            .any(|a| matches!(a, Action::Io(Io::Unreadable { .. }))),
+        "{later:?}"
+    );
+}
+
+#[test]
+fn a_look_for_unreadable_rows_that_failed_otherwise_is_made_again_before_the_claim() {
+    let mut s = scheduler(RunnerConfig::default().with_batch(1));
+    s.look_for_unreadable();
+    drain(&mut s);
+    s.handle(
+        at(1),
+        Input::Answer(Err(StoreFailure {
+            kind: FailureKind::Transient,
+            error: "database is locked".into(),
+        })),
+    );
+    let failed = drain(&mut s);
+    assert!(
+        matches!(failed.as_slice(), [Action::Log(Notice::StoreFailed { .. })]),
+        "{failed:?}"
+    );
+    s.handle(at(1_001), Input::Timer);
+    let again = drain(&mut s);
+    assert_eq!(
+        again.last(),
+        Some(&Action::Io(Io::Unreadable { limit: chore::PAGE }))
+    );
 }
