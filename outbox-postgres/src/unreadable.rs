@@ -6,7 +6,7 @@
 //! longer holds it, `next_due` stops reporting it and the lease index never reports it
 //! expired; stats do not count it. It keeps its place in its group (the group index holds
 //! every row that is not rejected), so a group's later records wait until it is discarded.
-//! [`list`] reads every row to find them; [`discard`] removes one and keeps a tombstone.
+//! [`list`] finds them in one read of the table on the server; [`discard`] removes one and keeps a tombstone.
 
 use outbox_core::{Millis, Record, RecordId, Result, Unreadable};
 use tokio_postgres::Row;
@@ -62,18 +62,57 @@ pub(crate) async fn set_aside(core: &Core, ex: &Exec<'_>, rows: &[Unreadable]) -
     Ok(())
 }
 
-/// Every row that cannot be decoded, lowest id first, at most `limit`: reads each row.
+/// True for a row that [`codec::record`] decodes: its rules as SQL (a known state code, ids,
+/// times and counters in range, an in-flight row with its lease, the columns a record needs
+/// not NULL). In a database of encoding `SQL_ASCII` the server keeps text as it was given, so
+/// a text column may not be UTF-8: there a row with a byte past ASCII in a text column does
+/// not pass either, and its decode decides. The rule may refuse a row that decodes (that row
+/// is then decoded), never pass one that does not.
+const DECODES: &str = "id >= 0 AND created_at >= 0 AND state BETWEEN 0 AND 4 \
+     AND attempts BETWEEN 0 AND 4294967295 AND unanswered BETWEEN 0 AND 4294967295 \
+     AND interrupted BETWEEN 0 AND 4294967295 \
+     AND coalesce(last_attempt_at, 0) >= 0 AND coalesce(next_attempt_at, 0) >= 0 \
+     AND coalesce(not_before, 0) >= 0 \
+     AND (state <> 2 OR (lease_token IS NOT NULL AND lease_until >= 0)) \
+     AND payload IS NOT NULL AND key IS NOT NULL \
+     AND (current_setting('server_encoding') <> 'SQL_ASCII' \
+          OR concat(grp, key, last_error, expected_version, replaces) ~ '^[\\x01-\\x7f]*$')";
+
+/// How many rows [`list`] reads back at a time.
+const PAGE: i64 = 256;
+
+/// Every row that cannot be decoded, lowest id first, at most `limit`. The server passes by
+/// the rows [`DECODES`] says decode, so only the others travel, a page at a time, to be
+/// decoded here: the look costs one read of the table on the server and no more memory
+/// here than a page, however large the backlog.
 pub(crate) async fn list(core: &Core, limit: usize) -> Result<Vec<Unreadable>> {
     let client = core.client().await?;
-    let sql = format!("SELECT {RECORD_COLUMNS} FROM {} ORDER BY id", table(core));
-    let rows = Exec::Pooled(&client).rows(&sql, &[]).await.map_err(pg)?;
-    let mut found = split(&rows)?.1;
+    let sql = format!(
+        "SELECT {RECORD_COLUMNS} FROM {} \
+         WHERE ($1::bigint IS NULL OR id > $1) AND ({DECODES}) IS NOT TRUE \
+         ORDER BY id LIMIT {PAGE}",
+        table(core)
+    );
+    let mut found = Vec::new();
+    let mut after: Option<i64> = None;
+    while found.len() < limit {
+        let rows = Exec::Pooled(&client)
+            .rows(&sql, &[&after])
+            .await
+            .map_err(pg)?;
+        let Some(last) = rows.last() else {
+            break;
+        };
+        after = Some(last.try_get(0).map_err(pg)?);
+        found.extend(split(&rows)?.1);
+        if rows.len() < PAGE as usize {
+            break;
+        }
+    }
     found.truncate(limit);
     Ok(found)
 }
 
-/// Removes the row `id` if it cannot be decoded, keeping a tombstone with its group and key
-/// (text columns always read in PostgreSQL); returns whether it went.
 pub(crate) async fn discard(core: &Core, id: RecordId, now: Millis) -> Result<bool> {
     if i64::try_from(id.0).is_err() {
         return Ok(false);
