@@ -6,7 +6,8 @@
 //! longer holds it, `next_due` stops reporting it and the lease index never reports it
 //! expired; stats do not count it. It keeps its place in its group (the group index holds
 //! every row that is not rejected), so a group's later records wait until it is discarded.
-//! [`list`] finds them in one read of the table on the server; [`discard`] removes one and keeps a tombstone.
+//! [`list`] finds them in one read of the table on the server;
+//! [`discard`] removes one and keeps a tombstone.
 
 use outbox_core::{Millis, Record, RecordId, Result, Unreadable};
 use tokio_postgres::Row;
@@ -62,7 +63,7 @@ pub(crate) async fn set_aside(core: &Core, ex: &Exec<'_>, rows: &[Unreadable]) -
     Ok(())
 }
 
-/// True for a row that [`codec::record`] decodes: its rules as SQL (a known state code, ids,
+/// True only for a row that [`codec::record`] decodes: its rules as SQL (a known state code, ids,
 /// times and counters in range, an in-flight row with its lease, the columns a record needs
 /// not NULL). In a database of encoding `SQL_ASCII` the server keeps text as it was given, so
 /// a text column may not be UTF-8: there a row with a byte past ASCII in a text column does
@@ -76,10 +77,10 @@ const DECODES: &str = "id >= 0 AND created_at >= 0 AND state BETWEEN 0 AND 4 \
      AND (state <> 2 OR (lease_token IS NOT NULL AND lease_until >= 0)) \
      AND payload IS NOT NULL AND key IS NOT NULL \
      AND (current_setting('server_encoding') <> 'SQL_ASCII' \
-          OR concat(grp, key, last_error, expected_version, replaces) ~ '^[\\x01-\\x7f]*$')";
+          OR concat(grp, key, last_error, expected_version, replaces, trace) ~ '^[\\x01-\\x7f]*$')";
 
-/// How many rows [`list`] reads back at a time.
-const PAGE: i64 = 256;
+/// The most rows [`list`] reads back at a time.
+const PAGE: usize = 256;
 
 /// Every row that cannot be decoded, lowest id first, at most `limit`. The server passes by
 /// the rows [`DECODES`] says decode, so only the others travel, a page at a time, to be
@@ -89,23 +90,24 @@ pub(crate) async fn list(core: &Core, limit: usize) -> Result<Vec<Unreadable>> {
     let client = core.client().await?;
     let sql = format!(
         "SELECT {RECORD_COLUMNS} FROM {} \
-         WHERE ($1::bigint IS NULL OR id > $1) AND ({DECODES}) IS NOT TRUE \
-         ORDER BY id LIMIT {PAGE}",
+         WHERE id > $1 AND ({DECODES}) IS NOT TRUE ORDER BY id LIMIT $2",
         table(core)
     );
     let mut found = Vec::new();
-    let mut after: Option<i64> = None;
+    // Ids are taken from a sequence that starts at 1.
+    let mut after: i64 = -1;
     while found.len() < limit {
+        let page = (limit - found.len()).min(PAGE);
         let rows = Exec::Pooled(&client)
-            .rows(&sql, &[&after])
+            .rows(&sql, &[&after, &(page as i64)])
             .await
             .map_err(pg)?;
         let Some(last) = rows.last() else {
             break;
         };
-        after = Some(last.try_get(0).map_err(pg)?);
+        after = last.try_get(0).map_err(pg)?;
         found.extend(split(&rows)?.1);
-        if rows.len() < PAGE as usize {
+        if rows.len() < page {
             break;
         }
     }
@@ -113,6 +115,8 @@ pub(crate) async fn list(core: &Core, limit: usize) -> Result<Vec<Unreadable>> {
     Ok(found)
 }
 
+/// Removes the row `id` if it cannot be decoded, keeping a tombstone with its group and key
+/// (text columns always read in PostgreSQL); returns whether it went.
 pub(crate) async fn discard(core: &Core, id: RecordId, now: Millis) -> Result<bool> {
     if i64::try_from(id.0).is_err() {
         return Ok(false);

@@ -241,13 +241,21 @@ fn a_look_for_unreadable_rows_that_timed_out_is_given_up_and_claims_go_on() {
     answer(&mut s, at(30_001), &after, vec![record(1, None)]);
     let delivering = drain(&mut s);
     assert_eq!(delivered(&delivering), [RecordId(1)]);
-    // Nothing asks for the look again: the runner's calls from here on are its rounds.
-    let later = settle(&mut s, at(40_000), None);
+    // Nothing asks for the look again: the delivery's outcome goes out with the next claim.
+    s.handle(
+        at(30_002),
+        Input::Reported {
+            id: RecordId(1),
+            report: Report::Outcome(Outcome::Delivered),
+        },
+    );
+    let next = drain(&mut s);
+    assert_eq!(writes(&next), [(1, true)], "{next:?}");
     assert!(
-        !later
+        !next
             .iter()
             .any(|a| matches!(a, Action::Io(Io::Unreadable { .. }))),
-        "{later:?}"
+        "{next:?}"
     );
 }
 
