@@ -37,12 +37,9 @@ impl StoreLayer for Hanging {
     }
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_store_call_that_never_returns_is_given_up_and_the_write_still_goes_out() {
-    let store = Arc::new(Hanging {
-        inner: MemoryStore::new(),
-        hangs: AtomicU32::new(2),
-    });
+/// A runner over `store` with a 5 s store deadline on tokio's paused clock, delivering to a
+/// sink that counts what it is sent.
+async fn start(store: Arc<dyn Store>) -> (Outbox, Arc<AtomicU32>) {
     let sent = Arc::new(AtomicU32::new(0));
     let counted = Arc::clone(&sent);
     let sink = sink_fn(move |_: Record| {
@@ -53,12 +50,22 @@ async fn a_store_call_that_never_returns_is_given_up_and_the_write_still_goes_ou
         }
     });
     let config = RunnerConfig::default().with_store_timeout(Duration::from_secs(5));
-    let outbox = Outbox::builder(Arc::clone(&store) as Arc<dyn Store>, sink)
+    let outbox = Outbox::builder(store, sink)
         .config(config)
         .clock(Arc::new(TokioClock::starting_at(1_700_000_000_000)))
         .start()
         .await
         .unwrap();
+    (outbox, sent)
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_store_call_that_never_returns_is_given_up_and_the_write_still_goes_out() {
+    let store = Arc::new(Hanging {
+        inner: MemoryStore::new(),
+        hangs: AtomicU32::new(2),
+    });
+    let (outbox, sent) = start(Arc::clone(&store) as Arc<dyn Store>).await;
     // The runner's first claim hangs (given up after 5 s), and so does the next one; the
     // third gets through and the write is delivered, once.
     outbox.enqueue(NewRecord::new(b"w".to_vec())).await.unwrap();
@@ -97,22 +104,7 @@ impl StoreLayer for EndlessLook {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_start_up_look_that_never_ends_is_given_up_once_and_writes_go_out() {
     let store = Arc::new(EndlessLook::default());
-    let sent = Arc::new(AtomicU32::new(0));
-    let counted = Arc::clone(&sent);
-    let sink = sink_fn(move |_: Record| {
-        let counted = Arc::clone(&counted);
-        async move {
-            counted.fetch_add(1, Ordering::SeqCst);
-            Outcome::Delivered
-        }
-    });
-    let config = RunnerConfig::default().with_store_timeout(Duration::from_secs(5));
-    let outbox = Outbox::builder(Arc::clone(&store) as Arc<dyn Store>, sink)
-        .config(config)
-        .clock(Arc::new(TokioClock::starting_at(1_700_000_000_000)))
-        .start()
-        .await
-        .unwrap();
+    let (outbox, sent) = start(Arc::clone(&store) as Arc<dyn Store>).await;
     // The look, made before the first claim, is given up after 5 s; the write goes out then,
     // and nothing makes the look again (before, it was tried again ahead of every claim).
     outbox.enqueue(NewRecord::new(b"w".to_vec())).await.unwrap();

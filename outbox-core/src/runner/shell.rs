@@ -69,7 +69,8 @@ pub(crate) async fn prepare(shared: &Shared, halt: Option<Halt>) -> Result<(Sche
         }
     }
     // Rows left undecodable by an older version or a damaged disk are said once, at start
-    // (and whenever the application lists them): claims pass them by without a word.
+    // (and whenever the application lists them): claims pass them by without a word. A look
+    // that outgrows the store's deadline is given up (said by a notice), not retried.
     scheduler.look_for_unreadable();
     Ok((scheduler, start))
 }
