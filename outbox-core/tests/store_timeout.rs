@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use outbox_core::layer::StoreLayer;
 use outbox_core::{
-    async_trait, sink_fn, Claim, NewRecord, Outbox, Outcome, Record, Result, Round, RunnerConfig,
-    Store, TokioClock, Transition, Unreadable,
+    async_trait, sink_fn, Claim, Event, NewRecord, Outbox, Outcome, Record, RecordId, Result,
+    Round, RunnerConfig, Store, TokioClock, Transition, Unreadable,
 };
 use outbox_memory::MemoryStore;
 
@@ -40,6 +40,18 @@ impl StoreLayer for Hanging {
 /// A runner over `store` with a 5 s store deadline on tokio's paused clock, delivering to a
 /// sink that counts what it is sent.
 async fn start(store: Arc<dyn Store>) -> (Outbox, Arc<AtomicU32>) {
+    let (outbox, sent, _) = start_watching(store).await;
+    (outbox, sent)
+}
+
+/// [`start`], with a subscription to the runner's events made before it starts.
+async fn start_watching(
+    store: Arc<dyn Store>,
+) -> (
+    Outbox,
+    Arc<AtomicU32>,
+    tokio::sync::broadcast::Receiver<Event>,
+) {
     let sent = Arc::new(AtomicU32::new(0));
     let counted = Arc::clone(&sent);
     let sink = sink_fn(move |_: Record| {
@@ -50,13 +62,12 @@ async fn start(store: Arc<dyn Store>) -> (Outbox, Arc<AtomicU32>) {
         }
     });
     let config = RunnerConfig::default().with_store_timeout(Duration::from_secs(5));
-    let outbox = Outbox::builder(store, sink)
+    let builder = Outbox::builder(store, sink)
         .config(config)
-        .clock(Arc::new(TokioClock::starting_at(1_700_000_000_000)))
-        .start()
-        .await
-        .unwrap();
-    (outbox, sent)
+        .clock(Arc::new(TokioClock::starting_at(1_700_000_000_000)));
+    let events = builder.events();
+    let outbox = builder.start().await.unwrap();
+    (outbox, sent, events)
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -81,37 +92,62 @@ async fn a_store_call_that_never_returns_is_given_up_and_the_write_still_goes_ou
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
-/// The reference store whose look for undecodable rows never ends: what a backlog too large
-/// to read within `store_timeout` looks like to the runner.
+/// The reference store whose look for undecodable rows never ends until the queue is empty:
+/// what a backlog too large to read within `store_timeout` looks like to the runner. Once
+/// the backlog is gone, the look finds one damaged row.
 #[derive(Debug, Default)]
-struct EndlessLook {
+struct SlowLook {
     inner: MemoryStore,
     looks: AtomicU32,
 }
 
 #[async_trait]
-impl StoreLayer for EndlessLook {
+impl StoreLayer for SlowLook {
     fn inner(&self) -> &dyn Store {
         &self.inner
     }
 
     async fn unreadable(&self, _limit: usize) -> Result<Vec<Unreadable>> {
         self.looks.fetch_add(1, Ordering::SeqCst);
-        std::future::pending().await
+        if self.inner.stats().await?.undelivered() > 0 {
+            std::future::pending::<()>().await;
+        }
+        Ok(vec![Unreadable::new(RecordId(42), "unknown state code 9")])
     }
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_start_up_look_that_never_ends_is_given_up_once_and_writes_go_out() {
-    let store = Arc::new(EndlessLook::default());
-    let (outbox, sent) = start(Arc::clone(&store) as Arc<dyn Store>).await;
-    // The look, made before the first claim, is given up after 5 s; the write goes out then,
-    // and nothing makes the look again (before, it was tried again ahead of every claim).
-    outbox.enqueue(NewRecord::new(b"w".to_vec())).await.unwrap();
-    outbox.flush(Duration::from_secs(60)).await.unwrap();
-    outbox.enqueue(NewRecord::new(b"x".to_vec())).await.unwrap();
+async fn a_start_up_look_that_outgrows_the_deadline_waits_for_an_idle_queue_and_writes_go_out() {
+    let store = Arc::new(SlowLook::default());
+    // A backlog before the start: the look, made before the first claim, times out after 5 s.
+    let backlog = vec![NewRecord::new(b"w".to_vec()), NewRecord::new(b"x".to_vec())];
+    store
+        .inner
+        .enqueue(backlog, 1_700_000_000_000)
+        .await
+        .unwrap();
+    let (outbox, sent, mut events) = start_watching(Arc::clone(&store) as Arc<dyn Store>).await;
+    // The backlog goes out (before, the look was tried again ahead of every claim and nothing
+    // was delivered), then the queue is idle and the look is made again and ends.
     outbox.flush(Duration::from_secs(60)).await.unwrap();
     assert_eq!(sent.load(Ordering::SeqCst), 2);
-    assert_eq!(store.looks.load(Ordering::SeqCst), 1, "looked once");
+    let said = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            if let Event::Unreadable { id, reason } = events.recv().await.unwrap() {
+                return (id, reason);
+            }
+        }
+    })
+    .await
+    .expect("the row is said once the queue is idle");
+    assert_eq!(said, (RecordId(42), "unknown state code 9".to_owned()));
+    assert_eq!(
+        store.looks.load(Ordering::SeqCst),
+        2,
+        "once at start, once idle"
+    );
+    // Said once: the runner does not look again while it idles.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(store.looks.load(Ordering::SeqCst), 2);
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }

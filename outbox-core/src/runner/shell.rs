@@ -388,11 +388,12 @@ fn log(notice: &Notice) {
         Notice::RenewFailed { error } => {
             tracing::warn!(%error, "could not renew leases");
         }
-        Notice::UnreadableLookGivenUp { error } => {
+        Notice::UnreadableLookPutOff { error, retry_in } => {
             tracing::warn!(
                 %error,
-                "the look for undecodable rows did not end within store_timeout; not made \
-                 again (deliveries go on; Outbox::unreadable lists such rows)"
+                ?retry_in,
+                "the look for undecodable rows did not end within store_timeout; made again \
+                 once the queue is idle (deliveries go on; Outbox::unreadable lists such rows)"
             );
         }
         Notice::Rebased { rebased, step } => {

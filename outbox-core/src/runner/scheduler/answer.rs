@@ -133,13 +133,8 @@ impl Scheduler {
                 chore: Chore::Unreadable { .. },
                 ..
             } if failure.kind == FailureKind::Timeout => {
-                // The look reads every row; one that outgrew the store's deadline would
-                // outgrow it at every try, each time ahead of the next claim, and nothing
-                // would be delivered again. It is given up instead: claims pass such rows by
-                // and the application's own look (`unreadable`) still lists them.
-                let error = failure.error;
-                self.actions
-                    .push_back(Action::Log(Notice::UnreadableLookGivenUp { error }));
+                // Not tried again before the next claim: put off to an idle queue (`look`).
+                self.look_timed_out(failure.error);
                 return;
             }
             _ => {}
@@ -216,6 +211,7 @@ impl Scheduler {
             } => self.halt_cleared(&held, found),
             Chore::ReadHalt { halt, cleared } => self.halt_read(&halt, cleared),
             Chore::Unreadable { found } => {
+                self.look_done();
                 for row in found {
                     self.actions.push_back(Action::Emit(Event::Unreadable {
                         id: row.id,

@@ -257,14 +257,18 @@ pub enum Notice {
         /// What the store said.
         error: String,
     },
-    /// The start's look for rows the store cannot decode did not end within
-    /// `store_timeout` (it reads every row): it is not made again by this runner, whose
-    /// deliveries go on. Claims pass such rows by; [`Outbox::unreadable`] lists them.
+    /// The look for rows the store cannot decode did not end within `store_timeout` (it
+    /// reads every row): deliveries go on, and the look is made again when a claim finds
+    /// nothing to deliver, `retry_in` from now at the earliest. Claims pass such rows by
+    /// meanwhile; [`Outbox::unreadable`] lists them.
     ///
     /// [`Outbox::unreadable`]: crate::Outbox::unreadable
-    UnreadableLookGivenUp {
+    UnreadableLookPutOff {
         /// What the store said.
         error: String,
+        /// The soonest the look is made again (the retry policy's backoff after as many
+        /// time outs of the look).
+        retry_in: Duration,
     },
     /// The wall clock stepped back: deadlines set before the step keep their waits.
     Rebased {

@@ -12,7 +12,8 @@
 //! rejection storm), `halt_read` (a halted runner reading whether the halt was lifted
 //! elsewhere), `pace` (`Retry-After` hold, window, empty-claim quiet), `sizing` (rounds
 //! that grow with the backlog), `rate` (the optional rate limit), `clock_step`
-//! (steps of the wall clock), `gauges` (when the metrics read the store), and this module,
+//! (steps of the wall clock), `gauges` (when the metrics read the store), `look` (the look
+//! for unreadable rows, put off to an idle queue when it outgrows the deadline), and this module,
 //! which ties them together.
 //!
 //! It is public for those who drive many runners without tokio, e.g. a simulation of a fleet
@@ -39,6 +40,7 @@ mod gauges;
 mod halt;
 mod halt_read;
 pub mod io;
+mod look;
 mod pace;
 mod rate;
 mod report;
@@ -136,6 +138,8 @@ pub struct Scheduler {
     chores: VecDeque<Chore>,
     /// Start-up recovery is under way (see [`Scheduler::recover_left_over`]).
     recovering: bool,
+    /// The look for unreadable rows timed out and waits for an idle queue.
+    look_put_off: Option<look::PutOff>,
     /// The store call under way.
     pending: Option<Pending>,
     /// The one buffer of transitions not yet written.
@@ -197,6 +201,7 @@ impl Scheduler {
             actions: VecDeque::new(),
             chores: VecDeque::new(),
             recovering: false,
+            look_put_off: None,
             pending: None,
             writes: Vec::new(),
             round: None,
@@ -403,6 +408,7 @@ impl Scheduler {
         self.sizing
             .claimed(claimed.len(), claim.limit, self.now.mono);
         if claimed.is_empty() {
+            self.look_when_idle();
             return;
         }
         let full = claimed.len() >= claim.limit;
@@ -556,7 +562,10 @@ impl Scheduler {
                 // The round's outcomes travel with the next claim: one commit.
                 self.wanted = true;
                 self.decide();
-            } else if !self.writes.is_empty() {
+                return;
+            }
+            self.look_when_idle();
+            if !self.writes.is_empty() {
                 self.write(None, false);
             }
             return;

@@ -32,9 +32,11 @@ pub(super) enum Timer {
     HaltRead,
     /// The rate limit lets the next delivery of the round start.
     Rate,
+    /// The backoff of a look for unreadable rows that timed out is over (`look`).
+    Look,
 }
 
-const ALL: [Timer; 11] = [
+const ALL: [Timer; 12] = [
     Timer::Poll,
     Timer::FarLeases,
     Timer::RetryIo,
@@ -46,6 +48,7 @@ const ALL: [Timer; 11] = [
     Timer::Gauges,
     Timer::HaltRead,
     Timer::Rate,
+    Timer::Look,
 ];
 
 /// A deadline per [`Timer`], monotonic milliseconds.

@@ -208,8 +208,39 @@ fn while_a_failed_call_waits_nothing_wakes_the_runner_before_its_retry() {
     assert!(!drain(&mut s).is_empty(), "at the retry, the runner acts");
 }
 
+/// Wakes the runner at `mono`, answers its claim with nothing and every store call after it
+/// as an empty store would, up to a look for unreadable rows (left unanswered) or its wait;
+/// returns what it did after the claim.
+fn empty_claim_at(s: &mut Scheduler, mono: Millis) -> Vec<Action> {
+    s.handle(at(mono), Input::Wake);
+    let claim = drain(s);
+    assert_eq!(writes(&claim), [(0, true)], "{claim:?}");
+    answer(s, at(mono), &claim, vec![]);
+    let mut all = Vec::new();
+    loop {
+        let actions = drain(s);
+        let reply = match actions.last() {
+            Some(Action::Io(Io::Unreadable { .. })) | None => None,
+            Some(Action::Io(io)) => Some(store_reply(s, io, vec![], None)),
+            Some(_) => None,
+        };
+        all.extend(actions);
+        match reply {
+            Some(reply) => s.handle(at(mono), Input::Answer(Ok(reply))),
+            None => return all,
+        }
+    }
+}
+
+fn looks(actions: &[Action]) -> usize {
+    actions
+        .iter()
+        .filter(|a| matches!(a, Action::Io(Io::Unreadable { .. })))
+        .count()
+}
+
 #[test]
-fn a_look_for_unreadable_rows_that_timed_out_is_given_up_and_claims_go_on() {
+fn a_look_for_unreadable_rows_that_timed_out_waits_for_an_idle_queue_and_says_its_rows_once() {
     let timeout = || {
         Input::Answer(Err(StoreFailure::from(&crate::Error::Timeout(
             Duration::from_secs(30),
@@ -229,11 +260,13 @@ fn a_look_for_unreadable_rows_that_timed_out_is_given_up_and_claims_go_on() {
     );
     s.handle(at(30_000), timeout());
     let after = drain(&mut s);
-    // Said, and the claim it stood in front of is made at once: not paused, not tried again.
+    // Said, with when it is made again (the policy's first backoff, 1 s), and the claim it
+    // stood in front of is made at once: not paused, not tried again first.
     assert!(
         matches!(
             after.first(),
-            Some(Action::Log(Notice::UnreadableLookGivenUp { .. }))
+            Some(Action::Log(Notice::UnreadableLookPutOff { retry_in, .. }))
+                if *retry_in == Duration::from_secs(1)
         ),
         "{after:?}"
     );
@@ -241,22 +274,78 @@ fn a_look_for_unreadable_rows_that_timed_out_is_given_up_and_claims_go_on() {
     answer(&mut s, at(30_001), &after, vec![record(1, None)]);
     let delivering = drain(&mut s);
     assert_eq!(delivered(&delivering), [RecordId(1)]);
-    // Nothing asks for the look again: the delivery's outcome goes out with the next claim.
+    // The backoff ends while the round is in flight: the look waits for the queue to idle.
+    assert_eq!(s.poll_timeout(), Some(31_000));
+    s.handle(at(31_000), Input::Timer);
+    assert_eq!(looks(&drain(&mut s)), 0);
     s.handle(
-        at(30_002),
+        at(31_500),
         Input::Reported {
             id: RecordId(1),
             report: Report::Outcome(Outcome::Delivered),
         },
     );
+    // The round was full: the outcome goes out with the next claim, which finds more work.
     let next = drain(&mut s);
     assert_eq!(writes(&next), [(1, true)], "{next:?}");
-    assert!(
-        !next
-            .iter()
-            .any(|a| matches!(a, Action::Io(Io::Unreadable { .. }))),
-        "{next:?}"
+    assert_eq!(looks(&next), 0, "{next:?}");
+    answer(&mut s, at(31_501), &next, vec![record(2, None)]);
+    assert_eq!(delivered(&drain(&mut s)), [RecordId(2)]);
+    s.handle(
+        at(31_600),
+        Input::Reported {
+            id: RecordId(2),
+            report: Report::Outcome(Outcome::Delivered),
+        },
     );
+    let next = drain(&mut s);
+    assert_eq!(looks(&next), 0, "{next:?}");
+    // That claim finds nothing: the queue is idle, and the look is made before anything else.
+    answer(&mut s, at(31_601), &next, vec![]);
+    let idle = drain(&mut s);
+    assert_eq!(
+        idle.last(),
+        Some(&Action::Io(Io::Unreadable { limit: chore::PAGE })),
+        "{idle:?}"
+    );
+    // It times out again: put off twice as long, from an idle queue, by its own timer.
+    s.handle(at(36_000), timeout());
+    let again = settle(&mut s, at(36_000), None);
+    assert!(
+        again.iter().any(|a| matches!(
+            a,
+            Action::Log(Notice::UnreadableLookPutOff { retry_in, .. })
+                if *retry_in == Duration::from_secs(2)
+        )),
+        "{again:?}"
+    );
+    assert_eq!(looks(&again), 0, "{again:?}");
+    assert_eq!(looks(&empty_claim_at(&mut s, 37_000)), 0);
+    assert_eq!(s.poll_timeout(), Some(38_000));
+    s.handle(at(38_000), Input::Timer);
+    let idle = drain(&mut s);
+    assert_eq!(looks(&idle), 1, "{idle:?}");
+    // This time it ends: its row is said, once.
+    let row = crate::unreadable::Unreadable::new(RecordId(42), "unknown state code 9");
+    s.handle(
+        at(38_001),
+        Input::Answer(Ok(Answer::Unreadable(vec![row.clone()]))),
+    );
+    let said = settle(&mut s, at(38_001), None);
+    assert_eq!(
+        said.iter()
+            .filter(|a| matches!(a, Action::Emit(Event::Unreadable { .. })))
+            .collect::<Vec<_>>(),
+        [&Action::Emit(Event::Unreadable {
+            id: row.id,
+            reason: row.reason
+        })],
+        "{said:?}"
+    );
+    // And the look is done with: nothing wakes the runner for it (the one timer left is the
+    // far-lease check, one lease after the start), idle claims do not make it.
+    assert_eq!(s.poll_timeout(), Some(600_000));
+    assert_eq!(looks(&empty_claim_at(&mut s, 100_000)), 0);
 }
 
 #[test]
