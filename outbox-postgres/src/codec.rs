@@ -10,9 +10,69 @@
 use outbox_core::{
     History, Lease, Millis, Record, RecordId, Result, State, Tombstone, TraceContext,
 };
+use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::Row;
 
 use crate::error::{corrupt, pg};
+
+/// Run on every pooled session as it opens: in a database of encoding `SQL_ASCII` the session
+/// takes text as stored. The server keeps such a database's text unchecked, so a text column
+/// may hold bytes that are not UTF-8, and a session whose client encoding is UTF-8 (the
+/// driver's) has every statement that would send one fail (SQLSTATE 22021), a claim meeting the
+/// row included: the queue would stop at it. Taken as stored, such a row fails only its own
+/// decoding ([`RawText`]) and is set aside like any row that cannot be read. Other
+/// databases keep their client encoding: their text is converted to UTF-8 on the way out.
+pub(crate) const TEXT_AS_STORED: &str = "SELECT set_config('client_encoding', 'SQL_ASCII', false) \
+     WHERE current_setting('server_encoding') = 'SQL_ASCII'";
+
+/// A text column's bytes as the server sent them, not yet checked to be UTF-8 (see
+/// [`TEXT_AS_STORED`]).
+pub(crate) struct RawText<'a>(pub(crate) &'a [u8]);
+
+impl<'a> FromSql<'a> for RawText<'a> {
+    fn from_sql(
+        _: &Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(RawText(raw))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as FromSql>::accepts(ty)
+    }
+}
+
+impl RawText<'_> {
+    /// The text, or corruption naming `column` when it is not UTF-8.
+    pub(crate) fn utf8(&self, column: &str) -> Result<String> {
+        std::str::from_utf8(self.0)
+            .map(str::to_owned)
+            .map_err(|_| corrupt(format!("{column} is not UTF-8")))
+    }
+
+    /// The text, any byte sequence that is not UTF-8 replaced by U+FFFD: for what only tells
+    /// (a tombstone's group, key and reason).
+    pub(crate) fn lossy(&self) -> String {
+        String::from_utf8_lossy(self.0).into_owned()
+    }
+}
+
+/// The text column `index` of `row`, checked to be UTF-8 (`column` names it in the error).
+fn text_column(row: &Row, index: usize, column: &str) -> Result<Option<String>> {
+    let raw: Option<RawText<'_>> = row.try_get(index).map_err(pg)?;
+    raw.map(|raw| raw.utf8(column)).transpose()
+}
+
+/// [`text_column`] for a column that must not be NULL.
+fn required_text(row: &Row, index: usize, column: &str) -> Result<String> {
+    text_column(row, index, column)?.ok_or_else(|| corrupt(format!("{column} is NULL")))
+}
+
+/// The text column `index` of `row`, read with [`RawText::lossy`].
+fn lossy_column(row: &Row, index: usize) -> Result<Option<String>> {
+    let raw: Option<RawText<'_>> = row.try_get(index).map_err(pg)?;
+    Ok(raw.map(|raw| raw.lossy()))
+}
 
 /// The record columns every read selects, in the order [`record`] reads them.
 pub(crate) const RECORD_COLUMNS: &str = "id, grp, payload, key, created_at, state, attempts, \
@@ -126,9 +186,9 @@ impl RawRecord {
     pub(crate) fn from_row(row: &Row) -> Result<Self> {
         Ok(RawRecord {
             id: row.try_get(0).map_err(pg)?,
-            grp: row.try_get(1).map_err(pg)?,
+            grp: text_column(row, 1, "grp")?,
             payload: row.try_get(2).map_err(pg)?,
-            key: row.try_get(3).map_err(pg)?,
+            key: required_text(row, 3, "key")?,
             created_at: row.try_get(4).map_err(pg)?,
             state: row.try_get(5).map_err(pg)?,
             attempts: row.try_get(6).map_err(pg)?,
@@ -136,14 +196,18 @@ impl RawRecord {
             interrupted: row.try_get(8).map_err(pg)?,
             last_attempt_at: row.try_get(9).map_err(pg)?,
             next_attempt_at: row.try_get(10).map_err(pg)?,
-            last_error: row.try_get(11).map_err(pg)?,
+            last_error: text_column(row, 11, "last_error")?,
             lease_token: row.try_get(12).map_err(pg)?,
             lease_until: row.try_get(13).map_err(pg)?,
-            expected_version: row.try_get(14).map_err(pg)?,
-            replaces: row.try_get(15).map_err(pg)?,
+            expected_version: text_column(row, 14, "expected_version")?,
+            replaces: text_column(row, 15, "replaces")?,
             not_before: row.try_get(16).map_err(pg)?,
             history: row.try_get(17).map_err(pg)?,
-            trace: row.try_get(18).map_err(pg)?,
+            // Forgiven, as damaged text is (`into_record`): read as no context.
+            trace: row
+                .try_get::<_, Option<RawText<'_>>>(18)
+                .map_err(pg)?
+                .and_then(|raw| raw.utf8("trace").ok()),
         })
     }
 
@@ -192,13 +256,15 @@ impl RawRecord {
     }
 }
 
-/// Reads a tombstone from a row selected with [`TOMBSTONE_COLUMNS`].
+/// Reads a tombstone from a row selected with [`TOMBSTONE_COLUMNS`]. Its group, key and reason
+/// only tell, so text that is not UTF-8 (a discarded row's, see [`TEXT_AS_STORED`]) is read
+/// with [`RawText::lossy`] rather than failing every listing of tombstones.
 pub(crate) fn tombstone(row: &Row) -> Result<Tombstone> {
     Ok(Tombstone {
         id: record_id(row.try_get(0).map_err(pg)?)?,
-        group: row.try_get(1).map_err(pg)?,
-        key: row.try_get(2).map_err(pg)?,
-        reason: row.try_get(3).map_err(pg)?,
+        group: lossy_column(row, 1)?,
+        key: lossy_column(row, 2)?.ok_or_else(|| corrupt("a tombstone's key is NULL"))?,
+        reason: lossy_column(row, 3)?.ok_or_else(|| corrupt("a tombstone's reason is NULL"))?,
         discarded_at: unsigned(row.try_get(4).map_err(pg)?, "discarded_at")?,
         attempts: counter(row.try_get(5).map_err(pg)?, "attempts")?,
     })

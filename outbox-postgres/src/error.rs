@@ -1,7 +1,7 @@
 //! PostgreSQL's and the pool's errors mapped into [`outbox_core::Error`], keeping the engine's
 //! error as the source.
 
-use deadpool_postgres::PoolError;
+use deadpool_postgres::{HookError, PoolError};
 use outbox_core::Error;
 use tokio_postgres::error::SqlState;
 
@@ -136,7 +136,9 @@ fn is_io(err: &tokio_postgres::Error) -> bool {
 /// Maps a pool error: no connection could be had in time, or connecting failed.
 pub(crate) fn pool(err: PoolError) -> Error {
     match err {
-        PoolError::Backend(err) => pg(err),
+        // A new session's set-up statement (`codec::TEXT_AS_STORED`) failed: mapped as any
+        // statement's failure, so a server that went away is unavailable, not corrupt.
+        PoolError::Backend(err) | PoolError::PostCreateHook(HookError::Backend(err)) => pg(err),
         PoolError::Timeout(_) | PoolError::Closed => Error::unavailable(err),
         other => Error::backend(other),
     }

@@ -39,6 +39,7 @@ pub(crate) struct Sql {
     pub(crate) apply: String,
     pub(crate) lock_busy: String,
     pub(crate) refresh_groups: String,
+    pub(crate) refresh_group_of_tombstone: String,
     pub(crate) expired: String,
     pub(crate) stepped_back: String,
     pub(crate) get: String,
@@ -54,6 +55,23 @@ pub(crate) struct Sql {
     pub(crate) prune_tombstones: String,
     /// The statements of a runner's round on its own leases (see `leased`).
     pub(crate) leased: crate::leased::LeasedSql,
+}
+
+/// Sets `claimable` on the heads of the groups `groups` gives (a set of `text` in SQL, named `g`)
+/// and on the records `$2` (ids): true exactly for a group's head that is waiting with a
+/// deadline.
+fn refresh_groups(r: &str, groups: &str) -> String {
+    format!(
+        "WITH heads AS MATERIALIZED (SELECT g, (SELECT min(h.id) FROM {r} AS h \
+           WHERE h.grp = g AND h.state <> 4) AS head FROM {groups} AS g(g)), \
+         candidates AS (SELECT head AS id FROM heads WHERE head IS NOT NULL \
+           UNION SELECT unnest($2::bigint[])), \
+         target AS (SELECT r.id, (r.state IN (0, 1) AND r.next_attempt_at IS NOT NULL \
+           AND r.id = heads.head) AS want FROM candidates AS c \
+           JOIN {r} AS r ON r.id = c.id JOIN heads ON heads.g = r.grp) \
+         UPDATE {r} AS r SET claimable = t.want FROM target AS t \
+         WHERE r.id = t.id AND r.claimable IS DISTINCT FROM t.want"
+    )
 }
 
 /// The server's wall clock in Unix milliseconds. `clock_timestamp()`, not `now()`: the time
@@ -230,16 +248,13 @@ impl Sql {
             // with a deadline is claimable, nothing else of the group is). Every row is found
             // by key (heads through the group index, the rest by id), never by a scan; a head
             // that a requeue displaced is among $2.
-            refresh_groups: format!(
-                "WITH heads AS MATERIALIZED (SELECT g, (SELECT min(h.id) FROM {r} AS h \
-                   WHERE h.grp = g AND h.state <> 4) AS head FROM unnest($1::text[]) AS g), \
-                 candidates AS (SELECT head AS id FROM heads WHERE head IS NOT NULL \
-                   UNION SELECT unnest($2::bigint[])), \
-                 target AS (SELECT r.id, (r.state IN (0, 1) AND r.next_attempt_at IS NOT NULL \
-                   AND r.id = heads.head) AS want FROM candidates AS c \
-                   JOIN {r} AS r ON r.id = c.id JOIN heads ON heads.g = r.grp) \
-                 UPDATE {r} AS r SET claimable = t.want FROM target AS t \
-                 WHERE r.id = t.id AND r.claimable IS DISTINCT FROM t.want"
+            refresh_groups: refresh_groups(&r, "unnest($1::text[])"),
+            // The same, for the group of the tombstone $1 (a row discarded in this
+            // transaction): read on the server, since it may not be UTF-8
+            // (`codec::TEXT_AS_STORED`).
+            refresh_group_of_tombstone: refresh_groups(
+                &r,
+                &format!("(SELECT grp FROM {s}.tombstones WHERE id = $1 AND grp IS NOT NULL)"),
             ),
             expired: format!(
                 "SELECT {RECORD_COLUMNS} FROM {r} WHERE state = 2 AND lease_until <= $1 \

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use outbox_core::{
     Applied, Claim, Clock, Enqueued, Error, ErrorCount, Halt, Lease, ListQuery, Millis, NewRecord,
     Notifier, Record, RecordId, Result, Round, Stats, Store, SystemClock, Tombstone, Transition,
@@ -11,6 +11,7 @@ use outbox_core::{
 };
 
 use crate::clock::ServerClock;
+use crate::codec;
 use crate::config::PgConfig;
 use crate::engine::Engine;
 use crate::error::{pg, pool as pool_error};
@@ -259,6 +260,14 @@ async fn open(config: PgConfig, host: Arc<dyn Clock>) -> Result<Core> {
         .wait_timeout(config.connect_timeout)
         .create_timeout(config.connect_timeout)
         .recycle_timeout(config.connect_timeout)
+        .post_create(Hook::async_fn(|client, _| {
+            Box::pin(async move {
+                client
+                    .batch_execute(codec::TEXT_AS_STORED)
+                    .await
+                    .map_err(HookError::Backend)
+            })
+        }))
         .build()
         .map_err(|err| Error::InvalidConfig(format!("connection pool: {err}")))?;
     let mut client = pool.get().await.map_err(pool_error)?;

@@ -12,7 +12,7 @@
 use outbox_core::{Millis, Record, RecordId, Result, Unreadable};
 use tokio_postgres::Row;
 
-use crate::codec::{self, RECORD_COLUMNS};
+use crate::codec::{self, RawText, RECORD_COLUMNS};
 use crate::error::{corrupt, pg};
 use crate::ops::Core;
 use crate::sql::Exec;
@@ -115,8 +115,9 @@ pub(crate) async fn list(core: &Core, limit: usize) -> Result<Vec<Unreadable>> {
     Ok(found)
 }
 
-/// Removes the row `id` if it cannot be decoded, keeping a tombstone with its group and key
-/// (text columns always read in PostgreSQL); returns whether it went.
+/// Removes the row `id` if it cannot be decoded, keeping a tombstone with its group and key as
+/// stored (copied on the server: in a `SQL_ASCII` database they may not be UTF-8, see
+/// `codec::TEXT_AS_STORED`); returns whether it went.
 pub(crate) async fn discard(core: &Core, id: RecordId, now: Millis) -> Result<bool> {
     if i64::try_from(id.0).is_err() {
         return Ok(false);
@@ -126,34 +127,33 @@ pub(crate) async fn discard(core: &Core, id: RecordId, now: Millis) -> Result<bo
     let tx = client.transaction().await.map_err(pg)?;
     let ex = Exec::Transaction(&tx);
     let select = format!("SELECT {RECORD_COLUMNS} FROM {r} WHERE id = $1 FOR UPDATE");
-    let rows = ex.rows(&select, &[&codec::id(id)]).await.map_err(pg)?;
+    let id = codec::id(id);
+    let rows = ex.rows(&select, &[&id]).await.map_err(pg)?;
     let Some(row) = rows.first() else {
         return Ok(false);
     };
     let Err(unreadable) = decode(row)? else {
         return Ok(false);
     };
-    let group: Option<String> = row.try_get(1).map_err(pg)?;
-    let key: String = row.try_get(3).map_err(pg)?;
+    let grouped = row
+        .try_get::<_, Option<RawText<'_>>>(1)
+        .map_err(pg)?
+        .is_some();
     let bury = format!(
         "INSERT INTO \"{}\".tombstones (id, grp, key, reason, discarded_at, attempts) \
-         VALUES ($1, $2, $3, $4, $5, 0)",
+         SELECT id, grp, key, $2, $3, 0 FROM {r} WHERE id = $1",
         core.config.schema
     );
     let reason = codec::text(&unreadable.tombstone_reason());
-    ex.run(
-        &bury,
-        &[&codec::id(id), &group, &key, &reason, &codec::millis(now)],
-    )
-    .await
-    .map_err(pg)?;
-    ex.run(&format!("DELETE FROM {r} WHERE id = $1"), &[&codec::id(id)])
+    ex.run(&bury, &[&id, &reason, &codec::millis(now)])
         .await
         .map_err(pg)?;
-    if let Some(group) = group {
-        let groups = vec![group];
+    ex.run(&format!("DELETE FROM {r} WHERE id = $1"), &[&id])
+        .await
+        .map_err(pg)?;
+    if grouped {
         let members: Vec<i64> = Vec::new();
-        ex.run(&core.sql.refresh_groups, &[&groups, &members])
+        ex.run(&core.sql.refresh_group_of_tombstone, &[&id, &members])
             .await
             .map_err(pg)?;
         // The group's later records may now be due: tell every listening runner.

@@ -2,12 +2,14 @@
 //! decode, so only the others travel, a page at a time. Every rule of the decoding is met
 //! here by a row that breaks it, and rows damaged where the decoding forgives (history,
 //! trace) or at the edge of a range are not listed; between them `list` and `unreadable`
-//! account for every row.
+//! account for every row. In a `SQL_ASCII` database, where text is stored unchecked, rows whose
+//! text is not UTF-8 are listed with the column that is not, a claim sets them aside and
+//! delivers the others, and their tombstones can be read.
 
 mod common;
 
 use common::{admin, server_ready, Scratch};
-use outbox_core::{ListQuery, NewRecord, RecordId, Store};
+use outbox_core::{Claim, Lease, ListQuery, NewRecord, RecordId, Store};
 
 const T0: u64 = 1_700_000_000_000;
 
@@ -113,4 +115,166 @@ async fn the_look_lists_every_row_that_breaks_a_rule_and_only_those_across_pages
         readable += page.len();
     }
     assert_eq!(readable + bad.len(), ids.len());
+}
+
+/// A database of its own, dropped (its sessions ended) when this guard goes.
+struct ScratchDatabase {
+    name: String,
+}
+
+impl ScratchDatabase {
+    /// A fresh `SQL_ASCII` database: the server keeps text as it is given, unchecked.
+    async fn sql_ascii() -> Self {
+        let name = format!("outbox_sql_ascii_{}", std::process::id());
+        let client = admin().await;
+        client
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await
+            .unwrap();
+        client
+            .batch_execute(&format!(
+                "CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' \
+                 TEMPLATE template0"
+            ))
+            .await
+            .unwrap();
+        ScratchDatabase { name }
+    }
+
+    /// The test server's URL with this database in place of its own.
+    fn url(&self) -> String {
+        let url = common::url();
+        let (head, query) = url.split_once('?').unwrap_or((&url, ""));
+        let (server, _db) = head.rsplit_once('/').expect("a URL with a database");
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        format!("{server}/{}{query}", self.name)
+    }
+}
+
+impl Drop for ScratchDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        common::block_on_side(async move {
+            let client = admin().await;
+            if let Err(err) = client
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await
+            {
+                eprintln!("could not drop test database {name}: {err}");
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_only_those() {
+    if !server_ready() {
+        return;
+    }
+    let db = ScratchDatabase::sql_ascii().await;
+    let config = outbox_postgres::PgConfig::new(db.url(), "outbox").with_pool_size(2);
+    let store = outbox_postgres::PgStore::connect(config).await.unwrap();
+    let records = (0..8)
+        .map(|i| {
+            NewRecord::new(format!("r{i}").into_bytes())
+                .in_group(format!("g{i}"))
+                .with_key(format!("k{i}"))
+        })
+        .collect();
+    let ids: Vec<i64> = store
+        .enqueue(records, T0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|id| i64::try_from(id.0).unwrap())
+        .collect();
+    let (client, connection) = tokio_postgres::connect(&db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    // A byte past ASCII in each text column the decoding reads; the server takes them as is.
+    let damages = [
+        (ids[1], "grp = E'caf\\xe9'"),
+        (ids[3], "key = E'k\\x80'"),
+        (ids[4], "last_error = E'\\xff'"),
+        (ids[6], "replaces = E'c\\xfe'"),
+    ];
+    for (id, set) in damages {
+        let sql = format!("UPDATE outbox.records SET {set} WHERE id = $1");
+        assert_eq!(client.execute(&sql, &[&id]).await.unwrap(), 1, "{set}");
+    }
+    // Text past ASCII that is UTF-8 is a record like any other.
+    let sql = "UPDATE outbox.records SET last_error = E'caf\\xc3\\xa9' WHERE id = $1";
+    assert_eq!(client.execute(sql, &[&ids[5]]).await.unwrap(), 1);
+
+    let listed: Vec<(i64, String)> = store
+        .unreadable(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| (i64::try_from(row.id.0).unwrap(), row.reason))
+        .collect();
+    let named = |id: i64, column: &str| (id, format!("{column} is not UTF-8"));
+    assert_eq!(
+        listed,
+        [
+            named(ids[1], "grp"),
+            named(ids[3], "key"),
+            named(ids[4], "last_error"),
+            named(ids[6], "replaces")
+        ]
+    );
+    let readable: Vec<i64> = store
+        .list(&ListQuery::new(100))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| i64::try_from(r.id.0).unwrap())
+        .collect();
+    assert_eq!(readable, [ids[0], ids[2], ids[5], ids[7]]);
+
+    // A claim meets them and sets them aside: the others are claimed, the queue goes on.
+    let lease = Lease {
+        token: 7,
+        until: T0 + 60_000,
+    };
+    let claim = Claim {
+        now: T0 + 1,
+        limit: 100,
+        lease,
+    };
+    let mut claimed: Vec<i64> = store
+        .claim(claim)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| i64::try_from(r.id.0).unwrap())
+        .collect();
+    claimed.sort_unstable();
+    assert_eq!(claimed, [ids[0], ids[2], ids[5], ids[7]]);
+    assert_eq!(store.unreadable(100).await.unwrap().len(), 4);
+
+    // Discarded, each leaves a tombstone with its group and key as stored, read lossily.
+    for &id in &[ids[1], ids[3]] {
+        let id = RecordId(u64::try_from(id).unwrap());
+        assert!(store.discard_unreadable(id, T0 + 2).await.unwrap());
+    }
+    let tombstones = store.tombstones(None, 10).await.unwrap();
+    let told: Vec<(i64, Option<String>, String)> = tombstones
+        .into_iter()
+        .map(|t| (i64::try_from(t.id.0).unwrap(), t.group, t.key))
+        .collect();
+    assert_eq!(
+        told,
+        [
+            (ids[1], Some("caf\u{FFFD}".to_owned()), "k1".to_owned()),
+            (ids[3], Some("g3".to_owned()), "k\u{FFFD}".to_owned()),
+        ]
+    );
+    assert_eq!(store.unreadable(100).await.unwrap().len(), 2);
+    drop(store);
 }
