@@ -133,6 +133,8 @@ pub enum StateFilter {
     Row(State),
     /// Tombstones.
     Discarded,
+    /// Rows the store holds but cannot decode.
+    Unreadable,
 }
 
 /// `list`.
@@ -142,7 +144,7 @@ pub struct ListArgs {
     #[allow(missing_docs)]
     pub target: Target,
     /// Only records in this state: pending, retrying, in-flight, needs-attention, rejected,
-    /// or discarded (tombstones).
+    /// discarded (tombstones), or unreadable (rows the store cannot decode, with why).
     #[arg(long, value_parser = parse_state_filter)]
     pub state: Option<StateFilter>,
     /// Only records of this group.
@@ -298,14 +300,24 @@ pub fn parse_state(text: &str) -> Result<State, String> {
         .map_err(|_| format!("unknown state {text:?}; one of {STATE_NAMES}"))
 }
 
-/// Parses a row state, or `discarded` for tombstones.
+/// Parses a row state, `discarded` for tombstones, or `unreadable` for rows the store cannot
+/// decode.
+///
+/// ```
+/// use outbox_cli::cli::{parse_state_filter, StateFilter};
+/// assert_eq!(parse_state_filter("unreadable"), Ok(StateFilter::Unreadable));
+/// assert_eq!(parse_state_filter("discarded"), Ok(StateFilter::Discarded));
+/// assert!(parse_state_filter("lost").unwrap_err().contains("unreadable"));
+/// ```
 pub fn parse_state_filter(text: &str) -> Result<StateFilter, String> {
-    if text == "discarded" {
-        return Ok(StateFilter::Discarded);
+    match text {
+        "discarded" => return Ok(StateFilter::Discarded),
+        "unreadable" => return Ok(StateFilter::Unreadable),
+        _ => {}
     }
     text.parse::<State>()
         .map(StateFilter::Row)
-        .map_err(|_| format!("unknown state {text:?}; one of {STATE_NAMES}, discarded"))
+        .map_err(|_| format!("unknown state {text:?}; one of {STATE_NAMES}, discarded, unreadable"))
 }
 
 /// Parses an age or interval: a whole number and a unit, `ms`, `s`, `m`, `h`, `d` or `w`.

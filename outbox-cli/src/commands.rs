@@ -11,7 +11,9 @@ use crate::error::CliError;
 use crate::escape;
 use crate::human;
 use crate::verbs::{self, Done, Verb};
-use crate::view::{self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView};
+use crate::view::{
+    self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView, UnreadableView,
+};
 
 /// At most this many per-record lines are printed by a verb on a filter; the summary line
 /// counts them all.
@@ -80,6 +82,13 @@ pub async fn execute(
                             next_after: next.map(|id| id.0),
                         },
                     ),
+                    Listing::Unreadable(rows, next) => json(
+                        io,
+                        &Page {
+                            records: rows.iter().map(UnreadableView::from).collect(),
+                            next_after: next.map(|id| id.0),
+                        },
+                    ),
                 }
             } else {
                 write!(io.out, "{}", human::list(&listing, now))?;
@@ -93,6 +102,10 @@ pub async fn execute(
                 (Found::Tombstone(t), true) => json(io, &TombstoneView::from(t)),
                 (Found::Record(r), false) => Ok(write!(io.out, "{}", human::record(r, now))?),
                 (Found::Tombstone(t), false) => Ok(write!(io.out, "{}", human::tombstone(t, now))?),
+                (Found::Unreadable(row), true) => json(io, &UnreadableView::from(row)),
+                (Found::Unreadable(row), false) => {
+                    Ok(write!(io.out, "{}", human::unreadable(row))?)
+                }
             }
         }
         Command::Retry(args) => verb(store, Verb::Retry, &args.selection, None, now, io).await,

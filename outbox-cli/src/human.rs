@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use chrono::{Local, TimeZone};
-use outbox_core::{Attempt, Halt, History, Millis, Record, Tombstone};
+use outbox_core::{Attempt, Halt, History, Millis, Record, Tombstone, Unreadable};
 
 use crate::escape::{visible, visible_lines};
 use crate::view::{Listing, StatsView};
@@ -309,6 +309,13 @@ pub fn list(listing: &Listing, now: Millis) -> String {
             let headers = ["ID", "GROUP", "DISCARDED", "ATTEMPTS", "REASON"];
             (table(&headers, &rows), rows.len(), next)
         }
+        Listing::Unreadable(unreadable, next) => {
+            let rows: Vec<_> = unreadable
+                .iter()
+                .map(|row| vec![row.id.0.to_string(), shown(&row.reason)])
+                .collect();
+            (table(&["ID", "CANNOT BE READ"], &rows), rows.len(), next)
+        }
     };
     let noun = if count == 1 { "record" } else { "records" };
     match next {
@@ -323,6 +330,24 @@ pub fn list(listing: &Listing, now: Millis) -> String {
     if matches!(listing, Listing::Records(..)) && count > 0 {
         out.push_str("A/U/I: answered failures (the spent budget) / unanswered / interrupted\n");
     }
+    if matches!(listing, Listing::Unreadable(..)) && count > 0 {
+        out.push_str(SET_ASIDE);
+    }
+    out
+}
+
+/// What becomes of a row that cannot be read, and what a person can do.
+const SET_ASIDE: &str = "Rows that cannot be read are set aside: no runner delivers them, and a \
+    group's\nlater records wait behind one. `outbox discard TARGET ID --reason ...` removes \
+    one,\nkeeping a tombstone.\n";
+
+/// The `show` report for a row the store cannot decode.
+pub fn unreadable(row: &Unreadable) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<15}#{}", "record", row.id.0);
+    let _ = writeln!(out, "{:<15}unreadable (damaged on disk)", "state");
+    let _ = writeln!(out, "{:<15}{}", "cannot read", shown(&row.reason));
+    out.push_str(SET_ASIDE);
     out
 }
 

@@ -118,7 +118,8 @@ document.getElementById("resume-no").addEventListener("click", () => {
 function actions(record) {
   const buttons = [];
   if (!writable) return buttons;
-  if (record.state === "discarded" || record.state === "in-flight") return buttons;
+  // A row that cannot be read is discarded with `outbox discard` (it has no revision to show).
+  if (["discarded", "in-flight", "unreadable"].includes(record.state)) return buttons;
   if (record.state === "rejected") buttons.push("requeue"); else buttons.push("retry");
   buttons.push("discard");
   return buttons.map((action) => {
@@ -138,7 +139,9 @@ async function loadList() {
   const page = await getJson("/api/records?" + query);
   view.next = page.next_after;
   const tombstones = view.state === "discarded";
+  const unreadable = view.state === "unreadable";
   const head = tombstones ? ["id", "group", "discarded", "attempts", "reason"]
+    : unreadable ? ["id", "cannot be read"]
     : ["id", "group", "state", "a/u/i", "next attempt", "age", "last error", ""];
   document.getElementById("head").replaceChildren(el("tr", {}, ...head.map((h) => el("th", {}, h))));
   const rows = document.getElementById("rows");
@@ -146,6 +149,7 @@ async function loadList() {
   for (const r of page.records) {
     const cells = tombstones
       ? [r.id, r.group ?? "-", when(r.discarded_at), r.attempts, r.reason]
+      : unreadable ? [r.id, r.reason]
       : [r.id, r.group ?? "-", el("span", { className: "state-" + r.state }, r.state),
          r.attempts + "/" + r.unanswered + "/" + r.interrupted,
          r.lease_until !== null ? "lease ends " + when(r.lease_until) : when(r.next_attempt_at),
@@ -153,7 +157,8 @@ async function loadList() {
          el("span", { title: r.last_error ?? "" }, r.last_error ?? "-"),
          el("span", {}, ...actions(r))];
     const tr = el("tr", { className: "row" }, ...cells.map((c, i) =>
-      el("td", { className: !tombstones && i === 6 ? "error" : "" }, c instanceof Node ? c : String(c))));
+      el("td", { className: (!tombstones && !unreadable && i === 6) || (unreadable && i === 1) ? "error" : "" },
+        c instanceof Node ? c : String(c))));
     tr.dataset.record = String(r.id);
     tr.addEventListener("click", () => showDetail(r.id));
     rows.append(tr);
@@ -197,8 +202,14 @@ async function showDetail(id) {
     if (r.payload_encoding === "utf-8") {
       try { payload = JSON.stringify(JSON.parse(payload), null, 2); } catch (_) { /* plain text */ }
     }
-    detail.replaceChildren(el("h2", {}, "record #" + r.id), dl, ...actions(r), history(r),
-      r.state === "discarded" ? "" : el("pre", {}, payload));
+    if (r.state === "unreadable") {
+      detail.replaceChildren(el("h2", {}, "record #" + r.id), dl, el("p", {},
+        "Set aside: no runner delivers it, and its group's later records wait behind it. "
+        + "`outbox discard TARGET " + r.id + " --reason ...` removes it, keeping a tombstone."));
+    } else {
+      detail.replaceChildren(el("h2", {}, "record #" + r.id), dl, ...actions(r), history(r),
+        r.state === "discarded" ? "" : el("pre", {}, payload));
+    }
     detail.hidden = false;
   } catch (err) {
     say(err.message, true);

@@ -41,7 +41,9 @@ use crate::cli::{parse_id, parse_state_filter};
 use crate::error::CliError;
 use crate::session::{self, Session};
 use crate::verbs::{self, Done, Verb};
-use crate::view::{self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView};
+use crate::view::{
+    self, Found, Listing, Page, RecordDetail, RecordView, TombstoneView, UnreadableView,
+};
 use crate::Now;
 
 const PAGE_HTML: &str = include_str!("page.html");
@@ -199,6 +201,11 @@ async fn records(State(app): State<Shared>, Query(params): Query<ListParams>) ->
             next_after: next.map(|id| id.0),
         })
         .into_response(),
+        Ok(Listing::Unreadable(rows, next)) => Json(Page {
+            records: rows.iter().map(UnreadableView::from).collect(),
+            next_after: next.map(|id| id.0),
+        })
+        .into_response(),
         Err(err) => failure(err),
     }
 }
@@ -211,6 +218,7 @@ async fn record(State(app): State<Shared>, Path(id): Path<String>) -> Response {
     match view::find(&*app.store, id).await {
         Ok(Found::Record(r)) => Json(RecordDetail::at(&r, app.now.get())).into_response(),
         Ok(Found::Tombstone(t)) => Json(TombstoneView::from(&t)).into_response(),
+        Ok(Found::Unreadable(row)) => Json(UnreadableView::from(&row)).into_response(),
         Err(err) => failure(err),
     }
 }

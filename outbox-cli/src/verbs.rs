@@ -4,7 +4,9 @@
 //! it is still as it was read, and otherwise leaves it and says it changed since the person
 //! looked.
 
-use outbox_core::{machine, Guard, Halt, Millis, Record, RecordId, Seen, State, Store, Transition};
+use outbox_core::{
+    machine, Guard, Halt, Millis, Record, RecordId, Seen, State, Store, Transition, Unreadable,
+};
 
 use crate::error::CliError;
 use crate::revision;
@@ -307,6 +309,7 @@ pub async fn one(
                 id.0
             )))
         }
+        Found::Unreadable(row) => return unreadable(store, verb, &row, seen, now).await,
     };
     if let Some(seen) = seen {
         let now_seen = revision::of(&record);
@@ -335,5 +338,42 @@ pub async fn one(
             id.0
         ))),
         done => Ok(done),
+    }
+}
+
+/// A person's repair of a row the store cannot decode: only a discard applies (the store's
+/// [`Store::discard_unreadable`], which keeps a tombstone). Such a row has no revision to
+/// compare: what was seen is its id and why it cannot be read.
+async fn unreadable(
+    store: &dyn Store,
+    verb: &Verb,
+    row: &Unreadable,
+    seen: Option<&str>,
+    now: Millis,
+) -> Result<Done, CliError> {
+    let id = row.id;
+    let name = verb.name();
+    let cannot = |why: &str| {
+        CliError::NotApplicable(format!(
+            "cannot {name} #{}: it cannot be read ({}); {why}",
+            id.0, row.reason
+        ))
+    };
+    if !matches!(verb, Verb::Discard { .. }) {
+        return Err(cannot("discard it, keeping a tombstone"));
+    }
+    if seen.is_some() {
+        return Err(cannot(
+            "it has no revision to compare; discard it without one",
+        ));
+    }
+    if store.discard_unreadable(id, now).await? {
+        Ok(Done::Discarded(id))
+    } else {
+        Err(CliError::Changed(format!(
+            "left #{} as it is: {CHANGED}: it can be read now, or it is gone (`outbox show` \
+             it again)",
+            id.0
+        )))
     }
 }

@@ -1,7 +1,9 @@
 //! What the read commands report, as plain values: the `--json` shapes (documented in the crate
 //! docs) and the input of the human-readable output and of the web page.
 
-use outbox_core::{Attempt, Halt, ListQuery, Millis, Record, RecordId, Stats, Store, Tombstone};
+use outbox_core::{
+    Attempt, Halt, ListQuery, Millis, Record, RecordId, Stats, Store, Tombstone, Unreadable,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::StateFilter;
@@ -12,6 +14,10 @@ pub const COMMON_ERRORS: usize = 5;
 
 /// Records read per page when a command walks a whole state.
 const PAGE: usize = 500;
+
+/// The most rows the store is asked for when looking for one that cannot be read: such rows
+/// are few (each is damage on disk), and the look may read every row.
+pub const UNREADABLE_LOOK: usize = 100_000;
 
 /// The queue at one moment (`stats --json`).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -317,6 +323,28 @@ impl From<&Tombstone> for TombstoneView {
     }
 }
 
+/// A row the store holds but cannot decode (`list --state unreadable --json`, `show --json`):
+/// all that can be said of it is its id and what could not be read.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct UnreadableView {
+    #[allow(missing_docs)]
+    pub id: u64,
+    /// Always `unreadable`.
+    pub state: &'static str,
+    /// What could not be decoded, in words.
+    pub reason: String,
+}
+
+impl From<&Unreadable> for UnreadableView {
+    fn from(row: &Unreadable) -> Self {
+        UnreadableView {
+            id: row.id.0,
+            state: "unreadable",
+            reason: row.reason.clone(),
+        }
+    }
+}
+
 /// A page of records or tombstones (`list --json`).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Page<T> {
@@ -391,6 +419,8 @@ pub enum Listing {
     Records(Vec<Record>, Option<RecordId>),
     /// Tombstones in id order, and the id to continue after when the page was full.
     Tombstones(Vec<Tombstone>, Option<RecordId>),
+    /// Rows that cannot be read, in id order, and the id to continue after when more follow.
+    Unreadable(Vec<Unreadable>, Option<RecordId>),
 }
 
 /// Reads one page of `list`.
@@ -425,6 +455,26 @@ pub async fn list(
                 }
             }
         }
+        Some(StateFilter::Unreadable) => {
+            if group.is_some() {
+                // The group may be what cannot be read.
+                return Err(CliError::Usage(
+                    "rows that cannot be read are not listed by group (their group may be \
+                     what cannot be read); leave --group out"
+                        .into(),
+                ));
+            }
+            let after = after.map_or(0, |id| id.0);
+            let mut rows: Vec<Unreadable> = store
+                .unreadable(UNREADABLE_LOOK)
+                .await?
+                .into_iter()
+                .filter(|row| row.id.0 > after)
+                .collect();
+            let next = (rows.len() > limit).then(|| rows[limit - 1].id);
+            rows.truncate(limit);
+            Ok(Listing::Unreadable(rows, next))
+        }
         Some(StateFilter::Row(state)) => {
             let mut query = ListQuery::new(limit).state(state);
             query.group = group.map(str::to_owned);
@@ -455,17 +505,26 @@ pub enum Found {
     Record(Box<Record>),
     /// Discarded, not yet pruned.
     Tombstone(Tombstone),
+    /// Held by the store, but it cannot be decoded: set aside, never delivered, until a
+    /// person discards it.
+    Unreadable(Unreadable),
 }
 
-/// Finds a record or its tombstone; [`CliError::NoSuchRecord`] when neither is there.
+/// Finds a record, its tombstone, or the row that cannot be read; [`CliError::NoSuchRecord`]
+/// when none is there.
 pub async fn find(store: &dyn Store, id: RecordId) -> Result<Found, CliError> {
     if let Some(record) = store.get(id).await? {
         return Ok(Found::Record(Box::new(record)));
     }
     let before = id.0.checked_sub(1).map(RecordId);
     let tombstone = store.tombstones(before, 1).await?.into_iter().next();
-    match tombstone {
-        Some(t) if t.id == id => Ok(Found::Tombstone(t)),
-        _ => Err(CliError::NoSuchRecord(id)),
+    if let Some(t) = tombstone.filter(|t| t.id == id) {
+        return Ok(Found::Tombstone(t));
+    }
+    // `get` passes by a row it cannot decode: look for it among those.
+    let unreadable = store.unreadable(UNREADABLE_LOOK).await?;
+    match unreadable.into_iter().find(|row| row.id == id) {
+        Some(row) => Ok(Found::Unreadable(row)),
+        None => Err(CliError::NoSuchRecord(id)),
     }
 }

@@ -271,3 +271,56 @@ async fn a_file_an_older_build_wrote_is_looked_at_through_an_upgraded_copy() {
     assert!(err.contains("`stats`, `list` or `show`"), "{err}");
     assert_eq!(support::digest(&older), before);
 }
+
+#[tokio::test]
+async fn a_row_that_cannot_be_read_is_listed_shown_and_discarded_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seeded(dir.path()).await;
+    let file = path.to_str().unwrap();
+    // A state code no build writes, as a hand edit or a bit flip leaves it.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let id: i64 = conn
+        .query_row("SELECT min(id) FROM records", [], |row| row.get(0))
+        .unwrap();
+    conn.execute("UPDATE records SET state = 9 WHERE id = ?1", [id])
+        .unwrap();
+    drop(conn);
+    let id = id.to_string();
+
+    // `get` passes such a row by; the commands still find it, and say why it cannot be read.
+    let listed = support::ok(&["list", file, "--state", "unreadable"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&format!("{id} ")) && l.ends_with("unknown state code 9")),
+        "{listed}"
+    );
+    assert!(listed.contains("no runner delivers them"), "{listed}");
+    let json = support::ok(&["list", file, "--state", "unreadable", "--json"]);
+    let page: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        page["records"],
+        serde_json::json!([{ "id": id.parse::<u64>().unwrap(), "state": "unreadable",
+            "reason": "unknown state code 9" }])
+    );
+    let shown = support::ok(&["show", file, &id]);
+    assert!(shown.contains("unreadable (damaged on disk)"), "{shown}");
+    assert!(shown.contains("unknown state code 9"), "{shown}");
+
+    // Only a discard applies, and it keeps a tombstone.
+    let (_, refused) = support::fails(&["retry", file, &id]);
+    assert!(refused.contains("it cannot be read"), "{refused}");
+    let discarded = support::ok(&["discard", file, &id, "--reason", "damaged", "--yes"]);
+    assert!(
+        discarded.contains(&format!("discarded #{id}")),
+        "{discarded}"
+    );
+    let tombstone = support::ok(&["show", file, &id]);
+    assert!(tombstone.contains("discarded (a tombstone"), "{tombstone}");
+    assert!(
+        tombstone.contains("unreadable row discarded: unknown state code 9"),
+        "{tombstone}"
+    );
+    let left = support::ok(&["list", file, "--state", "unreadable"]);
+    assert_eq!(left, "no records match\n");
+}
