@@ -13,6 +13,17 @@ use outbox_core::{Claim, Lease, ListQuery, NewRecord, RecordId, Store};
 
 const T0: u64 = 1_700_000_000_000;
 
+/// An id as the table stores it.
+fn raw(id: RecordId) -> i64 {
+    i64::try_from(id.0).unwrap()
+}
+
+/// Enqueues `records` at [`T0`]; their ids as the table stores them.
+async fn enqueue(store: &outbox_postgres::PgStore, records: Vec<NewRecord>) -> Vec<i64> {
+    let enqueued = store.enqueue(records, T0).await.unwrap();
+    enqueued.into_iter().map(raw).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_look_lists_every_row_that_breaks_a_rule_and_only_those_across_pages() {
     if !server_ready() {
@@ -23,13 +34,7 @@ async fn the_look_lists_every_row_that_breaks_a_rule_and_only_those_across_pages
     let records = (0..800)
         .map(|i| NewRecord::new(format!("r{i}").into_bytes()))
         .collect();
-    let ids: Vec<i64> = store
-        .enqueue(records, T0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|id| i64::try_from(id.0).unwrap())
-        .collect();
+    let ids = enqueue(&store, records).await;
     let client = admin().await;
     let s = &scratch.schema;
     let damage = |set: &'static str, id: i64| {
@@ -83,10 +88,7 @@ async fn the_look_lists_every_row_that_breaks_a_rule_and_only_those_across_pages
     bad.sort_unstable();
 
     let listed = store.unreadable(10_000).await.unwrap();
-    let listed_ids: Vec<i64> = listed
-        .iter()
-        .map(|row| i64::try_from(row.id.0).unwrap())
-        .collect();
+    let listed_ids: Vec<i64> = listed.iter().map(|row| raw(row.id)).collect();
     assert_eq!(listed_ids, bad);
     assert!(listed.iter().all(|row| !row.reason.is_empty()));
     // A limit takes the lowest ids.
@@ -185,13 +187,7 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
                 .with_key(format!("k{i}"))
         })
         .collect();
-    let ids: Vec<i64> = store
-        .enqueue(records, T0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|id| i64::try_from(id.0).unwrap())
-        .collect();
+    let ids = enqueue(&store, records).await;
     let (client, connection) = tokio_postgres::connect(&db.url(), tokio_postgres::NoTls)
         .await
         .unwrap();
@@ -216,7 +212,7 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
         .await
         .unwrap()
         .into_iter()
-        .map(|row| (i64::try_from(row.id.0).unwrap(), row.reason))
+        .map(|row| (raw(row.id), row.reason))
         .collect();
     let named = |id: i64, column: &str| (id, format!("{column} is not UTF-8"));
     assert_eq!(
@@ -233,7 +229,7 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
         .await
         .unwrap()
         .into_iter()
-        .map(|r| i64::try_from(r.id.0).unwrap())
+        .map(|r| raw(r.id))
         .collect();
     assert_eq!(readable, [ids[0], ids[2], ids[5], ids[7]]);
 
@@ -252,7 +248,7 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
         .await
         .unwrap()
         .into_iter()
-        .map(|r| i64::try_from(r.id.0).unwrap())
+        .map(|r| raw(r.id))
         .collect();
     claimed.sort_unstable();
     assert_eq!(claimed, [ids[0], ids[2], ids[5], ids[7]]);
@@ -266,7 +262,7 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
     let tombstones = store.tombstones(None, 10).await.unwrap();
     let told: Vec<(i64, Option<String>, String)> = tombstones
         .into_iter()
-        .map(|t| (i64::try_from(t.id.0).unwrap(), t.group, t.key))
+        .map(|t| (raw(t.id), t.group, t.key))
         .collect();
     assert_eq!(
         told,
