@@ -151,3 +151,34 @@ async fn a_start_up_look_that_outgrows_the_deadline_waits_for_an_idle_queue_and_
     assert_eq!(store.looks.load(Ordering::SeqCst), 2);
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
+
+/// The reference store whose look for undecodable rows never ends, counting its looks.
+#[derive(Debug, Default)]
+struct EndlessLook {
+    inner: MemoryStore,
+    looks: AtomicU32,
+}
+
+#[async_trait]
+impl StoreLayer for EndlessLook {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
+
+    async fn unreadable(&self, _limit: usize) -> Result<Vec<Unreadable>> {
+        self.looks.fetch_add(1, Ordering::SeqCst);
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_shutdown_does_not_wait_for_a_look_that_was_put_off() {
+    let store = Arc::new(EndlessLook::default());
+    let (outbox, _) = start(Arc::clone(&store) as Arc<dyn Store>).await;
+    // The start's look times out after 5 s and is put off for ten deadlines: made again at
+    // 55 s, on an idle runner, and still under way at 57 s.
+    tokio::time::sleep(Duration::from_secs(57)).await;
+    assert_eq!(store.looks.load(Ordering::SeqCst), 2);
+    // The shutdown does not wait for its deadline (3 s more).
+    outbox.shutdown(Duration::from_secs(1)).await.unwrap();
+}

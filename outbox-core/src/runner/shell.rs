@@ -70,7 +70,7 @@ pub(crate) async fn prepare(shared: &Shared, halt: Option<Halt>) -> Result<(Sche
     }
     // Rows left undecodable by an older version or a damaged disk are said once, at start
     // (and whenever the application lists them): claims pass them by without a word. A look
-    // that outgrows the store's deadline is given up (said by a notice), not retried.
+    // that outgrows the store's deadline is put off until the runner is idle (`look`).
     scheduler.look_for_unreadable();
     Ok((scheduler, start))
 }
@@ -194,6 +194,7 @@ pub(crate) async fn run(
                         );
                     }
                     let span = if claims { round.clone() } else { Span::none() };
+                    let look = matches!(io, Io::Unreadable { .. });
                     let store_call = call(&shared, io).instrument(span);
                     tokio::pin!(store_call);
                     // Deliveries go on while the store works; their reports wait for it.
@@ -201,6 +202,16 @@ pub(crate) async fn run(
                         tokio::select! {
                             biased;
                             done = &mut store_call => break done,
+                            // A look for undecodable rows may take the whole store deadline:
+                            // a shutdown does not wait for it. The scheduler hears of the
+                            // shutdown, then of the look's end as a time out (not said, not
+                            // put off: the next start looks again).
+                            changed = unconstrained(stop.changed()), if look && !stopping => {
+                                stopping = true;
+                                let grace = grace(changed.is_ok(), &stop, start);
+                                scheduler.handle(now(), Input::Shutdown { grace });
+                                break Err(crate::Error::Timeout(shared.config.store_timeout));
+                            }
                             Some(report) = deliveries.next(), if !deliveries.is_empty() => {
                                 running.remove(&report.0);
                                 finished.push_back(report);
@@ -259,16 +270,19 @@ pub(crate) async fn run(
             }
             changed = unconstrained(stop.changed()), if !stopping => {
                 stopping = true;
-                let grace = match changed {
-                    Ok(()) => (*stop.borrow()).unwrap_or_else(Instant::now),
-                    Err(_) => Instant::now(),
-                };
-                Input::Shutdown { grace: mono(start, grace) }
+                Input::Shutdown { grace: grace(changed.is_ok(), &stop, start) }
             }
             _ = sleep => Input::Timer,
         };
         scheduler.handle(now(), input);
     }
+}
+
+/// The end of a shutdown's grace, on the runner's clock: the instant the handle sent, or now
+/// when the handle is gone (`sent` false).
+fn grace(sent: bool, stop: &watch::Receiver<Option<Instant>>, start: Instant) -> Millis {
+    let at = if sent { *stop.borrow() } else { None };
+    mono(start, at.unwrap_or_else(Instant::now))
 }
 
 /// One delivery, in its own span and polled by the runner's task: the sink within the
@@ -388,13 +402,22 @@ fn log(notice: &Notice) {
         Notice::RenewFailed { error } => {
             tracing::warn!(%error, "could not renew leases");
         }
-        Notice::UnreadableLookPutOff { error, retry_in } => {
-            tracing::warn!(
-                %error,
-                ?retry_in,
-                "the look for undecodable rows did not end within store_timeout; made again \
-                 once the queue is idle (deliveries go on; Outbox::unreadable lists such rows)"
-            );
+        Notice::UnreadableLookPutOff {
+            error,
+            retry_in,
+            timeouts,
+        } => {
+            if *timeouts <= 1 {
+                tracing::warn!(
+                    %error,
+                    ?retry_in,
+                    "the look for undecodable rows did not end within store_timeout; made \
+                     again once the runner is idle (deliveries go on; Outbox::unreadable \
+                     lists such rows)"
+                );
+            } else {
+                tracing::debug!(%error, ?retry_in, timeouts, "the look for undecodable rows timed out again");
+            }
         }
         Notice::Rebased { rebased, step } => {
             tracing::warn!(

@@ -168,6 +168,11 @@ impl Scheduler {
                 self.writes = writes;
                 self.wanted |= claim.is_some();
             }
+            // A look that was put off waits for an idle runner again, not for the next claim.
+            Pending::Chore {
+                chore: Chore::Unreadable { .. },
+                ..
+            } if self.look_put_off.is_some() => self.look_wait_over(),
             // The chore is tried again after the backoff, where it stood.
             Pending::Chore { chore, .. } => self.chores.push_front(chore),
             Pending::NextDue | Pending::Stats => {}

@@ -258,17 +258,20 @@ pub enum Notice {
         error: String,
     },
     /// The look for rows the store cannot decode did not end within `store_timeout` (it
-    /// reads every row): deliveries go on, and the look is made again when a claim finds
-    /// nothing to deliver, `retry_in` from now at the earliest. Claims pass such rows by
-    /// meanwhile; [`Outbox::unreadable`] lists them.
+    /// reads every row): deliveries go on, and the look is made again when the runner has
+    /// nothing else to do, `retry_in` from now at the earliest (see [`put_off_for`]). Claims
+    /// pass such rows by meanwhile; [`Outbox::unreadable`] lists them.
     ///
     /// [`Outbox::unreadable`]: crate::Outbox::unreadable
+    /// [`put_off_for`]: super::put_off_for
     UnreadableLookPutOff {
         /// What the store said.
         error: String,
-        /// The soonest the look is made again (the retry policy's backoff after as many
-        /// time outs of the look).
+        /// The soonest the look is made again.
         retry_in: Duration,
+        /// How many times the look timed out (the shell says the first at `warn`, the
+        /// others at `debug`).
+        timeouts: u32,
     },
     /// The wall clock stepped back: deadlines set before the step keep their waits.
     Rebased {

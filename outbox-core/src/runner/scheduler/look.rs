@@ -3,21 +3,52 @@
 //! The look ([`Chore::Unreadable`]) is made once, before the first claim. It reads every row,
 //! so over a large backlog it may outgrow the store's deadline, and it would outgrow it at
 //! every try: made again ahead of each claim, it would stop deliveries for as long as the
-//! backlog lasts. A look that timed out is put off instead, until the queue is idle and the
-//! policy's backoff after as many time outs has passed ([`Timer::Look`]): then no round is in
-//! flight and the last claim came back short of its limit. As the backlog drains the look fits
-//! the deadline, and the rows it finds are still said once. Claims pass such rows by
-//! meanwhile, and the application's own look (`Outbox::unreadable`) lists them.
+//! backlog lasts. A look that timed out is put off instead ([`PutOff`]), and made again only
+//! when the runner has nothing else to do: no round in flight, nothing due, nothing to write,
+//! no wake waiting, and the last claim came back short of its limit (`decide` asks last). As
+//! the backlog drains the look fits the deadline, and the rows it finds are still said once.
+//! Claims pass such rows by meanwhile, and the application's own look (`Outbox::unreadable`)
+//! lists them.
+//!
+//! While a look runs, nothing else does (one store call at a time): a wake-up waits for it, up
+//! to the store's deadline. So the wait after the `n`-th time out is [`PUT_OFF_FACTOR`] times
+//! that deadline, doubled with each further time out ([`put_off_for`]): a look that keeps
+//! timing out takes at most a tenth of the runner's idle time, less with each try. A shutdown
+//! does not wait for it (the shell cuts it short; the next start looks again).
 
 use std::time::Duration;
 
 use super::chore::Chore;
 use super::timer::Timer;
-use super::{Action, Notice, Pending, Scheduler};
+use super::{Action, Notice, Scheduler};
 use crate::outcome::duration_ms;
 
-/// A look that timed out `timeouts` times, waiting for an idle queue; `due` once its backoff
-/// has passed.
+/// How many store deadlines the first wait after a timed-out look lasts.
+pub const PUT_OFF_FACTOR: u32 = 10;
+
+/// The longest wait between two looks.
+const LONGEST_PUT_OFF: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The wait after the `timeouts`-th time out of the look (1-based) under `store_timeout`:
+/// [`PUT_OFF_FACTOR`] deadlines, doubled with each further time out, at most a day.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_core::runner::scheduler::put_off_for;
+/// let deadline = Duration::from_secs(30);
+/// assert_eq!(put_off_for(1, deadline), Duration::from_secs(300));
+/// assert_eq!(put_off_for(2, deadline), Duration::from_secs(600));
+/// assert_eq!(put_off_for(99, deadline), Duration::from_secs(24 * 60 * 60));
+/// ```
+pub fn put_off_for(timeouts: u32, store_timeout: Duration) -> Duration {
+    let doublings = timeouts.saturating_sub(1).min(31);
+    store_timeout
+        .saturating_mul(PUT_OFF_FACTOR)
+        .saturating_mul(1 << doublings)
+        .min(LONGEST_PUT_OFF)
+}
+
+/// A look that timed out `timeouts` times; `due` once its wait has passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct PutOff {
     timeouts: u32,
@@ -25,8 +56,13 @@ pub(super) struct PutOff {
 }
 
 impl Scheduler {
-    /// The look outgrew the store's deadline: put off for the backoff after one more time out.
+    /// The look did not end within the store's deadline: put off (see the module docs). Said
+    /// at `warn` the first time (the shell's choice, by `timeouts`); nothing is said, and
+    /// nothing put off, when the runner is shutting down.
     pub(super) fn look_timed_out(&mut self, error: String) {
+        if self.stopping.is_some() {
+            return;
+        }
         let timeouts = self
             .look_put_off
             .map_or(0, |p| p.timeouts)
@@ -35,42 +71,37 @@ impl Scheduler {
             timeouts,
             due: false,
         });
-        let retry_in: Duration = self.policy.backoff.delay(timeouts);
+        let retry_in = put_off_for(timeouts, self.config.store_timeout);
         let at = self.now.mono.saturating_add(duration_ms(retry_in));
         self.timers.set(Timer::Look, at);
         self.actions
             .push_back(Action::Log(Notice::UnreadableLookPutOff {
                 error,
                 retry_in,
+                timeouts,
             }));
     }
 
-    /// The look's backoff passed: made now if the queue is idle, else when it is.
-    pub(super) fn look_backoff_over(&mut self) {
+    /// The wait is over: the look is made the next time the runner has nothing else to do.
+    pub(super) fn look_wait_over(&mut self) {
         self.timers.stop(Timer::Look);
         if let Some(put_off) = &mut self.look_put_off {
             put_off.due = true;
         }
-        let claiming = matches!(self.pending, Some(Pending::Round { claim: Some(_), .. }));
-        if self.round.is_none() && !claiming {
-            self.look_when_idle();
-        }
     }
 
-    /// The queue is idle (a claim found nothing, or a round that was not full is over): the
-    /// time for a look that was put off, once its backoff has passed.
-    pub(super) fn look_when_idle(&mut self) {
-        if self.stopping.is_some() {
-            // Not worth holding up a shutdown for: the next start looks again.
-            return;
+    /// Asked by `decide` when nothing else is to be done: the look that was put off, if its
+    /// wait has passed and the last claim found no more than it asked for.
+    pub(super) fn look_if_idle(&mut self) -> bool {
+        let due = self.look_put_off.is_some_and(|p| p.due);
+        if !due || self.backlog || self.wanted || !self.may_start() {
+            return false;
         }
         if let Some(put_off) = &mut self.look_put_off {
-            if put_off.due {
-                put_off.due = false;
-                self.chores
-                    .push_back(Chore::Unreadable { found: Vec::new() });
-            }
+            put_off.due = false;
         }
+        self.run_chore(Chore::Unreadable { found: Vec::new() });
+        true
     }
 
     /// The look ended: nothing is put off any more.

@@ -13,7 +13,7 @@
 //! elsewhere), `pace` (`Retry-After` hold, window, empty-claim quiet), `sizing` (rounds
 //! that grow with the backlog), `rate` (the optional rate limit), `clock_step`
 //! (steps of the wall clock), `gauges` (when the metrics read the store), `look` (the look
-//! for unreadable rows, put off to an idle queue when it outgrows the deadline), and this module,
+//! for unreadable rows, put off to an idle runner when it outgrows the deadline), and this module,
 //! which ties them together.
 //!
 //! It is public for those who drive many runners without tokio, e.g. a simulation of a fleet
@@ -76,6 +76,7 @@ pub use self::clock_step::STEP_TOLERANCE;
 pub use self::io::{
     Action, Answer, FailureKind, Gauges, Input, Io, Notice, Now, Report, StoreFailure,
 };
+pub use self::look::{put_off_for, PUT_OFF_FACTOR};
 pub use self::sizing::KEEPING_UP;
 
 /// How long finished deliveries wait for others of their round before their outcomes are
@@ -140,6 +141,8 @@ pub struct Scheduler {
     recovering: bool,
     /// The look for unreadable rows timed out and waits for an idle queue.
     look_put_off: Option<look::PutOff>,
+    /// The last claim came back with as many records as it asked for: more may be due.
+    backlog: bool,
     /// The store call under way.
     pending: Option<Pending>,
     /// The one buffer of transitions not yet written.
@@ -202,6 +205,7 @@ impl Scheduler {
             chores: VecDeque::new(),
             recovering: false,
             look_put_off: None,
+            backlog: false,
             pending: None,
             writes: Vec::new(),
             round: None,
@@ -407,8 +411,8 @@ impl Scheduler {
         self.pace.claimed(claimed.len(), on_deadline, self.now.mono);
         self.sizing
             .claimed(claimed.len(), claim.limit, self.now.mono);
+        self.backlog = claimed.len() >= claim.limit;
         if claimed.is_empty() {
-            self.look_when_idle();
             return;
         }
         let full = claimed.len() >= claim.limit;
@@ -503,6 +507,9 @@ impl Scheduler {
         } else if self.next_due_stale {
             self.pending = Some(Pending::NextDue);
             self.actions.push_back(Action::Io(Io::NextDue));
+        } else {
+            // Nothing else to do: the time for a look that was put off.
+            self.look_if_idle();
         }
     }
 
@@ -564,7 +571,6 @@ impl Scheduler {
                 self.decide();
                 return;
             }
-            self.look_when_idle();
             if !self.writes.is_empty() {
                 self.write(None, false);
             }

@@ -51,7 +51,7 @@ impl Scheduler {
                         self.actions.push_back(Action::AbortDeliveries);
                     }
                 }
-                Timer::Look => self.look_backoff_over(),
+                Timer::Look => self.look_wait_over(),
                 Timer::Commit | Timer::Claim | Timer::Gauges | Timer::Rate => {}
             }
         }

@@ -208,14 +208,19 @@ fn while_a_failed_call_waits_nothing_wakes_the_runner_before_its_retry() {
     assert!(!drain(&mut s).is_empty(), "at the retry, the runner acts");
 }
 
-/// Wakes the runner at `mono`, answers its claim with nothing and every store call after it
-/// as an empty store would, up to a look for unreadable rows (left unanswered) or its wait;
-/// returns what it did after the claim.
+/// Wakes the runner at `mono` and answers its claim with nothing ([`empty_claim_answered`]).
 fn empty_claim_at(s: &mut Scheduler, mono: Millis) -> Vec<Action> {
     s.handle(at(mono), Input::Wake);
     let claim = drain(s);
     assert_eq!(writes(&claim), [(0, true)], "{claim:?}");
-    answer(s, at(mono), &claim, vec![]);
+    empty_claim_answered(s, mono, &claim)
+}
+
+/// Answers the claim that ends `claim` with nothing, and every store call after it as an empty
+/// store would, up to a look for unreadable rows (left unanswered) or the runner's wait;
+/// returns what it did after the claim.
+fn empty_claim_answered(s: &mut Scheduler, mono: Millis, claim: &[Action]) -> Vec<Action> {
+    answer(s, at(mono), claim, vec![]);
     let mut all = Vec::new();
     loop {
         let actions = drain(s);
@@ -246,11 +251,33 @@ fn a_look_for_unreadable_rows_that_timed_out_waits_for_an_idle_queue_and_says_it
             Duration::from_secs(30),
         ))))
     };
+    let put_off = |actions: &[Action]| -> Vec<(Duration, u32)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Log(Notice::UnreadableLookPutOff {
+                    retry_in, timeouts, ..
+                }) => Some((*retry_in, *timeouts)),
+                _ => None,
+            })
+            .collect()
+    };
+    let delivered_now = |s: &mut Scheduler, mono: Millis, id: u64| {
+        s.handle(
+            at(mono),
+            Input::Reported {
+                id: RecordId(id),
+                report: Report::Outcome(Outcome::Delivered),
+            },
+        );
+        drain(s)
+    };
     // No other chore falls due meanwhile (far leases after one lease, the safety poll).
     let config = RunnerConfig::default()
         .with_batch(1)
-        .with_lease(Duration::from_secs(600))
-        .with_safety_poll(None);
+        .with_lease(Duration::from_secs(24 * 3_600))
+        .with_safety_poll(None)
+        .with_store_timeout(Duration::from_secs(30));
     let mut s = scheduler(config);
     s.look_for_unreadable();
     let actions = drain(&mut s);
@@ -260,78 +287,70 @@ fn a_look_for_unreadable_rows_that_timed_out_waits_for_an_idle_queue_and_says_it
     );
     s.handle(at(30_000), timeout());
     let after = drain(&mut s);
-    // Said, with when it is made again (the policy's first backoff, 1 s), and the claim it
-    // stood in front of is made at once: not paused, not tried again first.
-    assert!(
-        matches!(
-            after.first(),
-            Some(Action::Log(Notice::UnreadableLookPutOff { retry_in, .. }))
-                if *retry_in == Duration::from_secs(1)
-        ),
+    // Said, with when it may be made again (ten store deadlines), and the claim it stood in
+    // front of is made at once: not paused, not tried again first.
+    assert_eq!(
+        put_off(&after),
+        [(Duration::from_secs(300), 1)],
         "{after:?}"
     );
     assert_eq!(writes(&after), [(0, true)], "{after:?}");
     answer(&mut s, at(30_001), &after, vec![record(1, None)]);
-    let delivering = drain(&mut s);
-    assert_eq!(delivered(&delivering), [RecordId(1)]);
-    // The backoff ends while the round is in flight: the look waits for the queue to idle.
-    assert_eq!(s.poll_timeout(), Some(31_000));
-    s.handle(at(31_000), Input::Timer);
+    assert_eq!(delivered(&drain(&mut s)), [RecordId(1)]);
+    // The wait ends while the round is in flight: the look waits for the queue to idle.
+    assert_eq!(s.poll_timeout(), Some(330_000));
+    s.handle(at(330_000), Input::Timer);
     assert_eq!(looks(&drain(&mut s)), 0);
-    s.handle(
-        at(31_500),
-        Input::Reported {
-            id: RecordId(1),
-            report: Report::Outcome(Outcome::Delivered),
-        },
-    );
     // The round was full: the outcome goes out with the next claim, which finds more work.
-    let next = drain(&mut s);
+    let next = delivered_now(&mut s, 330_500, 1);
     assert_eq!(writes(&next), [(1, true)], "{next:?}");
-    assert_eq!(looks(&next), 0, "{next:?}");
-    answer(&mut s, at(31_501), &next, vec![record(2, None)]);
+    answer(&mut s, at(330_501), &next, vec![record(2, None)]);
     assert_eq!(delivered(&drain(&mut s)), [RecordId(2)]);
-    s.handle(
-        at(31_600),
-        Input::Reported {
-            id: RecordId(2),
-            report: Report::Outcome(Outcome::Delivered),
-        },
-    );
-    let next = drain(&mut s);
+    let next = delivered_now(&mut s, 330_600, 2);
     assert_eq!(looks(&next), 0, "{next:?}");
-    // That claim finds nothing: the queue is idle, and the look is made before anything else.
-    answer(&mut s, at(31_601), &next, vec![]);
+    // That claim finds nothing: once the deadline is read, the runner has nothing else to do,
+    // and the look is made.
+    answer(&mut s, at(330_601), &next, vec![]);
+    let idle = drain(&mut s);
+    assert_eq!(idle.last(), Some(&Action::Io(Io::NextDue)), "{idle:?}");
+    answer(&mut s, at(330_601), &idle, vec![]);
     let idle = drain(&mut s);
     assert_eq!(
         idle.last(),
         Some(&Action::Io(Io::Unreadable { limit: chore::PAGE })),
         "{idle:?}"
     );
-    // It times out again: put off twice as long, from an idle queue, by its own timer.
-    s.handle(at(36_000), timeout());
-    let again = settle(&mut s, at(36_000), None);
-    assert!(
-        again.iter().any(|a| matches!(
-            a,
-            Action::Log(Notice::UnreadableLookPutOff { retry_in, .. })
-                if *retry_in == Duration::from_secs(2)
-        )),
+    // It times out again: put off twice as long, said again (the shell logs it at debug).
+    s.handle(at(360_601), timeout());
+    let again = settle(&mut s, at(360_601), None);
+    assert_eq!(
+        put_off(&again),
+        [(Duration::from_secs(600), 2)],
         "{again:?}"
     );
     assert_eq!(looks(&again), 0, "{again:?}");
-    assert_eq!(looks(&empty_claim_at(&mut s, 37_000)), 0);
-    assert_eq!(s.poll_timeout(), Some(38_000));
-    s.handle(at(38_000), Input::Timer);
-    let idle = drain(&mut s);
+    // The wait ends as a write wakes the runner: its claim goes first, and the look waits
+    // while claims come back full.
+    let over = 960_601;
+    assert_eq!(s.poll_timeout(), Some(over));
+    s.handle(at(over), Input::Wake);
+    s.handle(at(over), Input::Timer);
+    let woken = drain(&mut s);
+    assert_eq!(writes(&woken), [(0, true)], "{woken:?}");
+    assert_eq!(looks(&woken), 0, "{woken:?}");
+    answer(&mut s, at(over), &woken, vec![record(3, None)]);
+    assert_eq!(delivered(&drain(&mut s)), [RecordId(3)]);
+    let next = delivered_now(&mut s, over + 1, 3);
+    assert_eq!(looks(&next), 0, "{next:?}");
+    let idle = empty_claim_answered(&mut s, over + 2, &next);
     assert_eq!(looks(&idle), 1, "{idle:?}");
     // This time it ends: its row is said, once.
     let row = crate::unreadable::Unreadable::new(RecordId(42), "unknown state code 9");
     s.handle(
-        at(38_001),
+        at(over + 3),
         Input::Answer(Ok(Answer::Unreadable(vec![row.clone()]))),
     );
-    let said = settle(&mut s, at(38_001), None);
+    let said = settle(&mut s, at(over + 3), None);
     assert_eq!(
         said.iter()
             .filter(|a| matches!(a, Action::Emit(Event::Unreadable { .. })))
@@ -342,10 +361,74 @@ fn a_look_for_unreadable_rows_that_timed_out_waits_for_an_idle_queue_and_says_it
         })],
         "{said:?}"
     );
-    // And the look is done with: nothing wakes the runner for it (the one timer left is the
-    // far-lease check, one lease after the start), idle claims do not make it.
-    assert_eq!(s.poll_timeout(), Some(600_000));
-    assert_eq!(looks(&empty_claim_at(&mut s, 100_000)), 0);
+    // And the look is done with: no timer of its own (the one left is the far-lease check,
+    // one lease after the start), idle claims do not make it.
+    assert_eq!(s.poll_timeout(), Some(24 * 3_600_000));
+    assert_eq!(looks(&empty_claim_at(&mut s, over + 10)), 0);
+}
+
+#[test]
+fn a_look_that_was_put_off_and_fails_otherwise_waits_for_an_idle_queue_again() {
+    let config = RunnerConfig::default()
+        .with_batch(1)
+        .with_lease(Duration::from_secs(600))
+        .with_safety_poll(None)
+        .with_store_timeout(Duration::from_secs(1));
+    let mut s = scheduler(config);
+    s.look_for_unreadable();
+    drain(&mut s);
+    s.handle(
+        at(1_000),
+        Input::Answer(Err(StoreFailure::from(&crate::Error::Timeout(
+            Duration::from_secs(1),
+        )))),
+    );
+    settle(&mut s, at(1_000), None);
+    // Ten seconds on, idle: the look is made, and fails for another reason.
+    s.handle(at(11_000), Input::Timer);
+    let look = drain(&mut s);
+    assert_eq!(looks(&look), 1, "{look:?}");
+    s.handle(
+        at(11_001),
+        Input::Answer(Err(StoreFailure {
+            kind: FailureKind::Transient,
+            error: "database is locked".into(),
+        })),
+    );
+    drain(&mut s);
+    // A write wakes the runner after the store's backoff: the claim goes first.
+    s.handle(at(13_000), Input::Wake);
+    let woken = drain(&mut s);
+    assert_eq!(writes(&woken), [(0, true)], "{woken:?}");
+    assert_eq!(looks(&woken), 0, "{woken:?}");
+    // Once the queue is idle, the look is made again.
+    let idle = empty_claim_answered(&mut s, 13_001, &woken);
+    assert_eq!(looks(&idle), 1, "{idle:?}");
+}
+
+#[test]
+fn a_look_under_way_at_shutdown_is_not_put_off_nor_said() {
+    let mut s = scheduler(RunnerConfig::default().with_safety_poll(None));
+    s.look_for_unreadable();
+    drain(&mut s);
+    // The shell cuts the look short when shutdown is asked: the scheduler hears of the
+    // shutdown, then of the look's end as a time out.
+    s.handle(at(10), Input::Shutdown { grace: 5_000 });
+    s.handle(
+        at(10),
+        Input::Answer(Err(StoreFailure::from(&crate::Error::Timeout(
+            Duration::from_secs(30),
+        )))),
+    );
+    let last = drain(&mut s);
+    assert!(
+        !last
+            .iter()
+            .any(|a| matches!(a, Action::Log(Notice::UnreadableLookPutOff { .. }))),
+        "{last:?}"
+    );
+    assert_eq!(looks(&last), 0, "{last:?}");
+    assert!(s.is_finished());
 }
 
 #[test]
