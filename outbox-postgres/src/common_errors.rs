@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use outbox_core::{ErrorCount, Result};
 
-use crate::codec::unsigned;
+use crate::codec::{unsigned, RawText};
 use crate::error::pg;
 use crate::ops::Core;
 use crate::sql::Exec;
@@ -50,8 +50,11 @@ impl Core {
         rows.iter()
             .map(|row| {
                 let count: i64 = row.try_get(1).map_err(pg)?;
+                // Read as stored: in a `SQL_ASCII` database an error text may not be UTF-8
+                // (`codec::TEXT_AS_STORED`), and one such record must not fail the tally.
+                let error: RawText<'_> = row.try_get(0).map_err(pg)?;
                 Ok(ErrorCount {
-                    error: row.try_get(0).map_err(pg)?,
+                    error: error.lossy(),
                     count: unsigned(count, "count")?,
                 })
             })

@@ -139,6 +139,15 @@ pub(crate) fn pool(err: PoolError) -> Error {
         // A new session's set-up statement (`codec::TEXT_AS_STORED`) failed: mapped as any
         // statement's failure, so a server that went away is unavailable, not corrupt.
         PoolError::Backend(err) | PoolError::PostCreateHook(HookError::Backend(err)) => pg(err),
+        // The set-up did not answer within the connect timeout: as a connection that did not.
+        PoolError::PostCreateHook(HookError::Message(message))
+            if message == crate::store::SET_UP_TIMED_OUT =>
+        {
+            Error::Unavailable {
+                detail: message.into_owned(),
+                source: None,
+            }
+        }
         PoolError::Timeout(_) | PoolError::Closed => Error::unavailable(err),
         other => Error::backend(other),
     }
@@ -185,5 +194,14 @@ mod tests {
         assert!(err.is_temporary());
         assert!(std::error::Error::source(&err).is_some());
         assert!(pool(PoolError::Closed).is_temporary());
+    }
+
+    #[test]
+    fn a_session_set_up_that_timed_out_is_temporary_and_other_hook_messages_are_not() {
+        let timed_out =
+            PoolError::PostCreateHook(HookError::message(crate::store::SET_UP_TIMED_OUT));
+        assert!(matches!(pool(timed_out), Error::Unavailable { .. }));
+        let other = PoolError::PostCreateHook(HookError::message("something else"));
+        assert!(!pool(other).is_temporary());
     }
 }

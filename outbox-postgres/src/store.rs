@@ -1,6 +1,8 @@
 //! [`PgStore`]: the [`Store`] on PostgreSQL. The operations themselves are in `ops`.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -242,6 +244,17 @@ impl PgStore {
     }
 }
 
+/// Why a new session's set-up failed when it did not answer in time (`error::pool` maps it).
+pub(crate) const SET_UP_TIMED_OUT: &str = "a new session's set-up did not answer in time";
+
+/// `future`, or `None` when it takes longer than `limit` (no limit: `None` as a limit).
+async fn set_up_within<T>(limit: Option<Duration>, future: impl Future<Output = T>) -> Option<T> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, future).await.ok(),
+        None => Some(future.await),
+    }
+}
+
 /// Opens the pool, migrates the schema and measures the server's clock.
 async fn open(config: PgConfig, host: Arc<dyn Clock>) -> Result<Core> {
     let manager = tls::manager(
@@ -250,22 +263,26 @@ async fn open(config: PgConfig, host: Arc<dyn Clock>) -> Result<Core> {
         ManagerConfig {
             // A connection the server closed is noticed without a query; one that broke
             // silently fails its next statement, the caller retries and the pool then
-            // drops it.
+            // drops it. (Not `Clean`: its `DISCARD ALL` would undo the session set-up of
+            // `codec::TEXT_AS_STORED` below.)
             recycling_method: RecyclingMethod::Fast,
         },
     )?;
+    let set_up_timeout = config.connect_timeout;
     let pool = Pool::builder(manager)
         .max_size(config.pool_size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(config.connect_timeout)
         .create_timeout(config.connect_timeout)
         .recycle_timeout(config.connect_timeout)
-        .post_create(Hook::async_fn(|client, _| {
+        .post_create(Hook::async_fn(move |client, _| {
             Box::pin(async move {
-                client
-                    .batch_execute(codec::TEXT_AS_STORED)
-                    .await
-                    .map_err(HookError::Backend)
+                // Bounded as the connection itself is: deadpool's own timeouts end with it.
+                let set_up = client.batch_execute(codec::TEXT_AS_STORED);
+                match set_up_within(set_up_timeout, set_up).await {
+                    Some(result) => result.map_err(HookError::Backend),
+                    None => Err(HookError::message(SET_UP_TIMED_OUT)),
+                }
             })
         }))
         .build()

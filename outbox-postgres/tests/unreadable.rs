@@ -180,10 +180,11 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
     let db = ScratchDatabase::sql_ascii().await;
     let config = outbox_postgres::PgConfig::new(db.url(), "outbox").with_pool_size(2);
     let store = outbox_postgres::PgStore::connect(config).await.unwrap();
-    let records = (0..8)
+    // Each in a group of its own, and one more in the group of the fourth (ids[8]).
+    let records = (0..9)
         .map(|i| {
             NewRecord::new(format!("r{i}").into_bytes())
-                .in_group(format!("g{i}"))
+                .in_group(format!("g{}", if i == 8 { 3 } else { i }))
                 .with_key(format!("k{i}"))
         })
         .collect();
@@ -196,7 +197,7 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
     let damages = [
         (ids[1], "grp = E'caf\\xe9'"),
         (ids[3], "key = E'k\\x80'"),
-        (ids[4], "last_error = E'\\xff'"),
+        (ids[4], "state = 1, last_error = E'\\xff'"),
         (ids[6], "replaces = E'c\\xfe'"),
     ];
     for (id, set) in damages {
@@ -231,9 +232,15 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
         .into_iter()
         .map(|r| raw(r.id))
         .collect();
-    assert_eq!(readable, [ids[0], ids[2], ids[5], ids[7]]);
+    assert_eq!(readable, [ids[0], ids[2], ids[5], ids[7], ids[8]]);
 
-    // A claim meets them and sets them aside: the others are claimed, the queue goes on.
+    // The tally of failures reads such text as it can (a retrying record's error here).
+    let tally = store.common_errors(5).await.unwrap();
+    assert_eq!(tally.len(), 1, "{tally:?}");
+    assert_eq!((tally[0].error.as_str(), tally[0].count), ("\u{FFFD}", 1));
+
+    // A claim meets them and sets them aside: the others are claimed, the queue goes on
+    // (ids[8] waits behind the head of its group).
     let lease = Lease {
         token: 7,
         until: T0 + 60_000,
@@ -272,5 +279,14 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
         ]
     );
     assert_eq!(store.unreadable(100).await.unwrap().len(), 2);
+    // With the head of its group gone, the group's next record is claimed.
+    let next = store
+        .claim(Claim {
+            now: T0 + 3,
+            ..claim
+        })
+        .await
+        .unwrap();
+    assert_eq!(next.iter().map(|r| raw(r.id)).collect::<Vec<_>>(), [ids[8]]);
     drop(store);
 }
