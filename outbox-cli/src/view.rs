@@ -464,6 +464,7 @@ pub async fn list(
                         .into(),
                 ));
             }
+            let limit = limit.max(1);
             let after = after.map_or(0, |id| id.0);
             let mut rows: Vec<Unreadable> = store
                 .unreadable(UNREADABLE_LOOK)

@@ -307,9 +307,24 @@ async fn a_row_that_cannot_be_read_is_listed_shown_and_discarded_by_id() {
     assert!(shown.contains("unreadable (damaged on disk)"), "{shown}");
     assert!(shown.contains("unknown state code 9"), "{shown}");
 
-    // Only a discard applies, and it keeps a tombstone.
+    // Not by group: the group may be what cannot be read.
+    let (_, by_group) = support::fails(&["list", file, "--state", "unreadable", "--group", "g"]);
+    assert!(by_group.contains("leave --group out"), "{by_group}");
+    // Only a discard applies, without a revision (such a row has none), and it keeps a
+    // tombstone.
     let (_, refused) = support::fails(&["retry", file, &id]);
     assert!(refused.contains("it cannot be read"), "{refused}");
+    let (_, seen) = support::fails(&[
+        "discard",
+        file,
+        &id,
+        "--reason",
+        "damaged",
+        "--seen",
+        "0123456789abcdef",
+        "--yes",
+    ]);
+    assert!(seen.contains("no revision"), "{seen}");
     let discarded = support::ok(&["discard", file, &id, "--reason", "damaged", "--yes"]);
     assert!(
         discarded.contains(&format!("discarded #{id}")),
