@@ -14,7 +14,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use outbox_core::{
     Applied, Change, Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, State, Stats, Tombstone, Transition, Unreadable,
+    Result, Round, State, Stats, Tombstone, Transition,
 };
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -84,7 +84,7 @@ impl Core {
         let client = self.client().await?;
         let rows = Exec::Pooled(&client).rows(sql, params).await.map_err(pg)?;
         // A row that cannot be decoded is passed by (see `unreadable`).
-        Ok(unreadable::split(&rows)?.0)
+        Ok(unreadable::split(&rows)?.records)
     }
 
     /// Enqueues inside `tx`, a transaction the caller commits: the one enqueue
@@ -534,11 +534,15 @@ impl Core {
 }
 
 /// Claimed records in the contract's order, `(deadline, id)` (`RETURNING` follows none).
-/// The rows that cannot be decoded come apart, to be set aside.
-pub(crate) fn claimed(rows: &[Row]) -> Result<(Vec<Record>, Vec<Unreadable>)> {
-    let (mut records, bad) = unreadable::split(rows)?;
+/// The stored ids of the rows that cannot be decoded come apart, to be set aside.
+pub(crate) fn claimed(rows: &[Row]) -> Result<(Vec<Record>, Vec<i64>)> {
+    let unreadable::Split {
+        mut records,
+        bad_ids,
+        ..
+    } = unreadable::split(rows)?;
     records.sort_by_key(|r| (r.next_attempt_at, r.id));
-    Ok((records, bad))
+    Ok((records, bad_ids))
 }
 
 fn halt(reason: Option<String>, since: Option<i64>) -> Result<Option<Halt>> {

@@ -30,17 +30,41 @@ pub(crate) fn decode(row: &Row) -> Result<std::result::Result<Record, Unreadable
     }))
 }
 
-/// The rows decoded one by one: the records, and the rows that failed.
-pub(crate) fn split(rows: &[Row]) -> Result<(Vec<Record>, Vec<Unreadable>)> {
-    let mut records = Vec::with_capacity(rows.len());
-    let mut unreadable = Vec::new();
+/// Rows read back, decoded one by one.
+#[derive(Debug, Default)]
+pub(crate) struct Split {
+    /// The rows that decode.
+    pub(crate) records: Vec<Record>,
+    /// The rows that do not, with why.
+    pub(crate) unreadable: Vec<Unreadable>,
+    /// The stored id of every row that does not decode: what a claim sets aside. A negative
+    /// id (a hand edit: ids come from a sequence that starts at 1) is here and nowhere else,
+    /// since no [`RecordId`] names it.
+    pub(crate) bad_ids: Vec<i64>,
+}
+
+/// The rows decoded one by one: one that does not decode never fails the others.
+pub(crate) fn split(rows: &[Row]) -> Result<Split> {
+    let mut split = Split {
+        records: Vec::with_capacity(rows.len()),
+        ..Split::default()
+    };
     for row in rows {
+        let id: i64 = row.try_get(0).map_err(pg)?;
+        if id < 0 {
+            tracing::warn!(id, "a row with a negative id cannot be named nor delivered");
+            split.bad_ids.push(id);
+            continue;
+        }
         match decode(row)? {
-            Ok(record) => records.push(record),
-            Err(row) => unreadable.push(row),
+            Ok(record) => split.records.push(record),
+            Err(row) => {
+                split.bad_ids.push(id);
+                split.unreadable.push(row);
+            }
         }
     }
-    Ok((records, unreadable))
+    Ok(split)
 }
 
 fn table(core: &Core) -> String {
@@ -49,11 +73,10 @@ fn table(core: &Core) -> String {
 
 /// Sets claimed rows that cannot be decoded aside (see the module documentation), on `ex`
 /// inside the claim's own transaction or statement sequence.
-pub(crate) async fn set_aside(core: &Core, ex: &Exec<'_>, rows: &[Unreadable]) -> Result<()> {
-    if rows.is_empty() {
+pub(crate) async fn set_aside(core: &Core, ex: &Exec<'_>, ids: &[i64]) -> Result<()> {
+    if ids.is_empty() {
         return Ok(());
     }
-    let ids: Vec<i64> = rows.iter().map(|row| codec::id(row.id)).collect();
     let sql = format!(
         "UPDATE {} SET lease_token = NULL, lease_until = NULL, claimable = false \
          WHERE id = ANY($1::bigint[])",
@@ -106,7 +129,7 @@ pub(crate) async fn list(core: &Core, limit: usize) -> Result<Vec<Unreadable>> {
             break;
         };
         after = last.try_get(0).map_err(pg)?;
-        found.extend(split(&rows)?.1);
+        found.extend(split(&rows)?.unreadable);
         if rows.len() < page {
             break;
         }

@@ -290,3 +290,58 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
     assert_eq!(next.iter().map(|r| raw(r.id)).collect::<Vec<_>>(), [ids[8]]);
     drop(store);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_with_a_negative_id_fails_neither_a_claim_nor_a_listing() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let store = scratch.store().await;
+    let records = (0..3)
+        .map(|i| NewRecord::new(format!("r{i}").into_bytes()))
+        .collect();
+    let ids = enqueue(&store, records).await;
+    // Ids come from a sequence that starts at 1: only a hand edit makes one negative.
+    let client = admin().await;
+    let sql = format!(
+        "UPDATE \"{}\".records SET id = -7 WHERE id = $1",
+        scratch.schema
+    );
+    assert_eq!(client.execute(&sql, &[&ids[1]]).await.unwrap(), 1);
+
+    let listed: Vec<i64> = store
+        .list(&ListQuery::new(10))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| raw(r.id))
+        .collect();
+    assert_eq!(listed, [ids[0], ids[2]]);
+    let claim = Claim {
+        now: T0 + 1,
+        limit: 10,
+        lease: Lease {
+            token: 3,
+            until: T0 + 60_000,
+        },
+    };
+    let claimed: Vec<i64> = store
+        .claim(claim)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| raw(r.id))
+        .collect();
+    assert_eq!(claimed, [ids[0], ids[2]]);
+    // Set aside by that claim: no later claim meets it, and no deadline is reported for it.
+    let again = store
+        .claim(Claim {
+            now: T0 + 2,
+            ..claim
+        })
+        .await
+        .unwrap();
+    assert!(again.is_empty(), "{again:?}");
+    assert_eq!(store.next_due().await.unwrap(), None);
+}
