@@ -13,8 +13,8 @@
 //! elsewhere), `pace` (`Retry-After` hold, window, empty-claim quiet), `sizing` (rounds
 //! that grow with the backlog), `rate` (the optional rate limit), `clock_step`
 //! (steps of the wall clock), `gauges` (when the metrics read the store), `look` (the look
-//! for unreadable rows, put off to an idle runner when it outgrows the deadline), and this module,
-//! which ties them together.
+//! for unreadable rows, put off to an idle runner when it outgrows the deadline), and this
+//! module, which ties them together.
 //!
 //! It is public for those who drive many runners without tokio, e.g. a simulation of a fleet
 //! on a virtual clock (the `fleet-sim` crate does exactly that). An application
@@ -569,9 +569,7 @@ impl Scheduler {
                 // The round's outcomes travel with the next claim: one commit.
                 self.wanted = true;
                 self.decide();
-                return;
-            }
-            if !self.writes.is_empty() {
+            } else if !self.writes.is_empty() {
                 self.write(None, false);
             }
             return;
