@@ -92,13 +92,15 @@ async fn a_store_call_that_never_returns_is_given_up_and_the_write_still_goes_ou
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
-/// The reference store whose look for undecodable rows never ends until the queue is empty:
-/// what a backlog too large to read within `store_timeout` looks like to the runner. Once
-/// the backlog is gone, the look finds one damaged row.
+/// The reference store whose look for undecodable rows never ends while records are owed a
+/// delivery: what a backlog too large to read within `store_timeout` looks like to the
+/// runner. Once the backlog is gone, the look finds one damaged row; with `endless`, it never
+/// ends at all.
 #[derive(Debug, Default)]
 struct SlowLook {
     inner: MemoryStore,
     looks: AtomicU32,
+    endless: bool,
 }
 
 #[async_trait]
@@ -109,7 +111,7 @@ impl StoreLayer for SlowLook {
 
     async fn unreadable(&self, _limit: usize) -> Result<Vec<Unreadable>> {
         self.looks.fetch_add(1, Ordering::SeqCst);
-        if self.inner.stats().await?.undelivered() > 0 {
+        if self.endless || self.inner.stats().await?.undelivered() > 0 {
             std::future::pending::<()>().await;
         }
         Ok(vec![Unreadable::new(RecordId(42), "unknown state code 9")])
@@ -152,28 +154,12 @@ async fn a_start_up_look_that_outgrows_the_deadline_waits_for_an_idle_queue_and_
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
-/// The reference store whose look for undecodable rows never ends, counting its looks.
-#[derive(Debug, Default)]
-struct EndlessLook {
-    inner: MemoryStore,
-    looks: AtomicU32,
-}
-
-#[async_trait]
-impl StoreLayer for EndlessLook {
-    fn inner(&self) -> &dyn Store {
-        &self.inner
-    }
-
-    async fn unreadable(&self, _limit: usize) -> Result<Vec<Unreadable>> {
-        self.looks.fetch_add(1, Ordering::SeqCst);
-        std::future::pending().await
-    }
-}
-
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_shutdown_does_not_wait_for_a_look_that_was_put_off() {
-    let store = Arc::new(EndlessLook::default());
+    let store = Arc::new(SlowLook {
+        endless: true,
+        ..SlowLook::default()
+    });
     let (outbox, _) = start(Arc::clone(&store) as Arc<dyn Store>).await;
     // The start's look times out after 5 s and is put off for ten deadlines: made again at
     // 55 s, on an idle runner, and still under way at 57 s.
