@@ -650,3 +650,82 @@ async fn with_write_a_discard_needs_a_reason_and_a_confirmation_and_every_change
     browser.await.unwrap();
     drop(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_cannot_be_read_is_listed_and_shown_without_buttons() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seeded(dir.path()).await;
+    // Record 9's state code damaged, as a hand edit or a bit flip leaves it.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let damaged = conn
+        .execute("UPDATE records SET state = 9 WHERE id = 9", [])
+        .unwrap();
+    assert_eq!(damaged, 1);
+    drop(conn);
+    let server = serve(&path, true);
+    let port = server.port;
+    let (cookie, _) = session(&server);
+    let get = |target: &str| -> Value {
+        let answer = http(port, "GET", target, &cookie, "");
+        assert_eq!(answer.status, 200, "{target}: {}", answer.body);
+        serde_json::from_str(&answer.body).unwrap()
+    };
+    let row = json!({ "id": 9, "state": "unreadable", "reason": "unknown state code 9" });
+    assert_eq!(
+        get("/api/records?state=unreadable"),
+        json!({ "records": [row.clone()], "next_after": null })
+    );
+    assert_eq!(get("/api/records/9"), row);
+
+    if missing("chromium", "apt-get install chromium").is_some() {
+        return;
+    }
+    let with_token = server.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut browser = Browser::launch();
+        let page = browser.open(&with_token);
+        wait_for(
+            &mut browser,
+            &page,
+            "document.querySelectorAll('tr[data-record]').length > 0",
+            "true",
+        );
+        browser.eval(&page, "setFilter('unreadable', '')");
+        assert_eq!(
+            browser.eval(&page, "document.getElementById('filter').state.value"),
+            json!("unreadable"),
+            "the filter offers it"
+        );
+        let listed = wait_for(
+            &mut browser,
+            &page,
+            "document.querySelectorAll('tr[data-record]').length === 1",
+            "document.getElementById('rows').innerText",
+        );
+        assert!(
+            listed.as_str().unwrap().contains("unknown state code 9"),
+            "{listed}"
+        );
+        browser.eval(
+            &page,
+            "document.querySelector('tr[data-record=\"9\"]').click()",
+        );
+        let detail = wait_for(
+            &mut browser,
+            &page,
+            "!document.getElementById('detail').hidden",
+            "document.getElementById('detail').innerText",
+        );
+        let detail = detail.as_str().unwrap();
+        assert!(detail.contains("unknown state code 9"), "{detail}");
+        assert!(detail.contains("outbox discard"), "{detail}");
+        // Even with --write: such a row has no revision for a button to send.
+        assert_eq!(
+            browser.eval(&page, "document.querySelectorAll('#detail button').length"),
+            json!(0)
+        );
+    })
+    .await
+    .unwrap();
+    drop(server);
+}
