@@ -522,9 +522,8 @@ pub async fn find(store: &dyn Store, id: RecordId) -> Result<Found, CliError> {
     if let Some(t) = tombstone.filter(|t| t.id == id) {
         return Ok(Found::Tombstone(t));
     }
-    // `get` passes by a row it cannot decode: look for it among those.
-    let unreadable = store.unreadable(UNREADABLE_LOOK).await?;
-    match unreadable.into_iter().find(|row| row.id == id) {
+    // `get` passes by a row it cannot decode: read that one row.
+    match store.unreadable_row(id).await? {
         Some(row) => Ok(Found::Unreadable(row)),
         None => Err(CliError::NoSuchRecord(id)),
     }

@@ -109,13 +109,15 @@ pub enum Operation {
     Unreadable,
     /// [`Store::discard_unreadable`].
     DiscardUnreadable,
+    /// [`Store::unreadable_row`].
+    UnreadableRow,
     /// [`Store::common_errors`].
     CommonErrors,
 }
 
 impl Operation {
     /// Every operation, in the trait's order.
-    pub const ALL: [Operation; 19] = [
+    pub const ALL: [Operation; 20] = [
         Operation::Enqueue,
         Operation::Claim,
         Operation::Renew,
@@ -134,6 +136,7 @@ impl Operation {
         Operation::Prune,
         Operation::Unreadable,
         Operation::DiscardUnreadable,
+        Operation::UnreadableRow,
         Operation::CommonErrors,
     ];
 
@@ -158,6 +161,7 @@ impl Operation {
             Operation::Prune => "prune",
             Operation::Unreadable => "unreadable",
             Operation::DiscardUnreadable => "discard_unreadable",
+            Operation::UnreadableRow => "unreadable_row",
             Operation::CommonErrors => "common_errors",
         }
     }
@@ -322,6 +326,12 @@ pub trait StoreLayer: Debug + Send + Sync {
         self.inner().discard_unreadable(id, now).await
     }
 
+    /// [`Store::unreadable_row`]; forwards by default (so the inner store's read of one row
+    /// runs, not the trait's look through every row).
+    async fn unreadable_row(&self, id: RecordId) -> Result<Option<Unreadable>> {
+        self.inner().unreadable_row(id).await
+    }
+
     /// [`Store::common_errors`]; forwards by default (so the inner store's own query runs,
     /// not the trait's record-by-record default).
     async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
@@ -423,6 +433,11 @@ impl<L: StoreLayer> Store for L {
     async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
         let _entered = self.enter(Operation::DiscardUnreadable);
         StoreLayer::discard_unreadable(self, id, now).await
+    }
+
+    async fn unreadable_row(&self, id: RecordId) -> Result<Option<Unreadable>> {
+        let _entered = self.enter(Operation::UnreadableRow);
+        StoreLayer::unreadable_row(self, id).await
     }
 
     async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {

@@ -545,6 +545,17 @@ pub trait Store: Debug + Send + Sync {
         Ok(false)
     }
 
+    /// The row `id`, with why it cannot be read, if the store holds it and cannot decode it;
+    /// `None` when it decodes or is not there. What an inspector asks of an id [`Store::get`]
+    /// did not find: a damaged row, or no row at all?
+    ///
+    /// The default looks through every unreadable row ([`Store::unreadable`]); a backend
+    /// that reads one row by its key overrides it with that read.
+    async fn unreadable_row(&self, id: RecordId) -> Result<Option<Unreadable>> {
+        let rows = self.unreadable(usize::MAX).await?;
+        Ok(rows.into_iter().find(|row| row.id == id))
+    }
+
     /// The `limit` most common `last_error` texts of the failed records (retrying,
     /// needs-attention, rejected), with how many records have each: most frequent first,
     /// ties in byte order of the text (as [`ErrorCount::rank`] sorts).

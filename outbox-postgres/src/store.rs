@@ -389,6 +389,11 @@ impl Store for PgStore {
             .await
     }
 
+    async fn unreadable_row(&self, id: RecordId) -> Result<Option<Unreadable>> {
+        self.run(move |core| async move { unreadable::one(&core, id).await })
+            .await
+    }
+
     async fn discard_unreadable(&self, id: RecordId, now: Millis) -> Result<bool> {
         self.run(move |core| async move { unreadable::discard(&core, id, now).await })
             .await

@@ -138,6 +138,23 @@ pub(crate) async fn list(core: &Core, limit: usize) -> Result<Vec<Unreadable>> {
     Ok(found)
 }
 
+/// The row `id` if it is there and cannot be decoded: one read by its key.
+pub(crate) async fn one(core: &Core, id: RecordId) -> Result<Option<Unreadable>> {
+    let Ok(stored) = i64::try_from(id.0) else {
+        return Ok(None);
+    };
+    let client = core.client().await?;
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM {} WHERE id = $1", table(core));
+    let rows = Exec::Pooled(&client)
+        .rows(&sql, &[&stored])
+        .await
+        .map_err(pg)?;
+    match rows.first() {
+        Some(row) => Ok(decode(row)?.err()),
+        None => Ok(None),
+    }
+}
+
 /// Removes the row `id` if it cannot be decoded, keeping a tombstone with its group and key as
 /// stored (copied on the server: in a `SQL_ASCII` database they may not be UTF-8, see
 /// `codec::TEXT_AS_STORED`); returns whether it went.

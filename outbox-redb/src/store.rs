@@ -534,6 +534,10 @@ impl Store for RedbStore {
         self.write(move |t| t.discard_unreadable(id, now)).await
     }
 
+    async fn unreadable_row(&self, id: RecordId) -> Result<Option<Unreadable>> {
+        self.read(move |t| t.unreadable_row(id)).await
+    }
+
     async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
         self.read(move |t| t.common_errors(limit)).await
     }

@@ -535,6 +535,12 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn unreadable_row(&self, id: RecordId) -> Result<Option<Unreadable>> {
+        self.reader
+            .read(move |conn| unreadable::one(conn, id))
+            .await
+    }
+
     async fn common_errors(&self, limit: usize) -> Result<Vec<ErrorCount>> {
         self.reader
             .read(move |conn| common_errors::common_errors(conn, limit))

@@ -95,6 +95,11 @@ impl Store for Recorder {
         Ok(true)
     }
 
+    async fn unreadable_row(&self, id: RecordId) -> Result<Option<Unreadable>> {
+        self.called("unreadable_row");
+        Ok(Some(Unreadable::new(id, "bad")))
+    }
+
     async fn common_errors(&self, _: usize) -> Result<Vec<ErrorCount>> {
         self.called("common_errors");
         Ok(vec![])
@@ -150,6 +155,7 @@ async fn a_layer_forwards_every_operation_and_enters_each_once() {
     assert_eq!(store.prune(0).await.unwrap(), 3);
     assert_eq!(store.unreadable(1).await.unwrap().len(), 1);
     assert!(store.discard_unreadable(RecordId(4), 0).await.unwrap());
+    assert!(store.unreadable_row(RecordId(4)).await.unwrap().is_some());
     store.common_errors(5).await.unwrap();
     let names: Vec<&str> = Operation::ALL.iter().map(|op| op.name()).collect();
     assert_eq!(*layer.inner.calls.lock().unwrap(), names);

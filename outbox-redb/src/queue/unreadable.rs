@@ -154,4 +154,12 @@ impl ReadTables {
         }
         Ok(out)
     }
+
+    /// The record `id` if it is there and does not decode: one read by its key.
+    pub(crate) fn unreadable_row(&self, id: RecordId) -> Result<Option<Unreadable>> {
+        Ok(match self.records.get(id.0).engine()? {
+            Some(bytes) => undecodable(id.0, bytes.value()),
+            None => None,
+        })
+    }
 }

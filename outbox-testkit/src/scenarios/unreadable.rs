@@ -8,8 +8,9 @@ use crate::harness::{ensure, ensure_eq, skip_unless, Capability, ScenarioResult,
 
 /// One planted unreadable row among 100 records: claims take the 99 others (the bad row is
 /// set aside, `next_due` stops reporting it), they are delivered, stats count exactly them,
-/// `list` passes the bad row by, `unreadable` lists it with a reason, and
-/// `discard_unreadable` removes it, leaving a tombstone.
+/// `list` passes the bad row by, `unreadable` lists it with a reason, `unreadable_row` names
+/// it by id (and no readable or missing id), and `discard_unreadable` removes it, leaving a
+/// tombstone.
 pub async fn unreadable_row_passed_by(backend: &dyn Backend) -> ScenarioResult {
     if let Some(skip) = skip_unless(
         backend,
@@ -29,10 +30,25 @@ pub async fn unreadable_row_passed_by(backend: &dyn Backend) -> ScenarioResult {
 
     ensure_eq(
         store.unreadable(10).await?,
-        vec![Unreadable::new(bad, reason)],
+        vec![Unreadable::new(bad, reason.clone())],
         "the planted row is listed as unreadable, with its reason",
     )?;
     ensure_eq(all_records(store).await?.len(), 99, "list passes it by")?;
+    ensure_eq(
+        store.unreadable_row(bad).await?,
+        Some(Unreadable::new(bad, reason.clone())),
+        "unreadable_row names the planted row, with its reason",
+    )?;
+    ensure_eq(
+        store.unreadable_row(r[0]).await?,
+        None,
+        "unreadable_row passes a readable record by",
+    )?;
+    ensure_eq(
+        store.unreadable_row(RecordId(u64::MAX)).await?,
+        None,
+        "unreadable_row finds nothing where no row is",
+    )?;
 
     let mut delivered = Vec::new();
     let mut token = 1;
@@ -80,6 +96,7 @@ pub async fn unreadable_row_passed_by(backend: &dyn Backend) -> ScenarioResult {
         vec![],
         "nothing unreadable left",
     )?;
+    ensure_eq(store.unreadable_row(bad).await?, None, "nor that row")?;
     let tombstones = all_tombstones(store).await?;
     ensure_eq(
         tombstones
