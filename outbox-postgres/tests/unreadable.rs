@@ -246,6 +246,12 @@ async fn in_a_sql_ascii_database_rows_with_text_that_is_not_utf8_are_listed_and_
         .collect();
     assert_eq!(readable, [ids[0], ids[2], ids[5], ids[7], ids[8]]);
 
+    let one = store.unreadable_row(RecordId(ids[1] as u64)).await.unwrap();
+    assert_eq!(
+        one.map(|row| row.reason),
+        Some("grp is not UTF-8".to_owned())
+    );
+
     // The tally of failures reads such text as it can (a retrying record's error here).
     let tally = store.common_errors(5).await.unwrap();
     assert_eq!(tally.len(), 1, "{tally:?}");
