@@ -56,6 +56,14 @@ pub(super) struct PutOff {
 }
 
 impl Scheduler {
+    /// Reads the rows the store cannot decode once (a chore before the next claim) and emits
+    /// an [`Event::Unreadable`](crate::Event::Unreadable) for each; the shell says each row
+    /// once per process.
+    pub fn look_for_unreadable(&mut self) {
+        self.chores
+            .push_back(Chore::Unreadable { found: Vec::new() });
+    }
+
     /// The look did not end within the store's deadline: put off (see the module docs). Said
     /// at `warn` the first time (the shell's choice, by `timeouts`); nothing is said, and
     /// nothing put off, when the runner is shutting down.

@@ -241,13 +241,6 @@ impl Scheduler {
         });
     }
 
-    /// Reads the rows the store cannot decode once (a chore before the next claim) and emits
-    /// an [`Event::Unreadable`] for each; the shell says each row once per process.
-    pub fn look_for_unreadable(&mut self) {
-        self.chores
-            .push_back(Chore::Unreadable { found: Vec::new() });
-    }
-
     /// True while the start-up recovery is not finished: the shell performs the actions
     /// until then, before it starts delivering.
     pub fn is_recovering(&self) -> bool {
