@@ -21,9 +21,9 @@ pub struct Halt {
 }
 
 impl Halt {
-    /// The compare-and-clear of [`Store::clear_halt_if`] on a halt held in `slot`: takes it
-    /// if it is `seen`, leaves any other, and returns what the slot held. For a store that
-    /// keeps its halt as a value under its own lock.
+    /// The compare-and-clear of [`Store::clear_halt_if`](crate::Store::clear_halt_if) on a
+    /// halt held in `slot`: takes it if it is `seen`, leaves any other, and returns what the
+    /// slot held. For a store that keeps its halt as a value under its own lock.
     ///
     /// ```
     /// use outbox_core::Halt;
