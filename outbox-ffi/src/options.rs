@@ -51,7 +51,7 @@ pub enum CeilingKind {
 }
 
 /// The retry policy, as [`outbox_core::RetryPolicy`] with durations in milliseconds. Start
-/// from [`default_options`](crate::default_options) and change what you need.
+/// from [`default_options`] and change what you need.
 ///
 /// ```
 /// use outbox_ffi::{default_options, PolicyOptions};
