@@ -141,10 +141,7 @@ impl ScratchDatabase {
     async fn sql_ascii() -> Self {
         let name = format!("outbox_sql_ascii_{}", std::process::id());
         let client = admin().await;
-        client
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .await
-            .unwrap();
+        drop_database(&client, &name).await.unwrap();
         client
             .batch_execute(&format!(
                 "CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' \
@@ -169,15 +166,30 @@ impl ScratchDatabase {
     }
 }
 
+/// Drops the database `name` if it is there, ending its sessions first (`WITH (FORCE)` needs
+/// PostgreSQL 13; the store supports 11).
+async fn drop_database(
+    client: &tokio_postgres::Client,
+    name: &str,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = $1 AND pid <> pg_backend_pid()",
+            &[&name],
+        )
+        .await?;
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+        .await
+}
+
 impl Drop for ScratchDatabase {
     fn drop(&mut self) {
         let name = self.name.clone();
         common::block_on_side(async move {
             let client = admin().await;
-            if let Err(err) = client
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await
-            {
+            if let Err(err) = drop_database(&client, &name).await {
                 eprintln!("could not drop test database {name}: {err}");
             }
         });
