@@ -168,11 +168,12 @@ impl Scheduler {
                 self.writes = writes;
                 self.wanted |= claim.is_some();
             }
-            // A look that was put off waits for an idle runner again, not for the next claim.
+            // A look that was put off is not queued before the next claim: with its timer
+            // stopped it is due, and waits for an idle runner again (`look`).
             Pending::Chore {
                 chore: Chore::Unreadable { .. },
                 ..
-            } if self.look_put_off.is_some() => self.look_wait_over(),
+            } if self.look_timeouts.is_some() => {}
             // The chore is tried again after the backoff, where it stood.
             Pending::Chore { chore, .. } => self.chores.push_front(chore),
             Pending::NextDue | Pending::Stats => {}

@@ -48,13 +48,6 @@ pub fn put_off_for(timeouts: u32, store_timeout: Duration) -> Duration {
         .min(LONGEST_PUT_OFF)
 }
 
-/// A look that timed out `timeouts` times; `due` once its wait has passed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct PutOff {
-    timeouts: u32,
-    due: bool,
-}
-
 impl Scheduler {
     /// Reads the rows the store cannot decode once (a chore before the next claim) and emits
     /// an [`Event::Unreadable`](crate::Event::Unreadable) for each; the shell says each row
@@ -71,14 +64,8 @@ impl Scheduler {
         if self.stopping.is_some() {
             return;
         }
-        let timeouts = self
-            .look_put_off
-            .map_or(0, |p| p.timeouts)
-            .saturating_add(1);
-        self.look_put_off = Some(PutOff {
-            timeouts,
-            due: false,
-        });
+        let timeouts = self.look_timeouts.unwrap_or(0).saturating_add(1);
+        self.look_timeouts = Some(timeouts);
         let retry_in = put_off_for(timeouts, self.config.store_timeout);
         let at = self.now.mono.saturating_add(duration_ms(retry_in));
         self.timers.set(Timer::Look, at);
@@ -90,31 +77,19 @@ impl Scheduler {
             }));
     }
 
-    /// The wait is over: the look is made the next time the runner has nothing else to do.
-    pub(super) fn look_wait_over(&mut self) {
-        self.timers.stop(Timer::Look);
-        if let Some(put_off) = &mut self.look_put_off {
-            put_off.due = true;
+    /// Asked by `decide` when nothing else is to be done: the look that was put off, once its
+    /// wait is over (its timer fired, or a try failed otherwise and set none) and the last
+    /// claim found no more than it asked for.
+    pub(super) fn look_if_idle(&mut self) {
+        let due = self.look_timeouts.is_some() && !self.timers.is_set(Timer::Look);
+        if due && !self.backlog && !self.wanted && self.may_start() {
+            self.run_chore(Chore::Unreadable { found: Vec::new() });
         }
-    }
-
-    /// Asked by `decide` when nothing else is to be done: the look that was put off, if its
-    /// wait has passed and the last claim found no more than it asked for.
-    pub(super) fn look_if_idle(&mut self) -> bool {
-        let due = self.look_put_off.is_some_and(|p| p.due);
-        if !due || self.backlog || self.wanted || !self.may_start() {
-            return false;
-        }
-        if let Some(put_off) = &mut self.look_put_off {
-            put_off.due = false;
-        }
-        self.run_chore(Chore::Unreadable { found: Vec::new() });
-        true
     }
 
     /// The look ended: nothing is put off any more.
     pub(super) fn look_done(&mut self) {
-        self.look_put_off = None;
+        self.look_timeouts = None;
         self.timers.stop(Timer::Look);
     }
 }

@@ -139,8 +139,9 @@ pub struct Scheduler {
     chores: VecDeque<Chore>,
     /// Start-up recovery is under way (see [`Scheduler::recover_left_over`]).
     recovering: bool,
-    /// The look for unreadable rows timed out and waits for an idle queue.
-    look_put_off: Option<look::PutOff>,
+    /// How many times the look for unreadable rows timed out, while it waits for an idle
+    /// runner (`look`): due once [`Timer::Look`] is no longer set.
+    look_timeouts: Option<u32>,
     /// The last claim came back with as many records as it asked for: more may be due.
     backlog: bool,
     /// The store call under way.
@@ -204,7 +205,7 @@ impl Scheduler {
             actions: VecDeque::new(),
             chores: VecDeque::new(),
             recovering: false,
-            look_put_off: None,
+            look_timeouts: None,
             backlog: false,
             pending: None,
             writes: Vec::new(),

@@ -51,7 +51,8 @@ impl Scheduler {
                         self.actions.push_back(Action::AbortDeliveries);
                     }
                 }
-                Timer::Look => self.look_wait_over(),
+                // The look that was put off is due: `decide` makes it once the runner is idle.
+                Timer::Look => self.timers.stop(Timer::Look),
                 Timer::Commit | Timer::Claim | Timer::Gauges | Timer::Rate => {}
             }
         }
