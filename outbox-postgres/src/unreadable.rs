@@ -21,13 +21,18 @@ use crate::sql::Exec;
 pub(crate) fn decode(row: &Row) -> Result<std::result::Result<Record, Unreadable>> {
     let id: i64 = row.try_get(0).map_err(pg)?;
     let id = RecordId(u64::try_from(id).map_err(|_| corrupt(format!("negative id {id}")))?);
-    Ok(codec::record(row).map_err(|err| {
+    Ok(decode_as(row, id))
+}
+
+/// [`decode`] of a row whose id was read already.
+fn decode_as(row: &Row, id: RecordId) -> std::result::Result<Record, Unreadable> {
+    codec::record(row).map_err(|err| {
         let reason = match err {
             outbox_core::Error::Corrupted { detail, .. } => detail,
             other => other.to_string(),
         };
         Unreadable::new(id, reason)
-    }))
+    })
 }
 
 /// Rows read back, decoded one by one.
@@ -51,12 +56,12 @@ pub(crate) fn split(rows: &[Row]) -> Result<Split> {
     };
     for row in rows {
         let id: i64 = row.try_get(0).map_err(pg)?;
-        if id < 0 {
+        let Ok(named) = u64::try_from(id) else {
             tracing::warn!(id, "a row with a negative id cannot be named nor delivered");
             split.bad_ids.push(id);
             continue;
-        }
-        match decode(row)? {
+        };
+        match decode_as(row, RecordId(named)) {
             Ok(record) => split.records.push(record),
             Err(row) => {
                 split.bad_ids.push(id);
@@ -144,15 +149,11 @@ pub(crate) async fn one(core: &Core, id: RecordId) -> Result<Option<Unreadable>>
         return Ok(None);
     };
     let client = core.client().await?;
-    let sql = format!("SELECT {RECORD_COLUMNS} FROM {} WHERE id = $1", table(core));
     let rows = Exec::Pooled(&client)
-        .rows(&sql, &[&stored])
+        .rows(&core.sql.get, &[&stored])
         .await
         .map_err(pg)?;
-    match rows.first() {
-        Some(row) => Ok(decode(row)?.err()),
-        None => Ok(None),
-    }
+    Ok(split(&rows)?.unreadable.pop())
 }
 
 /// Removes the row `id` if it cannot be decoded, keeping a tombstone with its group and key as

@@ -128,9 +128,11 @@ fn records(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Resul
 
 /// One record by id.
 pub(crate) fn get(conn: &Connection, id: RecordId) -> Result<Option<Record>> {
-    let sql = format!("SELECT {COLUMNS} FROM records WHERE id = ?1");
-    Ok(records(conn, &sql, [ms(id.0)])?.pop())
+    Ok(records(conn, GET_SQL, [ms(id.0)])?.pop())
 }
+
+/// One row by id, every column.
+pub(crate) const GET_SQL: &str = concat!("SELECT ", columns!(), " FROM records WHERE id = ?1");
 
 /// Enqueues records due at `now` on `conn` (in the transaction it holds), held to `cap`; the
 /// caller validated them. The one enqueue, [`enqueue::insert`], run by rusqlite.

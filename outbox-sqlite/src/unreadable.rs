@@ -172,14 +172,8 @@ pub(crate) fn list(conn: &Connection, limit: usize) -> Result<Vec<Unreadable>> {
 
 /// The row `id` if it is there and cannot be decoded: one read by its key.
 pub(crate) fn one(conn: &Connection, id: RecordId) -> Result<Option<Unreadable>> {
-    let sql = concat!("SELECT ", columns!(), " FROM records WHERE id = ?1");
-    let found = conn
-        .prepare_cached(sql)
-        .map_err(db)?
-        .query_row([ms(id.0)], |row| Ok(decode(row)?.err()))
-        .optional()
-        .map_err(db)?;
-    Ok(found.flatten())
+    let (_, mut unreadable) = rows(conn, crate::ops::GET_SQL, [ms(id.0)])?;
+    Ok(unreadable.pop())
 }
 
 /// Text as far as it can be read: UTF-8 with the bad bytes replaced, numbers written out.
