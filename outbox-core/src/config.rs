@@ -17,9 +17,13 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 ///   [`runner::scheduler::KEEPING_UP`](crate::runner::scheduler::KEEPING_UP)); rounds halve
 ///   on failures or a slow sink and start again at `batch` on an idle queue, a `Retry-After`
 ///   hold or a link down. A backlog of a million then costs a few thousand commits instead of
-///   thirty thousand. It bounds the memory a runner holds: at most `max(batch, max_batch)`
-///   records with their payloads, about 1,024 × (payload + 200 bytes), so 460 KiB for
-///   256-byte payloads. Set it to `batch` for rounds of a fixed size.
+///   thirty thousand. While rounds that grew keep up, the next round is claimed while one
+///   delivers (the store's work and the runner's overlap: see
+///   [`runner::scheduler`](crate::runner::scheduler)'s `ahead`), so a runner holds at most
+///   two rounds: `2 × max(batch, max_batch)` records with their payloads, about
+///   2 × 1,024 × (payload + 200 bytes), so 920 KiB for 256-byte payloads. Set it to `batch`
+///   for rounds of a fixed size, which are never claimed ahead: one round, `batch` records,
+///   at a time.
 /// - `concurrency`: **4** deliveries in flight: a few requests in parallel without flooding a
 ///   server that has just come back. After a server answers with `Retry-After`, the runner
 ///   waits it out and then sends one request; each answer that does not ask it to wait again

@@ -96,3 +96,58 @@ async fn each_delivery_has_a_span_with_the_record_and_its_outcome_inside_its_rou
     assert!(second.contains(r#"outcome="transient""#), "{second}");
     assert!(second.contains(r#"detail="HTTP 503""#), "{second}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn deliveries_of_a_round_claimed_ahead_run_inside_its_claim_not_the_round_before() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let sink = sink_fn(|_: Record| async { Outcome::Delivered });
+    let outbox = Outbox::builder(Arc::new(MemoryStore::new()), sink)
+        .clock(Arc::new(TokioClock::starting_at(BASE)))
+        .start()
+        .await
+        .unwrap();
+    // Rounds of 32 and 64, then 128 and 256 each claimed while the round before delivered.
+    let sizes = [32u64, 64, 128, 256];
+    let backlog: u64 = sizes.iter().sum();
+    outbox
+        .enqueue_batch(
+            (0..backlog)
+                .map(|_| NewRecord::new(b"x".to_vec()))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    outbox.flush(Duration::from_secs(5)).await.unwrap();
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+
+    let deliveries = lines.closed("outbox.deliver{");
+    assert_eq!(deliveries.len() as u64, backlog);
+    let field = |line: &str, name: &str| -> u64 {
+        let at = line.find(name).unwrap_or_else(|| panic!("{line}")) + name.len();
+        let digits: String = line[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap_or_else(|_| panic!("{line}"))
+    };
+    for line in &deliveries {
+        let id = field(line, "record=");
+        let mut first = 1;
+        let size = sizes
+            .iter()
+            .find(|&&size| {
+                first += size;
+                id < first
+            })
+            .unwrap();
+        assert_eq!(field(line, "claimed="), *size, "{line}");
+    }
+}

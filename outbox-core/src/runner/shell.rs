@@ -78,9 +78,10 @@ pub(crate) async fn prepare(shared: &Shared, halt: Option<Halt>) -> Result<(Sche
 /// Runs the outbox's runner until shutdown (or the handle is dropped).
 ///
 /// Tracing: each store write that claims opens an `outbox.round` span (records written,
-/// records claimed), and each delivery runs in an `outbox.deliver` span inside it (record id,
-/// group, the record's counters before this try, then the outcome and how long the sink took),
-/// both at debug level.
+/// records claimed), and each delivery runs in an `outbox.deliver` span (record id, group,
+/// the record's counters before this try, then the outcome and how long the sink took)
+/// inside the span of the claim that took its record (a claim made ahead runs while the
+/// round before it delivers), both at debug level.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     mut scheduler: Scheduler,
@@ -107,8 +108,15 @@ pub(crate) async fn run(
     // Reports that came in while a store call was under way, for the scheduler after it.
     let mut finished: VecDeque<(RecordId, Report)> = VecDeque::new();
     let mut stopping = stop.borrow().is_some();
-    // The span of the current round: deliveries open theirs inside it.
+    // The span of the current round: deliveries open theirs inside it. A claim's span waits
+    // in `next_round` until the round it claimed starts (`rounds_started` moves): a claim
+    // made ahead of a round runs while the round before it still delivers.
     let mut round = Span::none();
+    let mut next_round: Option<Span> = None;
+    let mut rounds = scheduler.rounds_started();
+    // The store call under way, if any: the runner goes on taking reports and starting
+    // deliveries while it runs (see the scheduler's `ahead`).
+    let mut store: Option<StoreCall<'_>> = None;
     if let Some(grace) = *stop.borrow() {
         scheduler.handle(
             now(),
@@ -125,6 +133,12 @@ pub(crate) async fn run(
         while let Some(action) = scheduler.poll_action() {
             match action {
                 Action::Deliver(record) => {
+                    if scheduler.rounds_started() != rounds {
+                        rounds = scheduler.rounds_started();
+                        if let Some(next) = next_round.take() {
+                            round = next;
+                        }
+                    }
                     let span = tracing::debug_span!(
                         parent: &round,
                         "outbox.deliver",
@@ -186,43 +200,27 @@ pub(crate) async fn run(
                         scheduler.link(),
                     );
                     let claims = matches!(&io, Io::Round { claim: Some(_), .. });
-                    if let (true, Io::Round { transitions, .. }) = (claims, &io) {
-                        round = tracing::debug_span!(
+                    let span = match &io {
+                        Io::Round { transitions, .. } if claims => tracing::debug_span!(
                             "outbox.round",
                             written = transitions.len(),
                             claimed = Empty,
-                        );
-                    }
-                    let span = if claims { round.clone() } else { Span::none() };
-                    let look = matches!(io, Io::Unreadable { .. });
-                    let store_call = call(&shared, io).instrument(span);
-                    tokio::pin!(store_call);
-                    // Deliveries go on while the store works; their reports wait for it.
-                    let done = loop {
-                        tokio::select! {
-                            biased;
-                            done = &mut store_call => break done,
-                            // A look for undecodable rows may take the whole store deadline:
-                            // a shutdown does not wait for it. The scheduler hears of the
-                            // shutdown, then of the look's end as a time out (not said, not
-                            // put off: the next start looks again).
-                            changed = unconstrained(stop.changed()), if look && !stopping => {
-                                stopping = true;
-                                let grace = grace(changed.is_ok(), &stop, start);
-                                scheduler.handle(now(), Input::Shutdown { grace });
-                                break Err(crate::Error::Timeout(shared.config.store_timeout));
-                            }
-                            Some(report) = deliveries.next(), if !deliveries.is_empty() => {
-                                running.remove(&report.0);
-                                finished.push_back(report);
-                            }
-                        }
+                        ),
+                        _ => Span::none(),
                     };
-                    if let (true, Ok(Answer::Round { claimed, .. })) = (claims, &done) {
-                        round.record("claimed", claimed.len());
+                    if claims {
+                        next_round = Some(span.clone());
                     }
-                    let done = done.map_err(|err| StoreFailure::from(&err));
-                    scheduler.handle(now(), Input::Answer(done));
+                    let look = matches!(io, Io::Unreadable { .. });
+                    // One store call at a time: the scheduler asks for the next only once
+                    // this one is answered. Deliveries go on while it runs.
+                    debug_assert!(store.is_none(), "a store call while one is under way");
+                    store = Some(StoreCall {
+                        call: Box::pin(call(&shared, io).instrument(span.clone())),
+                        span,
+                        claims,
+                        look,
+                    });
                 }
             }
         }
@@ -235,6 +233,7 @@ pub(crate) async fn run(
         if scheduler.holding() == 0 {
             // The round is over: its span closes with its last delivery's, not at the next.
             round = Span::none();
+            next_round = None;
         }
         if scheduler.is_finished() {
             return;
@@ -257,6 +256,14 @@ pub(crate) async fn run(
         let input = tokio::select! {
             biased;
             is_online = unconstrained(online_changed(&mut online)) => Input::Online(is_online),
+            done = answered(&mut store), if store.is_some() => {
+                if let (Some(call), Ok(Answer::Round { claimed, .. })) = (store.take(), &done) {
+                    if call.claims {
+                        call.span.record("claimed", claimed.len());
+                    }
+                }
+                Input::Answer(done.map_err(|err| StoreFailure::from(&err)))
+            }
             Some((id, report)) = deliveries.next(), if !deliveries.is_empty() => {
                 running.remove(&id);
                 Input::Reported { id, report }
@@ -270,11 +277,44 @@ pub(crate) async fn run(
             }
             changed = unconstrained(stop.changed()), if !stopping => {
                 stopping = true;
-                Input::Shutdown { grace: grace(changed.is_ok(), &stop, start) }
+                let grace = grace(changed.is_ok(), &stop, start);
+                if store.as_ref().is_some_and(|call| call.look) {
+                    // A look for undecodable rows may take the whole store deadline: a
+                    // shutdown does not wait for it. The scheduler hears of the shutdown,
+                    // then of the look's end as a time out (not said, not put off: the next
+                    // start looks again).
+                    store = None;
+                    scheduler.handle(now(), Input::Shutdown { grace });
+                    let timeout = crate::Error::Timeout(shared.config.store_timeout);
+                    Input::Answer(Err(StoreFailure::from(&timeout)))
+                } else {
+                    Input::Shutdown { grace }
+                }
             }
-            _ = sleep => Input::Timer,
+            // While a store call is under way the scheduler acts on nothing its timers would
+            // bring (a commit or a claim waits for the answer): only its inputs are taken.
+            _ = sleep, if store.is_none() => Input::Timer,
         };
         scheduler.handle(now(), input);
+    }
+}
+
+/// A store call under way.
+struct StoreCall<'a> {
+    call: BoxFuture<'a, Result<Answer>>,
+    /// Its span: the round's it claims, if it claims.
+    span: Span,
+    /// It claims: its answer is recorded on its span.
+    claims: bool,
+    /// It is the look for undecodable rows, which a shutdown cuts short.
+    look: bool,
+}
+
+/// The answer of the store call under way; never, when there is none.
+async fn answered(store: &mut Option<StoreCall<'_>>) -> Result<Answer> {
+    match store {
+        Some(call) => (&mut call.call).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -27,14 +27,17 @@ impl Scheduler {
                     writes,
                     claim,
                     on_deadline,
+                    ahead,
                 },
                 Answer::Round { skipped, claimed },
             ) => {
                 self.store_answered(true);
                 let events: Vec<Event> = written_events(writes, &skipped).collect();
                 self.actions.extend(events.into_iter().map(Action::Emit));
-                if let Some(claim) = claim {
-                    self.start_round(claim, claimed, on_deadline);
+                match claim {
+                    Some(claim) if ahead => self.claimed_ahead(claim, claimed),
+                    Some(claim) => self.start_round(claim, claimed, on_deadline, false),
+                    None => {}
                 }
             }
             (Pending::NextDue, Answer::NextDue(next_due)) => {

@@ -14,7 +14,8 @@
 //! that grow with the backlog), `rate` (the optional rate limit), `clock_step`
 //! (steps of the wall clock), `gauges` (when the metrics read the store), `look` (the look
 //! for unreadable rows, put off to an idle runner when it outgrows the deadline), and this
-//! module, which ties them together.
+//! `ahead` (the next round claimed while this one delivers), and this module, which ties
+//! them together.
 //!
 //! It is public for those who drive many runners without tokio, e.g. a simulation of a fleet
 //! on a virtual clock (the `fleet-sim` crate does exactly that). An application
@@ -33,6 +34,7 @@
 //! assert_eq!(claim.limit, 32);
 //! ```
 
+mod ahead;
 mod answer;
 mod chore;
 mod clock_step;
@@ -55,21 +57,21 @@ mod tests;
 use fastrand::Rng;
 use std::collections::VecDeque;
 
+use self::ahead::Ahead;
 use self::chore::Chore;
 use self::clock_step::{Moved, StepWatch};
 use self::gauges::GaugeClock;
 use self::halt::Halting;
 use self::pace::Pace;
 use self::rate::Limiter;
-use self::round::{sort_claim, Round, Write};
+use self::round::{Round, Write};
 use self::sizing::Sizing;
 use self::timer::{Timer, TimerTable};
 use crate::config::RunnerConfig;
-use crate::event::Event;
 use crate::link::{Link, LinkState};
 use crate::outcome::duration_ms;
 use crate::policy::RetryPolicy;
-use crate::record::{Lease, Millis, Record, RecordId};
+use crate::record::{Lease, Millis, RecordId};
 use crate::store::{Claim, Halt};
 
 pub use self::clock_step::STEP_TOLERANCE;
@@ -92,6 +94,8 @@ enum Pending {
         claim: Option<Claim>,
         /// The claim was made on the store's word that work was due, not on a trigger.
         on_deadline: bool,
+        /// A claim ahead of the round under way (`ahead`).
+        ahead: bool,
     },
     NextDue,
     Stats,
@@ -149,6 +153,10 @@ pub struct Scheduler {
     /// The one buffer of transitions not yet written.
     writes: Vec<Write>,
     round: Option<Round>,
+    /// Rounds started so far.
+    rounds: u64,
+    /// Records claimed ahead of the round, waiting for it to end (`ahead`).
+    ahead: Option<Ahead>,
     /// Earliest deadline as last read, and whether it must be read again.
     next_due: Option<Millis>,
     next_due_stale: bool,
@@ -210,6 +218,8 @@ impl Scheduler {
             pending: None,
             writes: Vec::new(),
             round: None,
+            rounds: 0,
+            ahead: None,
             next_due: None,
             next_due_stale: true,
             timers,
@@ -258,7 +268,24 @@ impl Scheduler {
             }
             _ => 0,
         };
-        self.round.as_ref().map_or(0, Round::held) + self.writes.len() + writing
+        let ahead = self.ahead.as_ref().map_or(0, |a| a.claimed.len());
+        self.round.as_ref().map_or(0, Round::held) + ahead + self.writes.len() + writing
+    }
+
+    /// How many rounds this runner started (claims that found records). A shell that opens
+    /// a span per claim switches its deliveries to the next one when this changes: a round
+    /// claimed ahead starts only once the round before it is over.
+    ///
+    /// ```
+    /// use outbox_core::runner::scheduler::{Now, Scheduler};
+    /// use outbox_core::{RetryPolicy, RunnerConfig};
+    ///
+    /// let now = Now { wall: 1_700_000_000_000, mono: 0 };
+    /// let runner = Scheduler::new(RunnerConfig::default(), RetryPolicy::default(), 1, 2, now, None);
+    /// assert_eq!(runner.rounds_started(), 0);
+    /// ```
+    pub fn rounds_started(&self) -> u64 {
+        self.rounds
     }
 
     /// The halt in force, if any.
@@ -327,9 +354,16 @@ impl Scheduler {
     }
 
     /// The next thing to do, or `None` to wait for an input (until [`Self::poll_timeout`]).
+    ///
+    /// While a store call is under way only deliveries start (and their events): the
+    /// shell goes on feeding reports meanwhile, and the next store call waits for the answer.
     pub fn poll_action(&mut self) -> Option<Action> {
-        if self.actions.is_empty() && self.pending.is_none() && !self.finished {
-            self.decide();
+        if self.actions.is_empty() && !self.finished {
+            if self.pending.is_none() {
+                self.decide();
+            } else if self.round.as_ref().is_some_and(|r| !r.solo) && self.may_start() {
+                self.start_deliveries();
+            }
             self.arm();
         }
         self.actions.pop_front()
@@ -384,58 +418,10 @@ impl Scheduler {
         if let Some(round) = &self.round {
             ids.extend(round.ids());
         }
+        if let Some(ahead) = &self.ahead {
+            ids.extend(ahead.claimed.iter().map(|r| r.id));
+        }
         ids
-    }
-
-    /// No delivery of this round starts any more; the records not started go back.
-    fn cut_round(&mut self) {
-        if let Some(round) = &mut self.round {
-            let released = round.cut();
-            self.writes.extend(released);
-            if !self.writes.is_empty() {
-                self.commit_soon();
-            }
-        }
-    }
-
-    fn start_round(&mut self, claim: Claim, claimed: Vec<Record>, on_deadline: bool) {
-        // Whatever the claim found, the earliest deadline is read again before waiting.
-        self.next_due = None;
-        self.next_due_stale = true;
-        self.pace.claimed(claimed.len(), on_deadline, self.now.mono);
-        self.sizing
-            .claimed(claimed.len(), claim.limit, self.now.mono);
-        self.backlog = claimed.len() >= claim.limit;
-        if claimed.is_empty() {
-            return;
-        }
-        let full = claimed.len() >= claim.limit;
-        let sorted = sort_claim(claimed, &self.policy, self.now.wall);
-        let has_writes = !sorted.writes.is_empty();
-        self.writes.extend(sorted.writes);
-        if sorted.solo {
-            // A suspect goes alone: its round shows nothing of how fast the sink is.
-            self.sizing.not_delivered();
-            // The records claimed with a suspect are released before it goes (`drive_round`).
-            if has_writes {
-                self.commit_soon();
-            }
-        } else {
-            self.timers.stop(Timer::Commit);
-        }
-        self.link.new_round();
-        let renew = self.now.mono.saturating_add(self.lease_ms() / 3);
-        self.timers.set(Timer::Renew, renew);
-        self.round = Some(Round::new(
-            claim.lease,
-            sorted.queue,
-            full,
-            sorted.solo,
-            self.config.concurrency,
-        ));
-        if !self.may_start() {
-            self.cut_round();
-        }
     }
 
     fn claim_limit(&self) -> usize {
@@ -517,64 +503,6 @@ impl Scheduler {
         }
     }
 
-    fn drive_round(&mut self) {
-        let may_start = self.may_start();
-        if !may_start {
-            self.cut_round();
-        }
-        let Some(round) = &mut self.round else {
-            return;
-        };
-        if round.solo && !round.is_running() && round.is_waiting() && !self.writes.is_empty() {
-            // The records claimed with a suspect are released before it is delivered: if it
-            // kills the process again, they must not be charged with it.
-            self.timers.stop(Timer::Commit);
-            self.write(None, false);
-            return;
-        }
-        let allowed = self
-            .rate
-            .as_mut()
-            .map_or(usize::MAX, |rate| rate.available(self.now.mono));
-        let started = round.start(self.pace.window(), allowed, self.now.mono);
-        if let Some(rate) = &mut self.rate {
-            rate.started(started.len(), self.now.mono);
-        }
-        for record in started {
-            self.actions.push_back(Action::Emit(Event::Attempted {
-                id: record.id,
-                attempts: record.attempts,
-            }));
-            self.actions.push_back(Action::Deliver(record));
-        }
-        if !self.actions.is_empty() {
-            return;
-        }
-        if round.is_over() {
-            if round.cut_short {
-                self.sizing.not_delivered();
-            }
-            self.sizing.round_over(self.now.mono);
-            let again = !round.cut_short && (round.full || round.solo) && may_start;
-            self.round = None;
-            self.timers.stop(Timer::Renew);
-            self.timers.stop(Timer::Commit);
-            if again {
-                // The round's outcomes travel with the next claim: one commit.
-                self.wanted = true;
-                self.decide();
-            } else if !self.writes.is_empty() {
-                self.write(None, false);
-            }
-            return;
-        }
-        if !self.writes.is_empty() && self.timers.is_expired(Timer::Commit, self.now.mono) {
-            // Deliveries are still running: record what is known so far.
-            self.timers.stop(Timer::Commit);
-            self.write(None, false);
-        }
-    }
-
     /// Writes what is waiting within the commit delay, unless a commit is due already.
     fn commit_soon(&mut self) {
         let at = self.now.mono.saturating_add(COMMIT_DELAY);
@@ -582,17 +510,28 @@ impl Scheduler {
     }
 
     fn write(&mut self, lease: Option<Lease>, on_deadline: bool) {
+        self.write_claim(lease, on_deadline, false);
+    }
+
+    /// Writes what is waiting and, with a lease, claims after it (`ahead`: while the round
+    /// under way still delivers).
+    fn write_claim(&mut self, lease: Option<Lease>, on_deadline: bool, ahead: bool) {
         let writes = std::mem::take(&mut self.writes);
         let transitions = writes.iter().map(|w| w.transition.clone()).collect();
         let claim = lease.map(|lease| Claim {
             now: self.now.wall,
-            limit: self.claim_limit(),
+            limit: if ahead {
+                self.sizing.ahead_limit()
+            } else {
+                self.claim_limit()
+            },
             lease,
         });
         self.pending = Some(Pending::Round {
             writes,
             claim,
             on_deadline,
+            ahead,
         });
         self.actions
             .push_back(Action::Io(Io::Round { transitions, claim }));

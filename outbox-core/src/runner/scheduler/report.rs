@@ -66,7 +66,9 @@ impl Scheduler {
         let Some((record, started)) = self.round.as_mut().and_then(|round| round.finish(id)) else {
             return;
         };
-        if !matches!(report, Report::Outcome(Outcome::Delivered)) {
+        if matches!(report, Report::Outcome(Outcome::Delivered)) {
+            self.sizing.delivered();
+        } else {
             self.sizing.not_delivered();
         }
         let abandoned = matches!(report, Report::Abandoned);

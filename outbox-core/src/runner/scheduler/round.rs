@@ -3,14 +3,20 @@
 //! A claim is sorted first ([`sort_claim`]): records older than the age policy allows are
 //! parked, and a record whose delivery was interrupted goes alone, the others released, so
 //! that if it kills the process again only it is charged. The [`Round`] then starts deliveries
-//! up to its concurrency and the pacing window, and knows when it is over.
+//! up to its concurrency and the pacing window, and knows when it is over. The scheduler's
+//! part is here too: starting a round from a claim, starting deliveries as slots free up,
+//! cutting a round short, and what follows its end.
 
 use std::collections::{HashMap, VecDeque};
 
+use super::ahead::Ahead;
+use super::timer::Timer;
+use super::{Action, Scheduler};
 use crate::event::Event;
 use crate::machine::{self, Change, Step, Transition};
 use crate::policy::RetryPolicy;
 use crate::record::{Lease, Millis, Record, RecordId};
+use crate::store::Claim;
 
 /// A transition waiting to be written, with the event to send once it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +127,8 @@ pub(super) struct Round {
     pub(super) solo: bool,
     /// No delivery starts any more (no answer, halt, offline or shutdown).
     pub(super) cut_short: bool,
+    /// The next round was claimed ahead while this one delivered (see `ahead`).
+    pub(super) asked_ahead: bool,
     concurrency: usize,
 }
 
@@ -139,6 +147,7 @@ impl Round {
             full,
             solo,
             cut_short: false,
+            asked_ahead: false,
             concurrency: if solo { 1 } else { concurrency },
         }
     }
@@ -201,6 +210,156 @@ impl Round {
     /// time its delivery started.
     pub(super) fn finish(&mut self, id: RecordId) -> Option<(Record, Millis)> {
         self.running.remove(&id)
+    }
+}
+
+/// A round as the scheduler drives it: started from a claim, deliveries started as slots
+/// free up, cut short, and over.
+impl Scheduler {
+    /// No delivery of this round starts any more; the records not started go back.
+    pub(super) fn cut_round(&mut self) {
+        if let Some(round) = &mut self.round {
+            let released = round.cut();
+            self.writes.extend(released);
+            self.release_ahead();
+            if !self.writes.is_empty() {
+                self.commit_soon();
+            }
+        }
+    }
+
+    /// Starts the round `claim` found (`ahead`: claimed ahead while the last one delivered).
+    pub(super) fn start_round(
+        &mut self,
+        claim: Claim,
+        claimed: Vec<Record>,
+        on_deadline: bool,
+        ahead: bool,
+    ) {
+        // Whatever the claim found, the earliest deadline is read again before waiting.
+        self.next_due = None;
+        self.next_due_stale = true;
+        self.pace.claimed(claimed.len(), on_deadline, self.now.mono);
+        self.sizing
+            .claimed(claimed.len(), claim.limit, self.now.mono, ahead);
+        self.backlog = claimed.len() >= claim.limit;
+        if claimed.is_empty() {
+            return;
+        }
+        self.rounds += 1;
+        let full = claimed.len() >= claim.limit;
+        let sorted = sort_claim(claimed, &self.policy, self.now.wall);
+        let has_writes = !sorted.writes.is_empty();
+        self.writes.extend(sorted.writes);
+        if sorted.solo {
+            // A suspect goes alone: its round shows nothing of how fast the sink is.
+            self.sizing.not_delivered();
+            // The records claimed with a suspect are released before it goes (`drive_round`).
+            if has_writes {
+                self.commit_soon();
+            }
+        } else {
+            self.timers.stop(Timer::Commit);
+        }
+        self.link.new_round();
+        let renew = self.now.mono.saturating_add(self.lease_ms() / 3);
+        self.timers.set(Timer::Renew, renew);
+        self.round = Some(Round::new(
+            claim.lease,
+            sorted.queue,
+            full,
+            sorted.solo,
+            self.config.concurrency,
+        ));
+        if !self.may_start() {
+            self.cut_round();
+        }
+    }
+
+    pub(super) fn drive_round(&mut self) {
+        let may_start = self.may_start();
+        if !may_start {
+            self.cut_round();
+        }
+        let Some(round) = &mut self.round else {
+            return;
+        };
+        if round.solo && !round.is_running() && round.is_waiting() && !self.writes.is_empty() {
+            // The records claimed with a suspect are released before it is delivered: if it
+            // kills the process again, they must not be charged with it.
+            self.timers.stop(Timer::Commit);
+            self.write(None, false);
+            return;
+        }
+        if self.start_deliveries() || !self.actions.is_empty() {
+            return;
+        }
+        let Some(round) = &mut self.round else {
+            return;
+        };
+        if round.is_over() {
+            if round.cut_short {
+                self.sizing.not_delivered();
+            }
+            self.sizing.round_over(self.now.mono);
+            let again = !round.cut_short && (round.full || round.solo) && may_start;
+            self.round = None;
+            self.timers.stop(Timer::Renew);
+            self.timers.stop(Timer::Commit);
+            if let Some(Ahead { claim, claimed }) = self.ahead.take() {
+                // Claimed while the round delivered: the next round starts with no store
+                // call, and the outcomes written so far wait for its own claim ahead.
+                let waiting = std::mem::take(&mut self.writes);
+                self.start_round(claim, claimed, false, true);
+                self.writes.splice(0..0, waiting);
+                if !self.writes.is_empty() {
+                    self.commit_soon();
+                }
+                self.decide();
+            } else if again {
+                // The round's outcomes travel with the next claim: one commit.
+                self.wanted = true;
+                self.decide();
+            } else if !self.writes.is_empty() {
+                self.write(None, false);
+            }
+            return;
+        }
+        if self.may_claim_ahead() {
+            self.timers.stop(Timer::Commit);
+            self.claim_ahead();
+            return;
+        }
+        if !self.writes.is_empty() && self.timers.is_expired(Timer::Commit, self.now.mono) {
+            // Deliveries are still running: record what is known so far.
+            self.timers.stop(Timer::Commit);
+            self.write(None, false);
+        }
+    }
+
+    /// Starts what the round's concurrency, the pacing window and the rate limit allow, each
+    /// with its event; true if any started.
+    pub(super) fn start_deliveries(&mut self) -> bool {
+        let Some(round) = &mut self.round else {
+            return false;
+        };
+        let allowed = self
+            .rate
+            .as_mut()
+            .map_or(usize::MAX, |rate| rate.available(self.now.mono));
+        let started = round.start(self.pace.window(), allowed, self.now.mono);
+        if let Some(rate) = &mut self.rate {
+            rate.started(started.len(), self.now.mono);
+        }
+        let any = !started.is_empty();
+        for record in started {
+            self.actions.push_back(Action::Emit(Event::Attempted {
+                id: record.id,
+                attempts: record.attempts,
+            }));
+            self.actions.push_back(Action::Deliver(record));
+        }
+        any
     }
 }
 

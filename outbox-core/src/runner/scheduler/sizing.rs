@@ -14,8 +14,15 @@
 //!   queue ran dry: the next one is a new drain), on a `Retry-After` hold and on a link that
 //!   went down.
 //!
-//! Memory is bounded by the largest round: `max(batch, max_batch)` records with their
-//! payloads (see [`RunnerConfig`](crate::RunnerConfig) for the figure in bytes).
+//! The next round is twice or half the size of the one that ended. A round claimed ahead
+//! (`ahead`, made while the round before it still delivers) asks for the size that round
+//! leads to if it keeps up to its end; it is claimed only once a delivery of that round went
+//! through and none failed, so a failing or slow round claims nothing ahead, and the round
+//! after it is half its size.
+//!
+//! Memory is bounded by two of the largest rounds, the one delivering and the one claimed
+//! ahead: `2 × max(batch, max_batch)` records with their payloads (see
+//! [`RunnerConfig`](crate::RunnerConfig) for the figure in bytes).
 
 use crate::record::Millis;
 
@@ -31,9 +38,21 @@ pub(super) struct Sizing {
     base: usize,
     max: usize,
     size: usize,
-    /// The round under way: when its claim came back (monotonic), and whether any of its
-    /// records was not delivered.
-    round: Option<(Millis, bool)>,
+    /// The round under way, if it counts (a full claim, not a probe).
+    round: Option<Running>,
+}
+
+/// What the round under way has shown so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Running {
+    /// When its claim came back (monotonic).
+    at: Millis,
+    /// How many records it claimed: the next round is twice or half that.
+    limit: usize,
+    /// Any of its records was not delivered.
+    failed: bool,
+    /// Any of its records was delivered.
+    delivered: bool,
 }
 
 impl Sizing {
@@ -53,14 +72,25 @@ impl Sizing {
         self.size
     }
 
-    /// A claim for `limit` records found `found` at `mono`.
-    pub(super) fn claimed(&mut self, found: usize, limit: usize, mono: Millis) {
+    /// Rounds grew past `batch`: a drain has shown a backlog and a sink that keeps up.
+    pub(super) fn grown(&self) -> bool {
+        self.size > self.base
+    }
+
+    /// A claim for `limit` records found `found`, and its round starts at `mono`; `ahead`: it
+    /// was claimed ahead of the round before (`ahead`), at [`Self::ahead_limit`].
+    pub(super) fn claimed(&mut self, found: usize, limit: usize, mono: Millis, ahead: bool) {
         if found < limit {
             // The queue ran dry: whatever comes next is a new drain.
             self.size = self.base;
             self.round = None;
-        } else if limit == self.size {
-            self.round = Some((mono, false));
+        } else if ahead || limit == self.size {
+            self.round = Some(Running {
+                at: mono,
+                limit,
+                failed: false,
+                delivered: false,
+            });
         } else {
             // A probe of one while the link is down says nothing of the sink's pace.
             self.round = None;
@@ -69,8 +99,32 @@ impl Sizing {
 
     /// A record of the round was not delivered (any failure, a release, an interruption).
     pub(super) fn not_delivered(&mut self) {
-        if let Some((_, failed)) = &mut self.round {
-            *failed = true;
+        if let Some(round) = &mut self.round {
+            round.failed = true;
+        }
+    }
+
+    /// A record of the round was delivered.
+    pub(super) fn delivered(&mut self) {
+        if let Some(round) = &mut self.round {
+            round.delivered = true;
+        }
+    }
+
+    /// The round under way keeps up so far at `mono`: records of it were delivered, none
+    /// failed, and it is within [`KEEPING_UP`] of its claim. Only then is the next round
+    /// claimed ahead (`ahead`), at [`Self::ahead_limit`].
+    pub(super) fn keeping_up(&self, mono: Millis) -> bool {
+        self.round
+            .is_some_and(|r| r.delivered && !r.failed && mono.saturating_sub(r.at) <= KEEPING_UP)
+    }
+
+    /// Records a claim ahead asks for: the size the round under way leads to if it keeps up
+    /// to its end (the claim is made before it ends).
+    pub(super) fn ahead_limit(&self) -> usize {
+        match self.round {
+            Some(round) => round.limit.saturating_mul(2).min(self.max),
+            None => self.size,
         }
     }
 
@@ -82,13 +136,13 @@ impl Sizing {
 
     /// The round is over at `mono` (every record reported or released).
     pub(super) fn round_over(&mut self, mono: Millis) {
-        let Some((claimed, failed)) = self.round.take() else {
+        let Some(round) = self.round.take() else {
             return;
         };
-        if failed || mono.saturating_sub(claimed) > KEEPING_UP {
-            self.size = (self.size / 2).max(self.base);
+        if round.failed || mono.saturating_sub(round.at) > KEEPING_UP {
+            self.size = (round.limit / 2).max(self.base);
         } else {
-            self.size = self.size.saturating_mul(2).min(self.max);
+            self.size = round.limit.saturating_mul(2).min(self.max);
         }
     }
 }
@@ -104,7 +158,7 @@ mod tests {
         for &failed in failed {
             let limit = sizing.limit();
             sizes.push(limit);
-            sizing.claimed(limit, limit, mono);
+            sizing.claimed(limit, limit, mono, false);
             if failed {
                 sizing.not_delivered();
             }
@@ -152,7 +206,7 @@ mod tests {
         let mut sizing = Sizing::new(32, 1_024);
         rounds(&mut sizing, 1, &[false; 3]);
         assert_eq!(sizing.limit(), 256);
-        sizing.claimed(255, 256, 10);
+        sizing.claimed(255, 256, 10, false);
         assert_eq!(sizing.limit(), 32);
         sizing.round_over(11);
         assert_eq!(sizing.limit(), 32, "a short claim's round does not grow");
@@ -163,7 +217,7 @@ mod tests {
         let mut sizing = Sizing::new(4, 64);
         rounds(&mut sizing, 1, &[false; 4]);
         assert_eq!(sizing.limit(), 64);
-        sizing.claimed(64, 64, 100);
+        sizing.claimed(64, 64, 100, false);
         sizing.start_small();
         assert_eq!(sizing.limit(), 4);
         sizing.round_over(101);
@@ -173,7 +227,7 @@ mod tests {
     #[test]
     fn a_probe_smaller_than_the_round_size_does_not_count() {
         let mut sizing = Sizing::new(8, 64);
-        sizing.claimed(1, 1, 0);
+        sizing.claimed(1, 1, 0, false);
         sizing.round_over(1);
         assert_eq!(sizing.limit(), 8);
     }

@@ -81,8 +81,13 @@ impl Scheduler {
             token: round.lease.token,
             until: self.now.wall.saturating_add(self.lease_ms()),
         };
-        // Records waiting for a slot are renewed too: they are ours until released.
-        let ids = round.ids().collect();
+        // Records waiting for a slot are renewed too: they are ours until released. So are
+        // those claimed ahead, under the same token.
+        let ahead = self
+            .ahead
+            .iter()
+            .flat_map(|a| a.claimed.iter().map(|r| r.id));
+        let ids = round.ids().chain(ahead).collect();
         self.chores.push_front(Chore::Renew { ids, lease });
         let next = self.now.mono.saturating_add(self.lease_ms() / 3);
         self.timers.set(Timer::Renew, next);

@@ -1,6 +1,7 @@
 //! The scheduler's behaviour, driven as the shell drives it: inputs in, actions out, every
 //! store call answered by hand. One file per concept of the room; the helpers are here.
 
+mod ahead;
 mod clock_step;
 mod halt;
 mod link;

@@ -1,0 +1,243 @@
+use super::*;
+use crate::machine::Change;
+
+/// Batch 2 growing to 64, two deliveries at a time.
+fn config() -> RunnerConfig {
+    RunnerConfig::default()
+        .with_batch(2)
+        .with_max_batch(64)
+        .with_concurrency(2)
+}
+
+fn records(ids: std::ops::RangeInclusive<u64>) -> Vec<Record> {
+    ids.map(|i| record(i, None)).collect()
+}
+
+fn report(s: &mut Scheduler, now: Now, id: u64, outcome: Outcome) {
+    s.handle(
+        now,
+        Input::Reported {
+            id: RecordId(id),
+            report: Report::Outcome(outcome),
+        },
+    );
+}
+
+/// The claims among `actions`: (transitions written, limit).
+fn claims(actions: &[Action]) -> Vec<(usize, usize)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Io(Io::Round {
+                transitions,
+                claim: Some(c),
+            }) => Some((transitions.len(), c.limit)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ids the writes among `actions` give back with no attempt spent (a release, or a
+/// record no server answered).
+fn released(actions: &[Action]) -> Vec<u64> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Io(Io::Round { transitions, .. }) => Some(transitions),
+            _ => None,
+        })
+        .flatten()
+        .filter(|t| matches!(&t.change, Change::Update(p) if p.attempts == 0))
+        .map(|t| t.id.0)
+        .collect()
+}
+
+/// A drain under way: a first round of 2 delivered, the second (records 3 to 6, grown to 4)
+/// claimed with its outcomes, and record 3 of it delivered. Returns the actions after that
+/// report: the round's next delivery and the claim ahead.
+fn grown(s: &mut Scheduler) -> Vec<Action> {
+    let actions = claimed(s, at(0), records(1..=2));
+    assert_eq!(delivered(&actions), [RecordId(1), RecordId(2)]);
+    assert!(
+        claims(&actions).is_empty(),
+        "a round of `batch` claims nothing ahead"
+    );
+    report(s, at(1), 1, Outcome::Delivered);
+    report(s, at(1), 2, Outcome::Delivered);
+    let actions = drain(s);
+    assert_eq!(
+        claims(&actions),
+        [(2, 4)],
+        "the full round's outcomes travel with the claim"
+    );
+    answer(s, at(2), &actions, records(3..=6));
+    let actions = drain(s);
+    assert_eq!(delivered(&actions), [RecordId(3), RecordId(4)]);
+    assert!(
+        claims(&actions).is_empty(),
+        "nothing claimed ahead before a delivery showed the pace"
+    );
+    report(s, at(3), 3, Outcome::Delivered);
+    drain(s)
+}
+
+#[test]
+fn a_round_that_keeps_up_claims_the_next_one_while_it_delivers() {
+    let mut s = scheduler(config());
+    let actions = grown(&mut s);
+    assert_eq!(delivered(&actions), [RecordId(5)]);
+    // The claim ahead carries the outcome known so far and asks for what the round leads to.
+    assert_eq!(claims(&actions), [(1, 8)], "{actions:?}");
+    let Some(Action::Io(Io::Round {
+        claim: Some(ahead), ..
+    })) = actions.last()
+    else {
+        panic!("{actions:?}");
+    };
+    assert_eq!(ahead.lease.until, WALL + 3 + 30_000);
+    // Deliveries go on while the store works on it: a report starts the next one at once.
+    report(&mut s, at(4), 4, Outcome::Delivered);
+    assert_eq!(delivered(&drain(&mut s)), [RecordId(6)]);
+    answer(&mut s, at(5), &actions, records(7..=14));
+    let actions = drain(&mut s);
+    assert_eq!(
+        actions,
+        [Action::Emit(Event::Delivered { id: RecordId(3) })],
+        "the outcome written is said; the records claimed ahead wait for the round"
+    );
+    assert_eq!(
+        s.holding(),
+        2 + 1 + 8,
+        "two running, one outcome, eight claimed ahead"
+    );
+    report(&mut s, at(6), 5, Outcome::Delivered);
+    report(&mut s, at(6), 6, Outcome::Delivered);
+    // The round is over: the next one starts with no store call, and claims ahead in turn
+    // once one of its deliveries is through, with the outcomes waiting (4, 5 and 6 of the
+    // round before, 7 of this one).
+    let actions = drain(&mut s);
+    assert_eq!(delivered(&actions), [RecordId(7), RecordId(8)]);
+    assert!(claims(&actions).is_empty(), "{actions:?}");
+    report(&mut s, at(7), 7, Outcome::Delivered);
+    let actions = drain(&mut s);
+    assert_eq!(delivered(&actions), [RecordId(9)]);
+    assert_eq!(claims(&actions), [(4, 16)]);
+}
+
+#[test]
+fn the_leases_of_the_records_claimed_ahead_are_renewed_with_the_round() {
+    let mut s = scheduler(config());
+    let actions = grown(&mut s);
+    answer(&mut s, at(4), &actions, records(7..=14));
+    s.handle(at(10_002), Input::Timer);
+    let actions = drain(&mut s);
+    let Some((ids, lease)) = actions.iter().find_map(|a| match a {
+        Action::Io(Io::Renew { ids, lease }) => Some((ids, lease)),
+        _ => None,
+    }) else {
+        panic!("{actions:?}");
+    };
+    let mut ids: Vec<u64> = ids.iter().map(|id| id.0).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (4..=14).collect::<Vec<_>>(),
+        "the round's and those claimed ahead"
+    );
+    assert_eq!(lease.until, WALL + 10_002 + 30_000);
+}
+
+#[test]
+fn a_round_cut_short_releases_the_records_claimed_ahead() {
+    let mut s = scheduler(config());
+    let actions = grown(&mut s);
+    answer(&mut s, at(4), &actions, records(7..=14));
+    // No answer: the link goes down and the round is cut; the records claimed ahead go back
+    // with those not started.
+    report(
+        &mut s,
+        at(5),
+        4,
+        Outcome::NoAnswer {
+            error: "connection refused".into(),
+        },
+    );
+    report(&mut s, at(5), 5, Outcome::Delivered);
+    let actions = settle(&mut s, at(6), None);
+    assert!(delivered(&actions).is_empty());
+    let gone = released(&actions);
+    for id in 6..=14 {
+        assert!(gone.contains(&id), "{id} not released: {actions:?}");
+    }
+    assert_eq!(s.holding(), 0);
+}
+
+#[test]
+fn records_claimed_ahead_of_a_round_cut_meanwhile_go_back_at_once() {
+    let mut s = scheduler(config());
+    let actions = grown(&mut s);
+    // Shutdown while the claim ahead is under way: its records are released when it answers.
+    s.handle(at(4), Input::Shutdown { grace: 1_000 });
+    answer(&mut s, at(5), &actions, records(7..=14));
+    report(&mut s, at(6), 4, Outcome::Delivered);
+    report(&mut s, at(6), 5, Outcome::Delivered);
+    let actions = drain(&mut s);
+    assert!(delivered(&actions).is_empty());
+    assert_eq!(claims(&actions), [], "nothing claimed at shutdown");
+    let mut gone = released(&actions);
+    gone.sort_unstable();
+    assert_eq!(gone, [6, 7, 8, 9, 10, 11, 12, 13, 14], "{actions:?}");
+    answer(&mut s, at(7), &actions, vec![]);
+    drain(&mut s);
+    assert!(s.is_finished());
+    assert_eq!(s.holding(), 0);
+}
+
+#[test]
+fn a_failing_round_claims_nothing_ahead() {
+    let mut s = scheduler(config());
+    let actions = claimed(&mut s, at(0), records(1..=2));
+    assert_eq!(delivered(&actions).len(), 2);
+    report(&mut s, at(1), 1, Outcome::Delivered);
+    report(&mut s, at(1), 2, Outcome::Delivered);
+    let actions = drain(&mut s);
+    answer(&mut s, at(2), &actions, records(3..=6));
+    assert_eq!(delivered(&drain(&mut s)).len(), 2);
+    report(&mut s, at(3), 3, Outcome::transient("HTTP 503", None));
+    let actions = drain(&mut s);
+    assert_eq!(delivered(&actions), [RecordId(5)]);
+    assert!(claims(&actions).is_empty(), "{actions:?}");
+}
+
+#[test]
+fn fixed_rounds_and_a_rate_limit_claim_nothing_ahead() {
+    let limited = config().with_rate_limit(1_000, Duration::from_secs(1));
+    for config in [config().with_max_batch(2), limited] {
+        let mut s = scheduler(config.clone());
+        let mut next = 1;
+        let mut actions = drain(&mut s);
+        let mut rounds = Vec::new();
+        let mut later = Vec::new();
+        // Four full rounds, each delivered at once.
+        for _ in 0..4 {
+            let limit = claims(&actions).last().expect("a claim").1 as u64;
+            rounds.push(limit as usize);
+            answer(&mut s, at(1), &actions, records(next..=next + limit - 1));
+            next += limit;
+            loop {
+                actions = drain(&mut s);
+                later.extend(claims(&actions));
+                let started = delivered(&actions);
+                if started.is_empty() {
+                    break;
+                }
+                for id in started {
+                    report(&mut s, at(1), id.0, Outcome::Delivered);
+                }
+            }
+        }
+        // Each claim came once its round was over, with every outcome of that round.
+        let written: Vec<usize> = later.iter().map(|(w, _)| *w).collect();
+        assert_eq!(written, rounds, "{config:?}");
+    }
+}
