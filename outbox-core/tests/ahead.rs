@@ -1,6 +1,7 @@
 //! The claim ahead through the public API: over a backlog, the next round is claimed while
 //! one delivers, so the store's work and the deliveries overlap; rounds of a fixed size take
-//! turns with the store as before. Under tokio's paused clock.
+//! turns with the store as before; and a shutdown's grace still ends deliveries while a store
+//! call is under way. Under tokio's paused clock.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -98,5 +99,78 @@ async fn over_a_backlog_deliveries_go_on_while_the_store_claims_the_next_round()
     assert!(
         ahead < turns * 3 / 4,
         "{ahead:?} claimed ahead against {turns:?} in turns"
+    );
+}
+
+/// The memory store whose writes that claim nothing (a commit of outcomes while deliveries
+/// run) take ten seconds.
+#[derive(Debug, Default)]
+struct SlowCommits {
+    inner: MemoryStore,
+}
+
+#[async_trait]
+impl StoreLayer for SlowCommits {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
+
+    async fn round(&self, outcomes: Vec<Transition>, claim: Option<Claim>) -> Result<Round> {
+        if claim.is_none() {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+        self.inner.round(outcomes, claim).await
+    }
+}
+
+/// Sets the instant it is dropped.
+struct Dropped(Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = Some(tokio::time::Instant::now());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_aborts_deliveries_at_its_grace_while_a_store_call_is_under_way() {
+    let aborted = Arc::new(std::sync::Mutex::new(None));
+    let sink = {
+        let aborted = Arc::clone(&aborted);
+        sink_fn(move |record: Record| {
+            let guard = Dropped(Arc::clone(&aborted));
+            async move {
+                if record.payload == b"hangs" {
+                    std::future::pending::<()>().await;
+                }
+                std::mem::forget(guard);
+                Outcome::Delivered
+            }
+        })
+    };
+    let outbox = Outbox::builder(Arc::new(SlowCommits::default()), sink)
+        .clock(Arc::new(TokioClock::starting_at(BASE)))
+        .start()
+        .await
+        .unwrap();
+    outbox
+        .enqueue_batch(vec![
+            NewRecord::new(b"hangs".to_vec()),
+            NewRecord::new(b"ok".to_vec()),
+        ])
+        .await
+        .unwrap();
+    // The quick delivery's outcome is being written (ten seconds) while the other hangs.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let asked = tokio::time::Instant::now();
+    let _ = outbox.shutdown(Duration::from_secs(1)).await;
+    let at = aborted
+        .lock()
+        .unwrap()
+        .expect("the hanging delivery was aborted");
+    assert!(
+        at - asked <= Duration::from_secs(1),
+        "aborted {:?} after the shutdown began, past its grace",
+        at - asked
     );
 }

@@ -105,7 +105,7 @@ pub(crate) async fn run(
     let mut deliveries: FuturesUnordered<BoxFuture<'static, (RecordId, Report)>> =
         FuturesUnordered::new();
     let mut running: HashSet<RecordId> = HashSet::new();
-    // Reports that came in while a store call was under way, for the scheduler after it.
+    // Deliveries aborted at the end of a shutdown's grace, each to be reported abandoned.
     let mut finished: VecDeque<(RecordId, Report)> = VecDeque::new();
     let mut stopping = stop.borrow().is_some();
     // The span of the current round: deliveries open theirs inside it. A claim's span waits
@@ -238,9 +238,13 @@ pub(crate) async fn run(
         if scheduler.is_finished() {
             return;
         }
-        let deadline = scheduler
-            .poll_timeout()
-            .map(|ms| start + Duration::from_millis(ms));
+        // While a store call is under way only the shutdown's grace acts before its answer.
+        let deadline = if store.is_some() {
+            scheduler.poll_timeout_during_io()
+        } else {
+            scheduler.poll_timeout()
+        };
+        let deadline = deadline.map(|ms| start + Duration::from_millis(ms));
         let sleep = sleep_until(deadline);
         // In this order: a connectivity change is seen before a wake-up that came with it (an
         // app that goes offline and then writes must not have the write sent), and a report
@@ -291,9 +295,7 @@ pub(crate) async fn run(
                     Input::Shutdown { grace }
                 }
             }
-            // While a store call is under way the scheduler acts on nothing its timers would
-            // bring (a commit or a claim waits for the answer): only its inputs are taken.
-            _ = sleep, if store.is_none() => Input::Timer,
+            _ = sleep => Input::Timer,
         };
         scheduler.handle(now(), input);
     }

@@ -24,8 +24,14 @@
 //! the look for expired leases is due (it goes before any claim). A round cut short (no
 //! answer, a halt, offline, shutdown, `Retry-After`) releases the records claimed ahead with
 //! those it had not started, and a claim ahead that answers after the cut is released at
-//! once. A claim ahead that comes back short ends the drain: the round's end claims nothing
-//! more.
+//! once. So does a claim ahead held when any store call fails: the store may not let the
+//! round end soon. A claim ahead that comes back short ends the drain: the round's end
+//! claims nothing more. A round that ends failed or slow while its claim ahead is held
+//! leaves that round uncounted: it claims nothing ahead, and the round after it is half the
+//! failed one (`sizing`).
+//!
+//! A process that dies holds up to two rounds of records under lease instead of one: each is
+//! recovered with one interruption when its lease expires, as a round's are.
 
 use super::round::Write;
 use super::Scheduler;

@@ -142,6 +142,9 @@ impl Scheduler {
             }
             _ => {}
         }
+        // Records claimed ahead wait for a round the store may not let end soon: they go
+        // back (guarded, so a lease that lapsed meanwhile changes nothing).
+        self.release_ahead();
         self.store.failures = self.store.failures.saturating_add(1);
         let retry_in = self.policy.backoff.delay(self.store.failures);
         let at = self.now.mono.saturating_add(duration_ms(retry_in));

@@ -374,6 +374,24 @@ impl Scheduler {
         self.timers.next_timeout()
     }
 
+    /// [`Self::poll_timeout`] while a store call is under way: only the end of a shutdown's
+    /// grace acts before the call is answered (deliveries still running are aborted then),
+    /// so a shell waiting for the store need not wake for anything else.
+    ///
+    /// ```
+    /// use outbox_core::runner::scheduler::{Input, Now, Scheduler};
+    /// use outbox_core::{RetryPolicy, RunnerConfig};
+    ///
+    /// let now = Now { wall: 1_700_000_000_000, mono: 0 };
+    /// let mut runner = Scheduler::new(RunnerConfig::default(), RetryPolicy::default(), 1, 2, now, None);
+    /// // Started, it claims: a store call is under way, and no grace runs.
+    /// assert!(runner.poll_action().is_some());
+    /// assert_eq!(runner.poll_timeout_during_io(), None);
+    /// ```
+    pub fn poll_timeout_during_io(&self) -> Option<Millis> {
+        self.timers.get(Timer::Grace)
+    }
+
     fn mono_of(&self, wall: Millis) -> Millis {
         self.now
             .mono

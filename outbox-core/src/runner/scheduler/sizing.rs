@@ -40,6 +40,9 @@ pub(super) struct Sizing {
     size: usize,
     /// The round under way, if it counts (a full claim, not a probe).
     round: Option<Running>,
+    /// The last round that ended failed or was slow: a round claimed ahead before that was
+    /// known neither counts nor claims ahead in turn.
+    shrank: bool,
 }
 
 /// What the round under way has shown so far.
@@ -64,6 +67,7 @@ impl Sizing {
             max: max.max(base),
             size: base,
             round: None,
+            shrank: false,
         }
     }
 
@@ -83,6 +87,10 @@ impl Sizing {
         if found < limit {
             // The queue ran dry: whatever comes next is a new drain.
             self.size = self.base;
+            self.round = None;
+        } else if ahead && self.shrank {
+            // Claimed at the size a round led to before it failed or slowed: the round after
+            // this one goes back to the halved size.
             self.round = None;
         } else if ahead || limit == self.size {
             self.round = Some(Running {
@@ -139,11 +147,12 @@ impl Sizing {
         let Some(round) = self.round.take() else {
             return;
         };
-        if round.failed || mono.saturating_sub(round.at) > KEEPING_UP {
-            self.size = (round.limit / 2).max(self.base);
+        self.shrank = round.failed || mono.saturating_sub(round.at) > KEEPING_UP;
+        self.size = if self.shrank {
+            (round.limit / 2).max(self.base)
         } else {
-            self.size = round.limit.saturating_mul(2).min(self.max);
-        }
+            round.limit.saturating_mul(2).min(self.max)
+        };
     }
 }
 

@@ -73,7 +73,12 @@ impl Scheduler {
     }
 
     pub(super) fn renew(&mut self) {
-        let Some(round) = self.round.as_ref().filter(|r| r.held() > 0) else {
+        let held = |r: &&super::round::Round| r.held() > 0;
+        let Some(round) = self
+            .round
+            .as_ref()
+            .filter(|r| held(r) || self.ahead.is_some())
+        else {
             self.timers.stop(Timer::Renew);
             return;
         };

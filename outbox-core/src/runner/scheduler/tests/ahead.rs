@@ -241,3 +241,97 @@ fn fixed_rounds_and_a_rate_limit_claim_nothing_ahead() {
         assert_eq!(written, rounds, "{config:?}");
     }
 }
+
+#[test]
+fn after_a_failure_the_round_claimed_ahead_claims_nothing_ahead_and_the_next_is_halved() {
+    let mut s = scheduler(config());
+    let actions = grown(&mut s);
+    assert_eq!(claims(&actions), [(1, 8)]);
+    // A failure in the round, once the claim ahead (at the size a round that keeps up leads
+    // to) is made.
+    report(&mut s, at(4), 4, Outcome::transient("HTTP 503", None));
+    drain(&mut s);
+    answer(&mut s, at(5), &actions, records(7..=14));
+    report(&mut s, at(6), 5, Outcome::Delivered);
+    report(&mut s, at(6), 6, Outcome::Delivered);
+    // The round claimed ahead goes, but claims nothing ahead in turn...
+    let mut actions = drain(&mut s);
+    let mut during = Vec::new();
+    loop {
+        let started = delivered(&actions);
+        if started.is_empty() {
+            break;
+        }
+        during.extend(claims(&actions));
+        for id in started {
+            report(&mut s, at(7), id.0, Outcome::Delivered);
+        }
+        actions = drain(&mut s);
+    }
+    assert_eq!(during, [], "nothing claimed ahead after a failure");
+    // ...and the claim at its end asks for half the failed round, not twice the round
+    // claimed ahead.
+    assert_eq!(claims(&actions).last().map(|c| c.1), Some(2), "{actions:?}");
+}
+
+#[test]
+fn a_store_failure_gives_back_the_records_claimed_ahead() {
+    let mut s = scheduler(config());
+    let actions = grown(&mut s);
+    answer(&mut s, at(4), &actions, records(7..=14));
+    report(&mut s, at(5), 4, Outcome::Delivered);
+    assert_eq!(delivered(&drain(&mut s)), [RecordId(6)]);
+    // The outcomes known so far are written after the commit delay, and the store fails.
+    s.handle(at(5 + COMMIT_DELAY), Input::Timer);
+    let actions = drain(&mut s);
+    assert_eq!(writes(&actions), [(1, false)]);
+    s.handle(
+        at(6 + COMMIT_DELAY),
+        Input::Answer(Err(StoreFailure {
+            kind: FailureKind::Transient,
+            error: "disk I/O error".into(),
+        })),
+    );
+    // The round goes on; the records claimed ahead are given back with the next write.
+    report(&mut s, at(30), 5, Outcome::Delivered);
+    report(&mut s, at(30), 6, Outcome::Delivered);
+    drain(&mut s);
+    // After the store's backoff.
+    s.handle(at(2_000), Input::Timer);
+    let actions = settle(&mut s, at(2_000), None);
+    assert!(delivered(&actions).is_empty(), "{actions:?}");
+    let mut gone = released(&actions);
+    gone.sort_unstable();
+    assert_eq!(gone, (7..=14).collect::<Vec<_>>(), "{actions:?}");
+    assert_eq!(s.holding(), 0);
+}
+
+#[test]
+fn the_end_of_a_shutdown_grace_aborts_deliveries_while_a_store_call_is_under_way() {
+    let mut s = scheduler(config());
+    let actions = grown(&mut s);
+    // The claim ahead is under way when shutdown comes: only the grace wakes the runner.
+    s.handle(at(4), Input::Shutdown { grace: 500 });
+    assert!(drain(&mut s).is_empty());
+    assert_eq!(s.poll_timeout_during_io(), Some(500));
+    s.handle(at(500), Input::Timer);
+    assert_eq!(drain(&mut s), [Action::AbortDeliveries]);
+    assert_eq!(s.poll_timeout_during_io(), None);
+    answer(&mut s, at(600), &actions, records(7..=14));
+    for id in [4, 5] {
+        s.handle(
+            at(600),
+            Input::Reported {
+                id: RecordId(id),
+                report: Report::Abandoned,
+            },
+        );
+    }
+    let actions = drain(&mut s);
+    let mut gone = released(&actions);
+    gone.sort_unstable();
+    assert_eq!(gone, [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14], "{actions:?}");
+    answer(&mut s, at(601), &actions, vec![]);
+    drain(&mut s);
+    assert!(s.is_finished());
+}
