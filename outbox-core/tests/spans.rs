@@ -26,6 +26,19 @@ impl Write for Lines {
 }
 
 impl Lines {
+    /// Captures this thread's debug spans as they close, until the guard is dropped.
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_span_events(FmtSpan::CLOSE)
+            .with_writer(move || writer.clone())
+            .finish();
+        (lines, tracing::subscriber::set_default(subscriber))
+    }
+
     fn closed(&self, span: &str) -> Vec<String> {
         String::from_utf8(self.0.lock().unwrap().clone())
             .unwrap()
@@ -38,15 +51,7 @@ impl Lines {
 
 #[tokio::test(start_paused = true)]
 async fn each_delivery_has_a_span_with_the_record_and_its_outcome_inside_its_round() {
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .with_span_events(FmtSpan::CLOSE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (lines, _guard) = Lines::capture();
     let sink = sink_fn(|record: Record| async move {
         tokio::time::sleep(Duration::from_millis(30)).await;
         if record.payload == b"ok" {
@@ -99,15 +104,7 @@ async fn each_delivery_has_a_span_with_the_record_and_its_outcome_inside_its_rou
 
 #[tokio::test(start_paused = true)]
 async fn deliveries_of_a_round_claimed_ahead_run_inside_its_claim_not_the_round_before() {
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .with_span_events(FmtSpan::CLOSE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (lines, _guard) = Lines::capture();
     let sink = sink_fn(|_: Record| async { Outcome::Delivered });
     let outbox = Outbox::builder(Arc::new(MemoryStore::new()), sink)
         .clock(Arc::new(TokioClock::starting_at(BASE)))
