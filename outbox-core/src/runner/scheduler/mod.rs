@@ -13,9 +13,9 @@
 //! elsewhere), `pace` (`Retry-After` hold, window, empty-claim quiet), `sizing` (rounds
 //! that grow with the backlog), `rate` (the optional rate limit), `clock_step`
 //! (steps of the wall clock), `gauges` (when the metrics read the store), `look` (the look
-//! for unreadable rows, put off to an idle runner when it outgrows the deadline), and this
-//! `ahead` (the next round claimed while this one delivers), and this module, which ties
-//! them together.
+//! for unreadable rows, put off to an idle runner when it outgrows the deadline), `ahead`
+//! (the next round claimed while this one delivers), and this module, which ties them
+//! together.
 //!
 //! It is public for those who drive many runners without tokio, e.g. a simulation of a fleet
 //! on a virtual clock (the `fleet-sim` crate does exactly that). An application
@@ -379,7 +379,7 @@ impl Scheduler {
     /// so a shell waiting for the store need not wake for anything else.
     ///
     /// ```
-    /// use outbox_core::runner::scheduler::{Input, Now, Scheduler};
+    /// use outbox_core::runner::scheduler::{Now, Scheduler};
     /// use outbox_core::{RetryPolicy, RunnerConfig};
     ///
     /// let now = Now { wall: 1_700_000_000_000, mono: 0 };
