@@ -361,10 +361,15 @@ impl Scheduler {
         if self.actions.is_empty() && !self.finished {
             if self.pending.is_none() {
                 self.decide();
-            } else if self.round.as_ref().is_some_and(|r| !r.solo) && self.may_start() {
-                self.start_deliveries();
+                self.arm();
+            } else if self.round.as_ref().is_some_and(|r| !r.solo)
+                && self.may_start()
+                && self.start_deliveries()
+            {
+                // `handle` armed the timers for the input; only a start changes them again
+                // (the rate limit's next slot).
+                self.arm();
             }
-            self.arm();
         }
         self.actions.pop_front()
     }
@@ -433,13 +438,18 @@ impl Scheduler {
 
     fn held_ids(&self) -> Vec<RecordId> {
         let mut ids: Vec<RecordId> = self.writes.iter().map(|w| w.transition.id).collect();
-        if let Some(round) = &self.round {
-            ids.extend(round.ids());
-        }
-        if let Some(ahead) = &self.ahead {
-            ids.extend(ahead.claimed.iter().map(|r| r.id));
-        }
+        ids.extend(self.leased_ids());
         ids
+    }
+
+    /// The records under the round's lease: the round's, running or waiting for a slot, and
+    /// those claimed ahead of it (same token).
+    fn leased_ids(&self) -> impl Iterator<Item = RecordId> + '_ {
+        let ahead = self
+            .ahead
+            .iter()
+            .flat_map(|a| a.claimed.iter().map(|r| r.id));
+        self.round.iter().flat_map(Round::ids).chain(ahead)
     }
 
     fn claim_limit(&self) -> usize {

@@ -308,10 +308,9 @@ impl Scheduler {
             self.timers.stop(Timer::Commit);
             if let Some(Ahead { claim, claimed }) = self.ahead.take() {
                 // Claimed while the round delivered: the next round starts with no store
-                // call, and the outcomes written so far wait for its own claim ahead.
-                let waiting = std::mem::take(&mut self.writes);
+                // call, and the outcomes not yet written wait for its own claim ahead (or
+                // the commit delay, if it makes none).
                 self.start_round(claim, claimed, false, true);
-                self.writes.splice(0..0, waiting);
                 if !self.writes.is_empty() {
                     self.commit_soon();
                 }

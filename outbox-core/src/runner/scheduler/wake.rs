@@ -73,12 +73,10 @@ impl Scheduler {
     }
 
     pub(super) fn renew(&mut self) {
-        let held = |r: &&super::round::Round| r.held() > 0;
-        let Some(round) = self
-            .round
-            .as_ref()
-            .filter(|r| held(r) || self.ahead.is_some())
-        else {
+        // Records waiting for a slot are renewed too: they are ours until released. So are
+        // those claimed ahead, under the same token.
+        let ids: Vec<_> = self.leased_ids().collect();
+        let Some(round) = self.round.as_ref().filter(|_| !ids.is_empty()) else {
             self.timers.stop(Timer::Renew);
             return;
         };
@@ -86,13 +84,6 @@ impl Scheduler {
             token: round.lease.token,
             until: self.now.wall.saturating_add(self.lease_ms()),
         };
-        // Records waiting for a slot are renewed too: they are ours until released. So are
-        // those claimed ahead, under the same token.
-        let ahead = self
-            .ahead
-            .iter()
-            .flat_map(|a| a.claimed.iter().map(|r| r.id));
-        let ids = round.ids().chain(ahead).collect();
         self.chores.push_front(Chore::Renew { ids, lease });
         let next = self.now.mono.saturating_add(self.lease_ms() / 3);
         self.timers.set(Timer::Renew, next);
