@@ -186,7 +186,12 @@ impl Scheduler {
         }
     }
 
-    pub(super) fn run_chore(&mut self, chore: Chore) {
+    pub(super) fn run_chore(&mut self, mut chore: Chore) {
+        // The records this runner holds are listed as the check is made, not when it fell
+        // due: a claim answered in between took records that are ours.
+        if let Chore::FarLeases { ours } = &mut chore {
+            *ours = self.held_ids();
+        }
         let io = chore.io(self.now.wall);
         self.pending = Some(Pending::Chore {
             chore,

@@ -42,7 +42,8 @@ pub(super) enum Chore {
     /// interruption, and the crash-loop guard parks repeat offenders. Page by page.
     RecoverExpired { recovered: usize },
     /// In-flight records whose lease lies further ahead than one lease (taken before the
-    /// wall clock stepped back, by a process now gone), except `ours`.
+    /// wall clock stepped back, by a process now gone), except `ours`: the records this
+    /// runner holds, listed when the check is made.
     FarLeases { ours: Vec<RecordId> },
     /// Deadlines set before a step back: by `step` when measured, else from now (at start).
     Rebase {

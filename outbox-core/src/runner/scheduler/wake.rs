@@ -37,8 +37,8 @@ impl Scheduler {
                 }
                 Timer::FarLeases => {
                     self.timers.stop(Timer::FarLeases);
-                    let ours = self.held_ids();
-                    self.chores.push_back(Chore::FarLeases { ours });
+                    // Which records are ours is read when the check runs.
+                    self.chores.push_back(Chore::FarLeases { ours: Vec::new() });
                 }
                 Timer::HaltRead => self.halt_read_spaced(),
                 Timer::RetryIo => self.timers.stop(Timer::RetryIo),

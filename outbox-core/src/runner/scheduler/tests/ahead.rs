@@ -335,3 +335,59 @@ fn the_end_of_a_shutdown_grace_aborts_deliveries_while_a_store_call_is_under_way
     drain(&mut s);
     assert!(s.is_finished());
 }
+
+#[test]
+fn records_claimed_while_the_far_lease_check_waits_are_spared_as_ours() {
+    let mut s = scheduler(config());
+    let actions = grown(&mut s);
+    // The far-lease check falls due while the claim ahead is under way; it runs once the
+    // claim answers, so the records that claim took are ours by then.
+    s.handle(at(30_001), Input::Timer);
+    assert!(drain(&mut s).is_empty(), "one store call at a time");
+    answer(&mut s, at(30_002), &actions, records(7..=14));
+    // The wall clock then steps back two leases: every lease of ours now looks far ahead,
+    // beside one a gone process took before the step.
+    let back = Now {
+        wall: WALL + 30_003 - 60_000,
+        mono: 30_003,
+    };
+    let mut theirs = record(99, None);
+    theirs.lease = Some(crate::record::Lease {
+        token: 77,
+        until: WALL + 30_000,
+    });
+    let mut in_flight: Vec<Record> = records(4..=14);
+    for r in &mut in_flight {
+        r.lease = Some(crate::record::Lease {
+            token: 1,
+            until: WALL + 30_003,
+        });
+    }
+    in_flight.push(theirs);
+    let mut given_back = Vec::new();
+    let mut checked = false;
+    loop {
+        let actions = drain(&mut s);
+        let Some(Action::Io(io)) = actions.last() else {
+            break;
+        };
+        let answer = match io {
+            Io::Expired { now, .. } if *now == Millis::MAX => {
+                checked = true;
+                Answer::Records(in_flight.clone())
+            }
+            Io::Apply(transitions) => {
+                given_back.extend(transitions.iter().map(|t| t.id.0));
+                reply(io, vec![], None)
+            }
+            _ => reply(io, vec![], None),
+        };
+        s.handle(back, Input::Answer(Ok(answer)));
+    }
+    assert!(checked, "the far-lease check ran");
+    assert_eq!(
+        given_back,
+        [99],
+        "only the gone process's record is taken back"
+    );
+}
