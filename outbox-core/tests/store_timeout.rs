@@ -94,12 +94,13 @@ async fn a_store_call_that_never_returns_is_given_up_and_the_write_still_goes_ou
 
 /// The reference store whose look for undecodable rows never ends while records are owed a
 /// delivery: what a backlog too large to read within `store_timeout` looks like to the
-/// runner. Once the backlog is gone, the look finds one damaged row; with `endless`, it never
-/// ends at all.
+/// runner. Once the backlog is gone, the look finds one damaged row; with `hang_first`, the
+/// first look never ends whatever the backlog, and with `endless`, no look ever ends.
 #[derive(Debug, Default)]
 struct SlowLook {
     inner: MemoryStore,
     looks: AtomicU32,
+    hang_first: bool,
     endless: bool,
 }
 
@@ -110,30 +111,20 @@ impl StoreLayer for SlowLook {
     }
 
     async fn unreadable(&self, _limit: usize) -> Result<Vec<Unreadable>> {
-        self.looks.fetch_add(1, Ordering::SeqCst);
-        if self.endless || self.inner.stats().await?.undelivered() > 0 {
+        let before = self.looks.fetch_add(1, Ordering::SeqCst);
+        if self.endless
+            || (self.hang_first && before == 0)
+            || self.inner.stats().await?.undelivered() > 0
+        {
             std::future::pending::<()>().await;
         }
         Ok(vec![Unreadable::new(RecordId(42), "unknown state code 9")])
     }
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_start_up_look_that_outgrows_the_deadline_waits_for_an_idle_queue_and_writes_go_out() {
-    let store = Arc::new(SlowLook::default());
-    // A backlog before the start: the look, made before the first claim, times out after 5 s.
-    let backlog = vec![NewRecord::new(b"w".to_vec()), NewRecord::new(b"x".to_vec())];
-    store
-        .inner
-        .enqueue(backlog, 1_700_000_000_000)
-        .await
-        .unwrap();
-    let (outbox, sent, mut events) = start_watching(Arc::clone(&store) as Arc<dyn Store>).await;
-    // The backlog goes out (before, the look was tried again ahead of every claim and nothing
-    // was delivered), then the queue is idle and the look is made again and ends.
-    outbox.flush(Duration::from_secs(60)).await.unwrap();
-    assert_eq!(sent.load(Ordering::SeqCst), 2);
-    let said = tokio::time::timeout(Duration::from_secs(120), async {
+/// Waits up to two minutes for the runner to say an unreadable row.
+async fn said(events: &mut tokio::sync::broadcast::Receiver<Event>) -> (RecordId, String) {
+    tokio::time::timeout(Duration::from_secs(120), async {
         loop {
             if let Event::Unreadable { id, reason } = events.recv().await.unwrap() {
                 return (id, reason);
@@ -141,15 +132,55 @@ async fn a_start_up_look_that_outgrows_the_deadline_waits_for_an_idle_queue_and_
         }
     })
     .await
-    .expect("the row is said once the queue is idle");
-    assert_eq!(said, (RecordId(42), "unknown state code 9".to_owned()));
+    .expect("the row is said once the queue is idle")
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_start_up_look_waits_for_the_backlog_to_go_out_and_says_its_row_once() {
+    let store = Arc::new(SlowLook::default());
+    // A backlog before the start, whose look would outgrow the store's deadline.
+    let backlog = vec![NewRecord::new(b"w".to_vec()), NewRecord::new(b"x".to_vec())];
+    store
+        .inner
+        .enqueue(backlog, 1_700_000_000_000)
+        .await
+        .unwrap();
+    let (outbox, sent, mut events) = start_watching(Arc::clone(&store) as Arc<dyn Store>).await;
+    // The backlog goes out first (before, the look stood in front of the first claim), then
+    // the queue is idle and the look is made, once, and ends.
+    outbox.flush(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(sent.load(Ordering::SeqCst), 2);
     assert_eq!(
-        store.looks.load(Ordering::SeqCst),
-        2,
-        "once at start, once idle"
+        said(&mut events).await,
+        (RecordId(42), "unknown state code 9".to_owned())
     );
+    assert_eq!(store.looks.load(Ordering::SeqCst), 1, "made once, idle");
     // Said once: the runner does not look again while it idles.
     tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(store.looks.load(Ordering::SeqCst), 1);
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_look_that_outgrows_the_deadline_is_put_off_and_writes_go_out() {
+    let store = Arc::new(SlowLook {
+        hang_first: true,
+        ..SlowLook::default()
+    });
+    let (outbox, sent, mut events) = start_watching(Arc::clone(&store) as Arc<dyn Store>).await;
+    // Idle at once, the runner looks; a write made meanwhile waits for the look's deadline
+    // (5 s), then goes out: the look is put off, not tried again ahead of the claim.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(store.looks.load(Ordering::SeqCst), 1);
+    outbox.enqueue(NewRecord::new(b"w".to_vec())).await.unwrap();
+    outbox.flush(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    assert_eq!(store.looks.load(Ordering::SeqCst), 1);
+    // Ten deadlines after the time out, on an idle runner, the look is made again and ends.
+    assert_eq!(
+        said(&mut events).await,
+        (RecordId(42), "unknown state code 9".to_owned())
+    );
     assert_eq!(store.looks.load(Ordering::SeqCst), 2);
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }

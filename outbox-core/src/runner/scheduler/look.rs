@@ -1,14 +1,20 @@
-//! The look for rows the store cannot decode, and putting it off.
+//! The look for rows the store cannot decode, and when it is made.
 //!
-//! The look ([`Chore::Unreadable`]) is made once, before the first claim. It reads every row,
-//! so over a large backlog it may outgrow the store's deadline, and it would outgrow it at
-//! every try: made again ahead of each claim, it would stop deliveries for as long as the
+//! The look ([`Chore::Unreadable`]) reads every row, so it costs in proportion to the backlog
+//! (SQLite checks about two million rows a second): made before the first claim, a runner
+//! started over a large backlog would deliver nothing until it had read all of it. So the look
+//! asked for at start waits for the runner's first idle moment (nothing due, nothing to write,
+//! no store call under way), which comes once a backlog is drained; a runner that never idles
+//! makes it before the first claim due [`LOOK_WAIT`] after its start. Claims pass unreadable
+//! rows by meanwhile, and the application's own look (`Outbox::unreadable`) lists them at any
+//! time.
+//!
+//! Over a large backlog the look may also outgrow the store's deadline, and it would outgrow it
+//! at every try: made again ahead of each claim, it would stop deliveries for as long as the
 //! backlog lasts. A look that timed out is put off instead ([`PutOff`]), and made again only
 //! when the runner has nothing else to do: no round in flight, nothing due, nothing to write,
 //! no wake waiting, and the last claim came back short of its limit (`decide` asks last). As
 //! the backlog drains the look fits the deadline, and the rows it finds are still said once.
-//! Claims pass such rows by meanwhile, and the application's own look (`Outbox::unreadable`)
-//! lists them.
 //!
 //! While a look runs, nothing else does (one store call at a time): a wake-up waits for it, up
 //! to the store's deadline. So the wait after the `n`-th time out is [`PUT_OFF_FACTOR`] times
@@ -22,6 +28,10 @@ use super::chore::Chore;
 use super::timer::Timer;
 use super::{Action, Notice, Scheduler};
 use crate::outcome::duration_ms;
+
+/// How long the look asked for at start waits for an idle runner before it is made ahead of
+/// the next claim.
+pub const LOOK_WAIT: Duration = Duration::from_secs(60);
 
 /// How many store deadlines the first wait after a timed-out look lasts.
 pub const PUT_OFF_FACTOR: u32 = 10;
@@ -49,12 +59,23 @@ pub fn put_off_for(timeouts: u32, store_timeout: Duration) -> Duration {
 }
 
 impl Scheduler {
-    /// Reads the rows the store cannot decode once (a chore before the next claim) and emits
-    /// an [`Event::Unreadable`](crate::Event::Unreadable) for each; the shell says each row
-    /// once per process.
+    /// Reads the rows the store cannot decode once, when the runner is first idle or at the
+    /// latest before the first claim due [`LOOK_WAIT`] from now (see the module docs), and
+    /// emits an [`Event::Unreadable`](crate::Event::Unreadable) for each; the shell says each
+    /// row once per process.
     pub fn look_for_unreadable(&mut self) {
-        self.chores
-            .push_back(Chore::Unreadable { found: Vec::new() });
+        self.look_by = Some(self.now.mono.saturating_add(duration_ms(LOOK_WAIT)));
+    }
+
+    /// Makes the look asked for at start if its wait for an idle runner is over: true when
+    /// it did (the claim waits for it).
+    pub(super) fn look_before_claim(&mut self) -> bool {
+        if self.look_by.is_none_or(|by| by > self.now.mono) {
+            return false;
+        }
+        self.look_by = None;
+        self.run_chore(Chore::Unreadable { found: Vec::new() });
+        true
     }
 
     /// The look did not end within the store's deadline: put off (see the module docs). Said
@@ -77,10 +98,14 @@ impl Scheduler {
             }));
     }
 
-    /// Asked by `decide` when nothing else is to be done: the look that was put off, once its
-    /// wait is over (its timer fired, or a try failed otherwise and set none) and the last
+    /// Asked by `decide` when nothing else is to be done: the look asked for at start, or the
+    /// look that was put off, once its wait is over (its timer fired, or a try failed otherwise and set none) and the last
     /// claim found no more than it asked for.
     pub(super) fn look_if_idle(&mut self) {
+        if self.look_by.take().is_some() {
+            self.run_chore(Chore::Unreadable { found: Vec::new() });
+            return;
+        }
         let due = self.look_timeouts.is_some() && !self.timers.is_set(Timer::Look);
         if due && !self.backlog && !self.wanted && self.may_start() {
             self.run_chore(Chore::Unreadable { found: Vec::new() });

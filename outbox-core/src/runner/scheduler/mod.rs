@@ -78,7 +78,7 @@ pub use self::clock_step::STEP_TOLERANCE;
 pub use self::io::{
     Action, Answer, FailureKind, Gauges, Input, Io, Notice, Now, Report, StoreFailure,
 };
-pub use self::look::{put_off_for, PUT_OFF_FACTOR};
+pub use self::look::{put_off_for, LOOK_WAIT, PUT_OFF_FACTOR};
 pub use self::sizing::KEEPING_UP;
 
 /// How long finished deliveries wait for others of their round before their outcomes are
@@ -146,6 +146,9 @@ pub struct Scheduler {
     /// How many times the look for unreadable rows timed out, while it waits for an idle
     /// runner (`look`): due once [`Timer::Look`] is no longer set.
     look_timeouts: Option<u32>,
+    /// The look asked for at start and not made yet: it waits for the runner's first idle
+    /// moment, and is made before the next claim once this time (monotonic) has come (`look`).
+    look_by: Option<Millis>,
     /// The last claim came back with as many records as it asked for: more may be due.
     backlog: bool,
     /// The store call under way.
@@ -214,6 +217,7 @@ impl Scheduler {
             chores: VecDeque::new(),
             recovering: false,
             look_timeouts: None,
+            look_by: None,
             backlog: false,
             pending: None,
             writes: Vec::new(),
@@ -493,6 +497,9 @@ impl Scheduler {
             } else {
                 self.write(None, false);
             }
+            return;
+        }
+        if self.look_before_claim() {
             return;
         }
         if self.may_start() && self.due_now() {

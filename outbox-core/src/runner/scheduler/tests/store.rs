@@ -237,6 +237,26 @@ fn empty_claim_answered(s: &mut Scheduler, mono: Millis, claim: &[Action]) -> Ve
     }
 }
 
+/// Asks for the look at start, as the shell does, and answers the first claim with nothing:
+/// idle, the runner makes the look (left unanswered). Returns what it did after the claim.
+fn look_at_start(s: &mut Scheduler, mono: Millis) -> Vec<Action> {
+    s.look_for_unreadable();
+    let claim = drain(s);
+    assert_eq!(
+        writes(&claim),
+        [(0, true)],
+        "the claim goes first: {claim:?}"
+    );
+    assert_eq!(looks(&claim), 0, "{claim:?}");
+    let idle = empty_claim_answered(s, mono, &claim);
+    assert_eq!(
+        idle.last(),
+        Some(&Action::Io(Io::Unreadable { limit: chore::PAGE })),
+        "{idle:?}"
+    );
+    idle
+}
+
 fn looks(actions: &[Action]) -> usize {
     actions
         .iter()
@@ -279,21 +299,18 @@ fn a_look_for_unreadable_rows_that_timed_out_waits_for_an_idle_queue_and_says_it
         .with_safety_poll(None)
         .with_store_timeout(Duration::from_secs(30));
     let mut s = scheduler(config);
-    s.look_for_unreadable();
-    let actions = drain(&mut s);
-    assert_eq!(
-        actions.last(),
-        Some(&Action::Io(Io::Unreadable { limit: chore::PAGE }))
-    );
+    look_at_start(&mut s, 0);
     s.handle(at(30_000), timeout());
     let after = drain(&mut s);
-    // Said, with when it may be made again (ten store deadlines), and the claim it stood in
-    // front of is made at once: not paused, not tried again first.
+    // Said, with when it may be made again (ten store deadlines)...
     assert_eq!(
         put_off(&after),
         [(Duration::from_secs(300), 1)],
         "{after:?}"
     );
+    // ...and a write's claim is made at once: not paused, the look not tried again first.
+    s.handle(at(30_000), Input::Wake);
+    let after = drain(&mut s);
     assert_eq!(writes(&after), [(0, true)], "{after:?}");
     answer(&mut s, at(30_001), &after, vec![record(1, None)]);
     assert_eq!(delivered(&drain(&mut s)), [RecordId(1)]);
@@ -375,8 +392,7 @@ fn a_look_that_was_put_off_and_fails_otherwise_waits_for_an_idle_queue_again() {
         .with_safety_poll(None)
         .with_store_timeout(Duration::from_secs(1));
     let mut s = scheduler(config);
-    s.look_for_unreadable();
-    drain(&mut s);
+    look_at_start(&mut s, 0);
     s.handle(
         at(1_000),
         Input::Answer(Err(StoreFailure::from(&crate::Error::Timeout(
@@ -409,8 +425,7 @@ fn a_look_that_was_put_off_and_fails_otherwise_waits_for_an_idle_queue_again() {
 #[test]
 fn a_look_under_way_at_shutdown_is_not_put_off_nor_said() {
     let mut s = scheduler(RunnerConfig::default().with_safety_poll(None));
-    s.look_for_unreadable();
-    drain(&mut s);
+    look_at_start(&mut s, 0);
     // The shell cuts the look short when shutdown is asked: the scheduler hears of the
     // shutdown, then of the look's end as a time out.
     s.handle(at(10), Input::Shutdown { grace: 5_000 });
@@ -434,8 +449,7 @@ fn a_look_under_way_at_shutdown_is_not_put_off_nor_said() {
 #[test]
 fn a_look_for_unreadable_rows_that_failed_otherwise_is_made_again_before_the_claim() {
     let mut s = scheduler(RunnerConfig::default().with_batch(1));
-    s.look_for_unreadable();
-    drain(&mut s);
+    look_at_start(&mut s, 0);
     s.handle(
         at(1),
         Input::Answer(Err(StoreFailure {
@@ -454,4 +468,91 @@ fn a_look_for_unreadable_rows_that_failed_otherwise_is_made_again_before_the_cla
         again.last(),
         Some(&Action::Io(Io::Unreadable { limit: chore::PAGE }))
     );
+}
+
+#[test]
+fn the_look_at_start_waits_for_the_backlog_to_drain() {
+    let mut s = scheduler(RunnerConfig::default().with_batch(2).with_max_batch(2));
+    s.look_for_unreadable();
+    // The backlog is claimed and delivered first: two full rounds, no look.
+    let mut actions = drain(&mut s);
+    for ids in [[1, 2], [3, 4]] {
+        assert_eq!(looks(&actions), 0, "{actions:?}");
+        assert_eq!(
+            writes(&actions).last().map(|w| w.1),
+            Some(true),
+            "{actions:?}"
+        );
+        answer(
+            &mut s,
+            at(ids[0]),
+            &actions,
+            ids.iter().map(|&i| record(i, None)).collect(),
+        );
+        assert_eq!(delivered(&drain(&mut s)).len(), 2);
+        for id in ids {
+            s.handle(
+                at(id),
+                Input::Reported {
+                    id: RecordId(id),
+                    report: Report::Outcome(Outcome::Delivered),
+                },
+            );
+        }
+        actions = drain(&mut s);
+    }
+    // The claim that finds nothing leaves the runner idle: the look is made then.
+    let idle = empty_claim_answered(&mut s, 5, &actions);
+    assert_eq!(looks(&idle), 1, "{idle:?}");
+    s.handle(at(6), Input::Answer(Ok(Answer::Unreadable(Vec::new()))));
+    // Once.
+    assert_eq!(looks(&settle(&mut s, at(6), None)), 0);
+    assert_eq!(looks(&empty_claim_at(&mut s, 10)), 0);
+}
+
+#[test]
+fn a_runner_that_never_idles_looks_before_its_first_claim_after_the_wait() {
+    let config = RunnerConfig::default()
+        .with_batch(1)
+        .with_max_batch(1)
+        .with_lease(Duration::from_secs(24 * 3_600))
+        .with_safety_poll(None);
+    let mut s = scheduler(config);
+    s.look_for_unreadable();
+    let wait = duration_ms(LOOK_WAIT);
+    let mut actions = drain(&mut s);
+    let mut id = 1;
+    // Every claim comes back full; each delivery takes ten seconds.
+    loop {
+        let mono = id * 10_000;
+        if looks(&actions) > 0 {
+            break;
+        }
+        assert!(mono <= wait + 10_000, "no look after the wait");
+        assert_eq!(
+            writes(&actions).last().map(|w| w.1),
+            Some(true),
+            "{actions:?}"
+        );
+        answer(&mut s, at(mono - 10_000), &actions, vec![record(id, None)]);
+        assert_eq!(delivered(&drain(&mut s)), [RecordId(id)]);
+        s.handle(
+            at(mono),
+            Input::Reported {
+                id: RecordId(id),
+                report: Report::Outcome(Outcome::Delivered),
+            },
+        );
+        actions = drain(&mut s);
+        id += 1;
+    }
+    // The round that ended at the wait's end made the look ahead of its claim; its outcome
+    // waits for the claim after it.
+    assert_eq!(id, 7, "{actions:?}");
+    assert_eq!(writes(&actions), [], "{actions:?}");
+    s.handle(
+        at(wait + 1),
+        Input::Answer(Ok(Answer::Unreadable(Vec::new()))),
+    );
+    assert_eq!(writes(&drain(&mut s)), [(1, true)]);
 }
