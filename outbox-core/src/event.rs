@@ -113,7 +113,9 @@ pub enum Event {
     },
     /// A row the store holds cannot be decoded: claim and stats pass it by until it is
     /// discarded ([`Outbox::discard_unreadable`](crate::Outbox::discard_unreadable)). Sent
-    /// once per row per process.
+    /// once per row per process: by the runner's look, made when it is first idle after its
+    /// start (at the latest before its first claim a minute on), or when the application
+    /// lists such rows.
     Unreadable {
         /// The row.
         id: RecordId,

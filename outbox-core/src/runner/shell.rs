@@ -68,9 +68,10 @@ pub(crate) async fn prepare(shared: &Shared, halt: Option<Halt>) -> Result<(Sche
             other => act(shared, &scheduler, other),
         }
     }
-    // Rows left undecodable by an older version or a damaged disk are said once, at start
-    // (and whenever the application lists them): claims pass them by without a word. A look
-    // that outgrows the store's deadline is put off until the runner is idle (`look`).
+    // Rows left undecodable by an older version or a damaged disk are said once, when the
+    // runner is first idle after its start (and whenever the application lists them): claims
+    // pass them by without a word. A look that outgrows the store's deadline is put off until
+    // the runner is idle again (`look`).
     scheduler.look_for_unreadable();
     Ok((scheduler, start))
 }
