@@ -114,8 +114,8 @@ pub enum Event {
     /// A row the store holds cannot be decoded: claim and stats pass it by until it is
     /// discarded ([`Outbox::discard_unreadable`](crate::Outbox::discard_unreadable)). Sent
     /// once per row per process: by the runner's look, made when it is first idle after its
-    /// start (at the latest before its first claim a minute on), or when the application
-    /// lists such rows.
+    /// start (at the latest before the first claim it would make a minute after it; `flush`
+    /// waits for it), or when the application lists such rows.
     Unreadable {
         /// The row.
         id: RecordId,

@@ -420,7 +420,10 @@ impl Outbox {
     /// returns [`Error::Timeout`]. Records scheduled for later do not count. Due records wait
     /// while the runner waits out a server's `Retry-After` or, after a time without any answer,
     /// its `relink_spread` ([`RunnerConfig`]); a `timeout` shorter than
-    /// that wait returns the timeout error, and the records stay queued.
+    /// that wait returns the timeout error, and the records stay queued. It also waits for the
+    /// runner's look for rows the store cannot decode, made once it is first idle after its
+    /// start (unless that look outgrew the store's deadline and was put off), so the
+    /// [`Event::Unreadable`] of each such row has been sent when it returns.
     pub async fn flush(&self, timeout: Duration) -> Result<()> {
         let mut progress = self.shared.progress.subscribe();
         let settle = async {
@@ -501,7 +504,9 @@ impl Outbox {
         // before it reaches the store, so records it claims between the two reads are seen
         // either as due or as held, never as neither.
         let due = self.shared.store.next_due().await?;
-        if self.shared.holding.load(Ordering::SeqCst) > 0 {
+        if self.shared.holding.load(Ordering::SeqCst) > 0
+            || self.shared.looking.load(Ordering::SeqCst)
+        {
             return Ok(false);
         }
         Ok(due.is_none_or(|at| at > self.shared.now()))

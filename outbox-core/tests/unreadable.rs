@@ -129,3 +129,33 @@ async fn an_unreadable_row_found_at_start_reaches_a_subscriber_made_before_the_s
     );
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_starts_flushes_and_stops_hears_of_the_row_after_its_backlog() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let store = Arc::new(OneBadRow::default());
+    let backlog = (0..50)
+        .map(|i| outbox_core::NewRecord::new(vec![i]))
+        .collect();
+    store.0.enqueue(backlog, 1_700_000_000_000).await.unwrap();
+    let builder = Outbox::builder(
+        Arc::clone(&store) as Arc<dyn Store>,
+        sink_fn(|_: Record| async { Outcome::Delivered }),
+    );
+    let mut events = builder.events();
+    let outbox = builder.start().await.unwrap();
+    outbox.flush(Duration::from_secs(10)).await.unwrap();
+    // Said by the time `flush` returns, and after the backlog went out: the look waited for
+    // the runner to be idle.
+    let mut delivered = 0;
+    let mut said = None;
+    while let Ok(event) = events.try_recv() {
+        match event {
+            Event::Delivered { .. } => delivered += 1,
+            Event::Unreadable { id, .. } => said = Some((id, delivered)),
+            _ => {}
+        }
+    }
+    assert_eq!(said, Some((RecordId(42), 50)));
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+}

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, watch, Notify};
 
+use self::scheduler::Scheduler;
 use crate::clock::Clock;
 use crate::config::RunnerConfig;
 use crate::error::Result;
@@ -54,6 +55,9 @@ pub(crate) struct Shared {
     pub(crate) halted: AtomicBool,
     /// Records the runner holds, as the scheduler derives it.
     pub(crate) holding: AtomicUsize,
+    /// The runner's look for unreadable rows, asked for at its start, has not ended (nor
+    /// been put off): `flush` waits for it.
+    pub(crate) looking: AtomicBool,
     /// The link as the runner last saw it.
     pub(crate) link: Mutex<LinkState>,
     /// Bumped whenever the runner may have become settled, for `flush`.
@@ -103,6 +107,7 @@ impl Shared {
             resume: AtomicBool::new(false),
             halted: AtomicBool::new(false),
             holding: AtomicUsize::new(0),
+            looking: AtomicBool::new(false),
             link: Mutex::new(LinkState::Up),
             progress: watch::channel(0).0,
             stopped: AtomicBool::new(false),
@@ -197,10 +202,17 @@ fn log_event(event: &Event) {
     }
 }
 
-pub(crate) fn publish(shared: &Shared, holding: usize, halted: bool, link: &LinkState) {
+/// Makes what the scheduler holds, its halt, its link and whether it owes the start's look
+/// visible on the handle; wakes `flush` when nothing is held.
+pub(crate) fn publish(shared: &Shared, scheduler: &Scheduler) {
+    let holding = scheduler.holding();
     shared.holding.store(holding, Ordering::SeqCst);
-    shared.halted.store(halted, Ordering::SeqCst);
+    shared.halted.store(scheduler.is_halted(), Ordering::SeqCst);
+    shared
+        .looking
+        .store(scheduler.owes_look(), Ordering::SeqCst);
     {
+        let link = scheduler.link();
         let mut current = shared.link.lock().unwrap_or_else(|e| e.into_inner());
         if *current != *link {
             current.clone_from(link);

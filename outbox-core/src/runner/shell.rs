@@ -194,12 +194,7 @@ pub(crate) async fn run(
                 Action::Io(io) => {
                     // A claim under way counts as held before the store commits it: `flush`
                     // must never see the claimed records neither due nor held.
-                    publish(
-                        &shared,
-                        scheduler.holding(),
-                        scheduler.is_halted(),
-                        scheduler.link(),
-                    );
+                    publish(&shared, &scheduler);
                     let claims = matches!(&io, Io::Round { claim: Some(_), .. });
                     let span = match &io {
                         Io::Round { transitions, .. } if claims => tracing::debug_span!(
@@ -225,12 +220,7 @@ pub(crate) async fn run(
                 }
             }
         }
-        publish(
-            &shared,
-            scheduler.holding(),
-            scheduler.is_halted(),
-            scheduler.link(),
-        );
+        publish(&shared, &scheduler);
         if scheduler.holding() == 0 {
             // The round is over: its span closes with its last delivery's, not at the next.
             round = Span::none();
@@ -389,12 +379,7 @@ fn act(shared: &Shared, scheduler: &Scheduler, action: Action) {
     match action {
         Action::Emit(event) => {
             // What the event says is visible on the handle before observers hear it.
-            publish(
-                shared,
-                scheduler.holding(),
-                scheduler.is_halted(),
-                scheduler.link(),
-            );
+            publish(shared, scheduler);
             shared.emit(event);
         }
         Action::Log(notice) => log(&notice),

@@ -60,6 +60,7 @@ impl Scheduler {
             && self.sizing.keeping_up(self.now.mono)
             && self.rate.is_none()
             && self.chores.is_empty()
+            && !self.look_is_due()
             && self.recover_at > self.now.mono
             && self.may_start()
             && !self.link.is_down()

@@ -3,9 +3,11 @@
 //! The look ([`Chore::Unreadable`]) reads every row, so it costs in proportion to the backlog
 //! (SQLite checks about two million rows a second): made before the first claim, a runner
 //! started over a large backlog would deliver nothing until it had read all of it. So the look
-//! asked for at start waits for the runner's first idle moment (nothing due, nothing to write,
-//! no store call under way), which comes once a backlog is drained; a runner that never idles
-//! makes it before the first claim due [`LOOK_WAIT`] after its start. Claims pass unreadable
+//! asked for at start waits for the runner's first idle moment (nothing left to claim, or
+//! nothing it may claim; nothing to write, no store call under way), which comes once a backlog
+//! is drained; a runner that never idles makes it before the first claim it would make
+//! [`LOOK_WAIT`] after its start (no claim is made ahead once that time has come). `flush`
+//! waits for it ([`Scheduler::owes_look`]). Claims pass unreadable
 //! rows by meanwhile, and the application's own look (`Outbox::unreadable`) lists them at any
 //! time.
 //!
@@ -60,22 +62,46 @@ pub fn put_off_for(timeouts: u32, store_timeout: Duration) -> Duration {
 
 impl Scheduler {
     /// Reads the rows the store cannot decode once, when the runner is first idle or at the
-    /// latest before the first claim due [`LOOK_WAIT`] from now (see the module docs), and
-    /// emits an [`Event::Unreadable`](crate::Event::Unreadable) for each; the shell says each
-    /// row once per process.
+    /// latest before the first claim it would make [`LOOK_WAIT`] from now (see the module
+    /// docs), and emits an [`Event::Unreadable`](crate::Event::Unreadable) for each; the shell
+    /// says each row once per process. [`Scheduler::owes_look`] is true until it has ended.
     pub fn look_for_unreadable(&mut self) {
-        self.look_by = Some(self.now.mono.saturating_add(duration_ms(LOOK_WAIT)));
+        let by = self.now.mono.saturating_add(duration_ms(LOOK_WAIT));
+        self.look_by = Some(by);
+        self.look_owed = true;
+        // Wakes a runner that waits with work due (a `Retry-After` hold, a link probe): at the
+        // wait's end the look goes before its next claim.
+        self.timers.set(Timer::Look, by);
+    }
+
+    /// True while the look asked for at start is still to be made, or under way and not put
+    /// off: `flush` waits for it, so a program that starts, flushes and stops hears of the
+    /// rows it finds. False once the runner is stopping.
+    pub fn owes_look(&self) -> bool {
+        self.look_owed && self.stopping.is_none()
+    }
+
+    /// True once the wait of the look asked for at start is over: it goes before any claim,
+    /// one made ahead included.
+    pub(super) fn look_is_due(&self) -> bool {
+        self.look_by.is_some_and(|by| by <= self.now.mono)
     }
 
     /// Makes the look asked for at start if its wait for an idle runner is over: true when
     /// it did (the claim waits for it).
     pub(super) fn look_before_claim(&mut self) -> bool {
-        if self.look_by.is_none_or(|by| by > self.now.mono) {
+        if !self.look_is_due() {
             return false;
         }
-        self.look_by = None;
-        self.run_chore(Chore::Unreadable { found: Vec::new() });
+        self.start_look();
         true
+    }
+
+    /// Makes the look asked for at start.
+    fn start_look(&mut self) {
+        self.look_by = None;
+        self.timers.stop(Timer::Look);
+        self.run_chore(Chore::Unreadable { found: Vec::new() });
     }
 
     /// The look did not end within the store's deadline: put off (see the module docs). Said
@@ -85,6 +111,8 @@ impl Scheduler {
         if self.stopping.is_some() {
             return;
         }
+        // `flush` does not wait for a look that was put off.
+        self.look_owed = false;
         let timeouts = self.look_timeouts.unwrap_or(0).saturating_add(1);
         self.look_timeouts = Some(timeouts);
         let retry_in = put_off_for(timeouts, self.config.store_timeout);
@@ -98,12 +126,16 @@ impl Scheduler {
             }));
     }
 
-    /// Asked by `decide` when nothing else is to be done: the look asked for at start, or the
-    /// look that was put off, once its wait is over (its timer fired, or a try failed otherwise and set none) and the last
-    /// claim found no more than it asked for.
+    /// Asked by `decide` when nothing else is to be done. The look asked for at start is made
+    /// if nothing is left to claim (the last claim came back short and no wake waits) or
+    /// nothing may be claimed (halted, offline). The look that was put off is made once its
+    /// wait is over (its timer fired, or a try failed otherwise and set none), if the last
+    /// claim found no more than it asked for, no wake waits and claims may be made.
     pub(super) fn look_if_idle(&mut self) {
-        if self.look_by.take().is_some() {
-            self.run_chore(Chore::Unreadable { found: Vec::new() });
+        if self.look_by.is_some() {
+            if !self.backlog && (!self.wanted || !self.may_start()) {
+                self.start_look();
+            }
             return;
         }
         let due = self.look_timeouts.is_some() && !self.timers.is_set(Timer::Look);
@@ -114,6 +146,7 @@ impl Scheduler {
 
     /// The look ended: nothing is put off any more.
     pub(super) fn look_done(&mut self) {
+        self.look_owed = false;
         self.look_timeouts = None;
         self.timers.stop(Timer::Look);
     }

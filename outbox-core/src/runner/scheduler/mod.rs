@@ -144,11 +144,14 @@ pub struct Scheduler {
     /// Start-up recovery is under way (see [`Scheduler::recover_left_over`]).
     recovering: bool,
     /// How many times the look for unreadable rows timed out, while it waits for an idle
-    /// runner (`look`): due once [`Timer::Look`] is no longer set.
+    /// runner (`look`): due once [`Timer::Look`] is no longer set. Before, the timer is the
+    /// end of the start-up look's wait (`look_by`).
     look_timeouts: Option<u32>,
     /// The look asked for at start and not made yet: it waits for the runner's first idle
     /// moment, and is made before the next claim once this time (monotonic) has come (`look`).
     look_by: Option<Millis>,
+    /// The look asked for at start has not ended, and was not put off.
+    look_owed: bool,
     /// The last claim came back with as many records as it asked for: more may be due.
     backlog: bool,
     /// The store call under way.
@@ -218,6 +221,7 @@ impl Scheduler {
             recovering: false,
             look_timeouts: None,
             look_by: None,
+            look_owed: false,
             backlog: false,
             pending: None,
             writes: Vec::new(),
@@ -523,7 +527,8 @@ impl Scheduler {
             self.pending = Some(Pending::NextDue);
             self.actions.push_back(Action::Io(Io::NextDue));
         } else {
-            // Nothing else to do: the time for a look that was put off.
+            // Nothing else to do: the time for the look asked for at start, or one that was
+            // put off.
             self.look_if_idle();
         }
     }

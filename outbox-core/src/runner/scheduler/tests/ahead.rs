@@ -391,3 +391,60 @@ fn records_claimed_while_the_far_lease_check_waits_are_spared_as_ours() {
         "only the gone process's record is taken back"
     );
 }
+
+#[test]
+fn no_claim_is_made_ahead_once_the_look_at_start_is_due() {
+    let config = config()
+        .with_lease(Duration::from_secs(24 * 3_600))
+        .with_safety_poll(None);
+    let mut s = scheduler(config);
+    s.look_for_unreadable();
+    // A backlog that never ends, each delivery 5 ms: rounds grow and claim ahead, and the
+    // runner is never idle.
+    let wait = duration_ms(LOOK_WAIT);
+    let (mut next, mut mono, mut ahead) = (1, 0, 0);
+    let mut running = std::collections::VecDeque::new();
+    let mut actions = drain(&mut s);
+    loop {
+        running.extend(delivered(&actions).iter().map(|id| id.0));
+        if actions
+            .iter()
+            .any(|a| matches!(a, Action::Io(Io::Unreadable { .. })))
+        {
+            break;
+        }
+        match actions.last() {
+            Some(Action::Io(io @ Io::Round { claim: Some(c), .. })) => {
+                assert!(mono < wait, "a claim at {mono} ms, after the look's wait");
+                if !running.is_empty() {
+                    ahead += 1;
+                }
+                let limit = c.limit as u64;
+                let answer = reply(io, records(next..=next + limit - 1), None);
+                next += limit;
+                s.handle(at(mono), Input::Answer(Ok(answer)));
+            }
+            Some(Action::Io(io)) => {
+                let answer = reply(io, vec![], None);
+                s.handle(at(mono), Input::Answer(Ok(answer)));
+            }
+            _ => {
+                let id = running.pop_front().expect("a delivery under way");
+                report(&mut s, at(mono), id, Outcome::Delivered);
+            }
+        }
+        mono += 5;
+        actions = drain(&mut s);
+    }
+    assert!(
+        ahead > 100,
+        "claims were made ahead until the wait's end: {ahead}"
+    );
+    // The round under way at the wait's end, and the one it had claimed ahead, went out in
+    // full with no claim ahead; the look came before the claim after them.
+    assert!(
+        (wait..=wait + 2 * 64 * 5 + 10).contains(&mono),
+        "looked at {mono} ms"
+    );
+    assert!(running.is_empty());
+}

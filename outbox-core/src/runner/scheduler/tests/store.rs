@@ -221,6 +221,12 @@ fn empty_claim_at(s: &mut Scheduler, mono: Millis) -> Vec<Action> {
 /// returns what it did after the claim.
 fn empty_claim_answered(s: &mut Scheduler, mono: Millis, claim: &[Action]) -> Vec<Action> {
     answer(s, at(mono), claim, vec![]);
+    settle_until_look(s, mono)
+}
+
+/// Answers every store call as an empty store would, at `mono`, until the runner looks for
+/// unreadable rows (left unanswered) or waits; returns every action.
+fn settle_until_look(s: &mut Scheduler, mono: Millis) -> Vec<Action> {
     let mut all = Vec::new();
     loop {
         let actions = drain(s);
@@ -555,4 +561,48 @@ fn a_runner_that_never_idles_looks_before_its_first_claim_after_the_wait() {
         Input::Answer(Ok(Answer::Unreadable(Vec::new()))),
     );
     assert_eq!(writes(&drain(&mut s)), [(1, true)]);
+}
+
+#[test]
+fn flush_waits_for_the_look_at_start_until_it_ends_or_is_put_off() {
+    let config = RunnerConfig::default()
+        .with_safety_poll(None)
+        .with_store_timeout(Duration::from_secs(5));
+    // Until it ends.
+    let mut s = scheduler(config.clone());
+    assert!(!s.owes_look());
+    look_at_start(&mut s, 0);
+    assert!(s.owes_look(), "made, not ended");
+    s.handle(at(1), Input::Answer(Ok(Answer::Unreadable(Vec::new()))));
+    settle(&mut s, at(1), None);
+    assert!(!s.owes_look());
+    // Until it is put off.
+    let mut s = scheduler(config.clone());
+    look_at_start(&mut s, 0);
+    s.handle(
+        at(5_000),
+        Input::Answer(Err(StoreFailure::from(&crate::Error::Timeout(
+            Duration::from_secs(5),
+        )))),
+    );
+    assert!(!s.owes_look(), "put off");
+    // Not once the runner stops, made or not.
+    let mut s = scheduler(config);
+    s.look_for_unreadable();
+    s.handle(at(1), Input::Shutdown { grace: 1_000 });
+    assert!(!s.owes_look());
+}
+
+#[test]
+fn a_runner_halted_at_start_looks_at_once() {
+    let halt = crate::halt::Halt {
+        reason: "401 Unauthorized".into(),
+        since: WALL,
+    };
+    let mut s = Scheduler::new(RunnerConfig::default(), policy(), 1, 2, at(0), Some(halt));
+    s.look_for_unreadable();
+    // Nothing may be claimed: idle, it looks before anything else.
+    let actions = settle_until_look(&mut s, 0);
+    assert_eq!(writes(&actions), [], "{actions:?}");
+    assert_eq!(looks(&actions), 1, "{actions:?}");
 }
