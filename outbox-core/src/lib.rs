@@ -9,9 +9,9 @@
 //! - [`outcome`] and [`http`]: what a delivery reported, and the HTTP classifier;
 //! - [`policy`]: backoff, jitter, the ceiling and the crash-loop guard, as data;
 //! - [`machine`]: the pure transition function;
-//! - [`store`]: the trait a backend implements ([`mod@file`]: creating a one-file store whole),
-//!   and [`layer`]: wrappers that change a few of
-//!   its operations and forward the rest;
+//! - [`store`]: the trait a backend implements ([`mod@file`]: creating a one-file store whole;
+//!   [`group_commit`]: batching a writer thread's writes), and [`layer`]: wrappers that change
+//!   a few of its operations and forward the rest;
 //! - [`clock`]: where `now` comes from;
 //! - [`sink`], [`runner`] and [`handle`]: the user's delivery code, the task that runs the
 //!   queue, and the [`Outbox`] handle around it.
@@ -50,6 +50,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod file;
+pub mod group_commit;
 pub mod halt;
 pub mod handle;
 pub mod history;

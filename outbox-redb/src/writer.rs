@@ -2,8 +2,9 @@
 //!
 //! A write is a typed closure over the [`Tables`] of one transaction (enqueue, a round, renew,
 //! prune, the halt). The thread takes every write queued at that moment (up to
-//! [`RedbConfig::max_batch`]), runs them in arrival order in one write transaction, commits
-//! once, and only then answers each caller with its own typed result. Many concurrent enqueues
+//! [`RedbConfig::max_batch`]; after a batch of several, it waits briefly for the rest of a
+//! burst: [`outbox_core::group_commit`]), runs them in arrival order in one write transaction,
+//! commits once, and only then answers each caller with its own typed result. Many concurrent enqueues
 //! therefore share one sync to the disk, and no blocking redb call ever runs on an async
 //! executor's worker thread.
 //!
@@ -22,6 +23,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use outbox_core::group_commit::GroupCommit;
 use outbox_core::{Error, Result};
 use redb::Database;
 use tokio::sync::oneshot;
@@ -146,22 +148,9 @@ impl Drop for Writer {
 }
 
 fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Box<dyn Job>>) {
-    let max_batch = config.max_batch.max(1);
+    let mut group = GroupCommit::new();
     while let Ok(first) = receiver.recv() {
-        let mut jobs = vec![first];
-        let mut yielded = false;
-        while jobs.len() < max_batch {
-            match receiver.try_recv() {
-                Ok(job) => jobs.push(job),
-                // A burst's first write arrives alone: let the callers that woke with it
-                // queue theirs before committing it.
-                Err(mpsc::TryRecvError::Empty) if !yielded => {
-                    yielded = true;
-                    std::thread::yield_now();
-                }
-                Err(_) => break,
-            }
-        }
+        let (mut jobs, _) = group.batch(first, receiver, config.max_batch, Ok);
         match commit(db, config, &mut jobs) {
             Ok(()) => jobs.into_iter().for_each(|job| job.settle(Ok(()))),
             Err(failed) if jobs.len() == 1 => {

@@ -2,7 +2,8 @@
 //! threads.
 //!
 //! The *writer* commits in groups: it takes every write waiting in its queue (up to
-//! `max_group_commit`), runs each in its own savepoint inside one `BEGIN IMMEDIATE`
+//! `max_group_commit`; after a batch of several, it waits briefly for the rest of a burst:
+//! [`outbox_core::group_commit`]), runs each in its own savepoint inside one `BEGIN IMMEDIATE`
 //! transaction, commits once, and only then answers each caller. Writes that arrive while a
 //! commit is running or syncing wait in the queue, and the next transaction takes them all:
 //! sixty-four producers thus share one fsync instead of paying one each, and every answer still
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 
+use outbox_core::group_commit::GroupCommit;
 use outbox_core::{Cap, Enqueued, Error, Millis, NewRecord, Result};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -221,6 +223,7 @@ impl Writer {
                 let mut conn = conn;
                 let mut next = None;
                 let mut pages = room.map(|room| room.limit);
+                let mut group = GroupCommit::new();
                 while let Some(work) = next.take().or_else(|| jobs.recv().ok()) {
                     let first = match work {
                         Work::Write(job) => job,
@@ -229,24 +232,13 @@ impl Writer {
                             continue;
                         }
                     };
-                    let mut batch = vec![first];
-                    let mut yielded = false;
-                    while batch.len() < max_group_commit.max(1) {
-                        match jobs.try_recv() {
-                            Ok(Work::Write(job)) => batch.push(job),
-                            Ok(outside) => {
-                                next = Some(outside);
-                                break;
-                            }
-                            // A burst's first write arrives alone: let the producers
-                            // that woke with it queue theirs before committing it.
-                            Err(mpsc::TryRecvError::Empty) if !yielded => {
-                                yielded = true;
-                                thread::yield_now();
-                            }
-                            Err(_) => break,
-                        }
-                    }
+                    // Work outside any transaction ends the batch and runs after it.
+                    let (batch, outside) =
+                        group.batch(first, &jobs, max_group_commit, |work| match work {
+                            Work::Write(job) => Ok(job),
+                            outside => Err(outside),
+                        });
+                    next = outside;
                     if let Some(room) = room {
                         size(&conn, &batch, room, &mut pages);
                     }

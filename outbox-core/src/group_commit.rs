@@ -1,0 +1,313 @@
+//! The group commit of a store's writer thread: which of the writes waiting in its queue go
+//! into the next transaction.
+//!
+//! A store that commits on one thread of its own (SQLite, redb) takes every write waiting when
+//! it starts a transaction, so writers that arrive together share one durable commit. When
+//! many producers enqueue at once, the first write of their burst reaches the writer before
+//! most of the others have been sent: taken alone, it costs a commit of its own, and the burst
+//! two. So when the last batch held more than one write (writers are arriving together), the
+//! writer pauses briefly ([`GATHER_PAUSE`]) while writes keep coming, up to [`MAX_PAUSES`]
+//! times, before it commits. A writer that sees one write at a time (one producer, a runner's
+//! rounds) never pauses: its commits are as quick as before.
+//!
+//! ```
+//! use std::sync::mpsc;
+//! use outbox_core::group_commit::GroupCommit;
+//!
+//! let (queue, writes) = mpsc::channel::<u32>();
+//! for write in 1..=3 {
+//!     queue.send(write).unwrap();
+//! }
+//! let mut group = GroupCommit::new();
+//! let first = writes.recv().unwrap();
+//! let (batch, ended_by) = group.batch(first, &writes, 100, Ok);
+//! assert_eq!(batch, [1, 2, 3]);
+//! assert_eq!(ended_by, None);
+//! ```
+
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Duration;
+
+/// How long the writer sleeps, once writers have been seen arriving together, for the rest of
+/// a burst to reach its queue. The thread's timer slack (50 µs by default on Linux) comes on
+/// top: long enough for a burst of producers on another core to queue their writes, short
+/// beside a durable commit.
+pub const GATHER_PAUSE: Duration = Duration::from_micros(20);
+
+/// The most pauses before a batch is committed anyway, while writes keep arriving.
+pub const MAX_PAUSES: u32 = 8;
+
+/// Collects a writer thread's batches from its queue; see the module docs. `P` is how it
+/// pauses: [`GroupCommit::new`] sleeps [`GATHER_PAUSE`].
+#[derive(Debug)]
+pub struct GroupCommit<P = fn()> {
+    /// How many writes the last batch held.
+    last: usize,
+    pause: P,
+}
+
+impl Default for GroupCommit {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GroupCommit {
+    /// Batches of a writer thread that sleeps [`GATHER_PAUSE`] to gather a burst.
+    ///
+    /// ```
+    /// use outbox_core::group_commit::GroupCommit;
+    /// let group = GroupCommit::new();
+    /// assert_eq!(group.last(), 0);
+    /// ```
+    pub fn new() -> Self {
+        GroupCommit {
+            last: 0,
+            pause: pause_briefly,
+        }
+    }
+}
+
+// The writer's own thread waits for producers on other threads: no clock of the queue is
+// read, and tests give a pause of their own (`GroupCommit::with_pause`).
+#[allow(clippy::disallowed_methods)]
+fn pause_briefly() {
+    std::thread::sleep(GATHER_PAUSE);
+}
+
+impl<P: FnMut()> GroupCommit<P> {
+    /// Batches that call `pause` to wait for a burst's writes (a test gives one that sends
+    /// them).
+    ///
+    /// ```
+    /// use outbox_core::group_commit::GroupCommit;
+    /// let mut pauses = 0;
+    /// let group = GroupCommit::with_pause(|| pauses += 1);
+    /// assert_eq!(group.last(), 0);
+    /// ```
+    pub fn with_pause(pause: P) -> Self {
+        GroupCommit { last: 0, pause }
+    }
+
+    /// How many writes the last batch held.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use outbox_core::group_commit::GroupCommit;
+    /// let (queue, writes) = mpsc::channel::<u32>();
+    /// queue.send(2).unwrap();
+    /// let mut group = GroupCommit::new();
+    /// group.batch(1, &writes, 10, Ok);
+    /// assert_eq!(group.last(), 2);
+    /// ```
+    pub fn last(&self) -> usize {
+        self.last
+    }
+
+    /// The next batch: `first` (already taken from the queue), then every write waiting in
+    /// `queue`, up to `max` in all. Each item `admit` turns into a write joins; an item it
+    /// hands back (`Err`) ends the batch and is returned beside it, to be handled after the
+    /// batch commits. With only `first` waiting, the thread yields once for writes sent with
+    /// it; after a batch of more than one write, it pauses while writes keep arriving (see
+    /// the module docs). A closed queue ends the batch.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use outbox_core::group_commit::GroupCommit;
+    ///
+    /// // Writes and a request that must run outside any batch.
+    /// #[derive(Debug, PartialEq)]
+    /// enum Work { Write(u32), Outside }
+    /// let (queue, work) = mpsc::channel();
+    /// queue.send(Work::Write(2)).unwrap();
+    /// queue.send(Work::Outside).unwrap();
+    /// queue.send(Work::Write(3)).unwrap();
+    /// let admit = |w| match w { Work::Write(n) => Ok(n), other => Err(other) };
+    /// let mut group = GroupCommit::new();
+    /// let (batch, ended_by) = group.batch(1, &work, 100, admit);
+    /// assert_eq!((batch, ended_by), (vec![1, 2], Some(Work::Outside)));
+    /// ```
+    pub fn batch<T, U>(
+        &mut self,
+        first: U,
+        queue: &Receiver<T>,
+        max: usize,
+        admit: impl Fn(T) -> Result<U, T>,
+    ) -> (Vec<U>, Option<T>) {
+        let max = max.max(1);
+        let mut batch = vec![first];
+        let mut yielded = false;
+        loop {
+            match take_waiting(&mut batch, queue, max, &admit) {
+                Taken::EndedBy(item) => return self.done(batch, Some(item)),
+                Taken::Waiting(0) if !yielded => {
+                    // A burst's first write arrives alone: let the producers that woke with
+                    // it queue theirs.
+                    yielded = true;
+                    std::thread::yield_now();
+                }
+                Taken::Waiting(_) | Taken::Full => break,
+            }
+        }
+        if self.last > 1 {
+            for _ in 0..MAX_PAUSES {
+                if batch.len() >= max {
+                    break;
+                }
+                (self.pause)();
+                match take_waiting(&mut batch, queue, max, &admit) {
+                    Taken::EndedBy(item) => return self.done(batch, Some(item)),
+                    Taken::Waiting(0) => break,
+                    Taken::Waiting(_) | Taken::Full => {}
+                }
+            }
+        }
+        self.done(batch, None)
+    }
+
+    fn done<T, U>(&mut self, batch: Vec<U>, ended_by: Option<T>) -> (Vec<U>, Option<T>) {
+        self.last = batch.len();
+        (batch, ended_by)
+    }
+}
+
+/// What [`take_waiting`] found.
+enum Taken<T> {
+    /// The queue is empty (or closed) after this many joined.
+    Waiting(usize),
+    /// The batch holds `max` writes.
+    Full,
+    /// An item that may not join.
+    EndedBy(T),
+}
+
+/// Moves the writes waiting in `queue` into `batch`, up to `max` in all.
+fn take_waiting<T, U>(
+    batch: &mut Vec<U>,
+    queue: &Receiver<T>,
+    max: usize,
+    admit: &impl Fn(T) -> Result<U, T>,
+) -> Taken<T> {
+    let mut joined = 0;
+    while batch.len() < max {
+        match queue.try_recv() {
+            Ok(item) => match admit(item) {
+                Ok(write) => {
+                    batch.push(write);
+                    joined += 1;
+                }
+                Err(item) => return Taken::EndedBy(item),
+            },
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Taken::Waiting(joined),
+        }
+    }
+    Taken::Full
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::mpsc::{self, Sender};
+
+    use super::*;
+
+    /// A writer's batches, its queue, and how often it paused.
+    struct Bursty<P> {
+        group: GroupCommit<P>,
+        writes: Receiver<u32>,
+        queue: Sender<u32>,
+        pauses: Rc<Cell<u32>>,
+    }
+
+    /// A writer whose pauses each let the next of `arrivals` reach its queue.
+    fn bursty(arrivals: Vec<Vec<u32>>) -> Bursty<impl FnMut()> {
+        let (queue, writes) = mpsc::channel();
+        let sender = queue.clone();
+        let pauses = Rc::new(Cell::new(0));
+        let counted = Rc::clone(&pauses);
+        let mut arrivals = arrivals.into_iter();
+        let group = GroupCommit::with_pause(move || {
+            counted.set(counted.get() + 1);
+            for write in arrivals.next().unwrap_or_default() {
+                sender.send(write).unwrap();
+            }
+        });
+        Bursty {
+            group,
+            writes,
+            queue,
+            pauses,
+        }
+    }
+
+    #[test]
+    fn a_writer_seeing_one_write_at_a_time_never_pauses() {
+        let Bursty {
+            mut group,
+            writes,
+            queue,
+            pauses,
+        } = bursty(vec![vec![99]]);
+        for write in 1..=3 {
+            let (batch, _) = group.batch(write, &writes, 100, Ok);
+            assert_eq!(batch, [write]);
+        }
+        queue.send(4).unwrap();
+        assert_eq!(group.batch(3, &writes, 100, Ok).0, [3, 4]);
+        assert_eq!(pauses.get(), 0);
+    }
+
+    #[test]
+    fn after_a_batch_of_several_the_writer_waits_while_a_burst_keeps_arriving() {
+        let Bursty {
+            mut group,
+            writes,
+            queue,
+            pauses,
+        } = bursty(vec![vec![11, 12], vec![13], vec![], vec![99]]);
+        queue.send(2).unwrap();
+        assert_eq!(group.batch(1, &writes, 100, Ok).0, [1, 2]);
+        assert_eq!(pauses.get(), 0, "the first batch of a burst does not wait");
+        // The next burst: its first write, then two pauses that find more, then one that
+        // finds none and ends the gathering (99 waits for the next batch).
+        assert_eq!(group.batch(10, &writes, 100, Ok).0, [10, 11, 12, 13]);
+        assert_eq!(pauses.get(), 3);
+        assert_eq!(writes.try_recv(), Err(TryRecvError::Empty));
+    }
+
+    #[test]
+    fn gathering_stops_at_the_pause_limit_and_at_the_batch_limit() {
+        let endless: Vec<Vec<u32>> = (0..100).map(|i| vec![i]).collect();
+        let Bursty {
+            mut group,
+            writes,
+            queue,
+            pauses,
+        } = bursty(endless);
+        queue.send(1).unwrap();
+        group.batch(0, &writes, 1_000, Ok);
+        let (batch, _) = group.batch(0, &writes, 1_000, Ok);
+        assert_eq!(batch.len(), 1 + MAX_PAUSES as usize);
+        assert_eq!(pauses.get(), MAX_PAUSES);
+        // Never more than `max`, gathering or not.
+        let (batch, _) = group.batch(0, &writes, 3, Ok);
+        assert_eq!(batch.len(), 3);
+    }
+
+    #[test]
+    fn an_item_that_may_not_join_ends_the_batch_even_while_gathering() {
+        let Bursty {
+            mut group,
+            writes,
+            queue,
+            ..
+        } = bursty(vec![vec![5, 0, 6]]);
+        queue.send(2).unwrap();
+        let admit = |w: u32| if w == 0 { Err(w) } else { Ok(w) };
+        group.batch(1, &writes, 100, admit);
+        let (batch, ended_by) = group.batch(4, &writes, 100, admit);
+        assert_eq!((batch, ended_by), (vec![4, 5], Some(0)));
+        assert_eq!(writes.try_recv(), Ok(6), "left for after the batch");
+    }
+}
