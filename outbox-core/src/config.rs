@@ -52,10 +52,11 @@ pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// - `store_timeout`: **30 s**: the longest the runner waits for one store call. A call that
 ///   takes longer (a half-open connection, a business transaction holding a group's lock)
 ///   counts as a store failure: the outcomes are kept and the runner backs off and says so.
-///   One call is not tried again before the next claim: the start's look for undecodable
-///   rows, which reads every row, is put off until the runner is idle, ten deadlines later at
-///   the earliest, twice as long after each further time out
-///   (`Notice::UnreadableLookPutOff`; claims go on, a shutdown does not wait for the look).
+///   One call is not tried again at once: the start's look for undecodable rows (made when
+///   the runner is first idle; it reads every row) is put off until the runner is idle
+///   again, ten deadlines later at the earliest, twice as long after each further time out
+///   (`Notice::UnreadableLookPutOff`; claims go on, `flush` and a shutdown do not wait for
+///   the look).
 ///   Keep it below `lease`, so a call that hangs is given up before the leases of the
 ///   records it holds can lapse. A call given up that committed after all is harmless: its
 ///   transitions are guarded, and records it claimed are recovered when their lease expires.
