@@ -5,10 +5,12 @@
 //! it starts a transaction, so writers that arrive together share one durable commit. When
 //! many producers enqueue at once, the first write of their burst reaches the writer before
 //! most of the others have been sent: taken alone, it costs a commit of its own, and the burst
-//! two. So when the last batch held more than one write (writers are arriving together), the
-//! writer pauses briefly ([`GATHER_PAUSE`]) while writes keep coming, up to [`MAX_PAUSES`]
-//! times, before it commits. A writer that sees one write at a time (one producer, a runner's
-//! rounds) never pauses: its commits are as quick as before.
+//! two. So when the last batch held more than one write (writers are arriving together) and
+//! every write of this one may wait (the store says which: SQLite lets only enqueues wait, so
+//! a runner's round or a lease renewal is never held back), the writer pauses briefly
+//! ([`GATHER_PAUSE`]) while writes keep coming, for at most [`GATHER_LIMIT`] in all, before it
+//! commits. A writer whose last batch held one write (one producer, a runner's rounds alone)
+//! never pauses, and a platform whose sleeps overshoot the limit stops pausing after the first.
 //!
 //! ```
 //! use std::sync::mpsc;
@@ -20,13 +22,13 @@
 //! }
 //! let mut group = GroupCommit::new();
 //! let first = writes.recv().unwrap();
-//! let (batch, ended_by) = group.batch(first, &writes, 100, Ok);
+//! let (batch, ended_by) = group.batch(first, &writes, 100, Ok, |_| true);
 //! assert_eq!(batch, [1, 2, 3]);
 //! assert_eq!(ended_by, None);
 //! ```
 
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long the writer sleeps, once writers have been seen arriving together, for the rest of
 /// a burst to reach its queue. The thread's timer slack (50 µs by default on Linux) comes on
@@ -34,15 +36,17 @@ use std::time::Duration;
 /// beside a durable commit.
 pub const GATHER_PAUSE: Duration = Duration::from_micros(20);
 
-/// The most pauses before a batch is committed anyway, while writes keep arriving.
-pub const MAX_PAUSES: u32 = 8;
+/// The longest a batch waits for a burst, in all its pauses.
+pub const GATHER_LIMIT: Duration = Duration::from_micros(500);
 
 /// Collects a writer thread's batches from its queue; see the module docs. `P` is how it
-/// pauses: [`GroupCommit::new`] sleeps [`GATHER_PAUSE`].
+/// pauses, returning how long it took: [`GroupCommit::new`] sleeps [`GATHER_PAUSE`].
 #[derive(Debug)]
-pub struct GroupCommit<P = fn()> {
+pub struct GroupCommit<P = fn() -> Duration> {
     /// How many writes the last batch held.
     last: usize,
+    /// A pause overshot [`GATHER_LIMIT`]: this platform's sleeps are too coarse to gather.
+    coarse: bool,
     pause: P,
 }
 
@@ -61,32 +65,35 @@ impl GroupCommit {
     /// assert_eq!(group.last(), 0);
     /// ```
     pub fn new() -> Self {
-        GroupCommit {
-            last: 0,
-            pause: pause_briefly,
-        }
+        Self::with_pause(pause_briefly)
     }
 }
 
 // The writer's own thread waits for producers on other threads: no clock of the queue is
 // read, and tests give a pause of their own (`GroupCommit::with_pause`).
 #[allow(clippy::disallowed_methods)]
-fn pause_briefly() {
+fn pause_briefly() -> Duration {
+    let started = Instant::now();
     std::thread::sleep(GATHER_PAUSE);
+    started.elapsed()
 }
 
-impl<P: FnMut()> GroupCommit<P> {
-    /// Batches that call `pause` to wait for a burst's writes (a test gives one that sends
-    /// them).
+impl<P: FnMut() -> Duration> GroupCommit<P> {
+    /// Batches that call `pause` to wait for a burst's writes; it returns how long it took (a
+    /// test gives one that sends writes and says how long it pretended to sleep).
     ///
     /// ```
+    /// use std::time::Duration;
     /// use outbox_core::group_commit::GroupCommit;
-    /// let mut pauses = 0;
-    /// let group = GroupCommit::with_pause(|| pauses += 1);
+    /// let group = GroupCommit::with_pause(|| Duration::from_micros(70));
     /// assert_eq!(group.last(), 0);
     /// ```
     pub fn with_pause(pause: P) -> Self {
-        GroupCommit { last: 0, pause }
+        GroupCommit {
+            last: 0,
+            coarse: false,
+            pause,
+        }
     }
 
     /// How many writes the last batch held.
@@ -97,7 +104,7 @@ impl<P: FnMut()> GroupCommit<P> {
     /// let (queue, writes) = mpsc::channel::<u32>();
     /// queue.send(2).unwrap();
     /// let mut group = GroupCommit::new();
-    /// group.batch(1, &writes, 10, Ok);
+    /// group.batch(1, &writes, 10, Ok, |_| true);
     /// assert_eq!(group.last(), 2);
     /// ```
     pub fn last(&self) -> usize {
@@ -107,9 +114,10 @@ impl<P: FnMut()> GroupCommit<P> {
     /// The next batch: `first` (already taken from the queue), then every write waiting in
     /// `queue`, up to `max` in all. Each item `admit` turns into a write joins; an item it
     /// hands back (`Err`) ends the batch and is returned beside it, to be handled after the
-    /// batch commits. With only `first` waiting, the thread yields once for writes sent with
-    /// it; after a batch of more than one write, it pauses while writes keep arriving (see
-    /// the module docs). A closed queue ends the batch.
+    /// batch commits. At the first empty queue the thread yields once for writes sent with
+    /// the last; after a batch of more than one write, and while every write of this one
+    /// `may_wait`, it pauses while writes keep arriving (see the module docs). A closed queue
+    /// ends the batch.
     ///
     /// ```
     /// use std::sync::mpsc;
@@ -124,7 +132,7 @@ impl<P: FnMut()> GroupCommit<P> {
     /// queue.send(Work::Write(3)).unwrap();
     /// let admit = |w| match w { Work::Write(n) => Ok(n), other => Err(other) };
     /// let mut group = GroupCommit::new();
-    /// let (batch, ended_by) = group.batch(1, &work, 100, admit);
+    /// let (batch, ended_by) = group.batch(1, &work, 100, admit, |_| true);
     /// assert_eq!((batch, ended_by), (vec![1, 2], Some(Work::Outside)));
     /// ```
     pub fn batch<T, U>(
@@ -133,6 +141,7 @@ impl<P: FnMut()> GroupCommit<P> {
         queue: &Receiver<T>,
         max: usize,
         admit: impl Fn(T) -> Result<U, T>,
+        may_wait: impl Fn(&U) -> bool,
     ) -> (Vec<U>, Option<T>) {
         let max = max.max(1);
         let mut batch = vec![first];
@@ -140,24 +149,26 @@ impl<P: FnMut()> GroupCommit<P> {
         loop {
             match take_waiting(&mut batch, queue, max, &admit) {
                 Taken::EndedBy(item) => return self.done(batch, Some(item)),
-                Taken::Waiting(0) if !yielded => {
+                Taken::Waiting(_) if !yielded => {
                     // A burst's first write arrives alone: let the producers that woke with
                     // it queue theirs.
                     yielded = true;
                     std::thread::yield_now();
                 }
+                // No write will come: nothing to wait for.
+                Taken::Closed => return self.done(batch, None),
                 Taken::Waiting(_) | Taken::Full => break,
             }
         }
-        if self.last > 1 {
-            for _ in 0..MAX_PAUSES {
-                if batch.len() >= max {
-                    break;
-                }
-                (self.pause)();
+        if self.last > 1 && !self.coarse {
+            let mut waited = Duration::ZERO;
+            while batch.len() < max && waited < GATHER_LIMIT && batch.iter().all(&may_wait) {
+                let took = (self.pause)();
+                waited += took;
+                self.coarse |= took > GATHER_LIMIT;
                 match take_waiting(&mut batch, queue, max, &admit) {
                     Taken::EndedBy(item) => return self.done(batch, Some(item)),
-                    Taken::Waiting(0) => break,
+                    Taken::Waiting(0) | Taken::Closed => break,
                     Taken::Waiting(_) | Taken::Full => {}
                 }
             }
@@ -173,8 +184,10 @@ impl<P: FnMut()> GroupCommit<P> {
 
 /// What [`take_waiting`] found.
 enum Taken<T> {
-    /// The queue is empty (or closed) after this many joined.
+    /// The queue is empty after this many joined.
     Waiting(usize),
+    /// The queue is closed: no write will come.
+    Closed,
     /// The batch holds `max` writes.
     Full,
     /// An item that may not join.
@@ -198,7 +211,8 @@ fn take_waiting<T, U>(
                 }
                 Err(item) => return Taken::EndedBy(item),
             },
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Taken::Waiting(joined),
+            Err(TryRecvError::Empty) => return Taken::Waiting(joined),
+            Err(TryRecvError::Disconnected) => return Taken::Closed,
         }
     }
     Taken::Full
@@ -212,6 +226,9 @@ mod tests {
 
     use super::*;
 
+    /// What each pause of a test writer pretends to take.
+    const PAUSE: Duration = Duration::from_micros(70);
+
     /// A writer's batches, its queue, and how often it paused.
     struct Bursty<P> {
         group: GroupCommit<P>,
@@ -220,8 +237,8 @@ mod tests {
         pauses: Rc<Cell<u32>>,
     }
 
-    /// A writer whose pauses each let the next of `arrivals` reach its queue.
-    fn bursty(arrivals: Vec<Vec<u32>>) -> Bursty<impl FnMut()> {
+    /// A writer whose pauses each take `took` and let the next of `arrivals` reach its queue.
+    fn bursty(arrivals: Vec<Vec<u32>>, took: Duration) -> Bursty<impl FnMut() -> Duration> {
         let (queue, writes) = mpsc::channel();
         let sender = queue.clone();
         let pauses = Rc::new(Cell::new(0));
@@ -232,6 +249,7 @@ mod tests {
             for write in arrivals.next().unwrap_or_default() {
                 sender.send(write).unwrap();
             }
+            took
         });
         Bursty {
             group,
@@ -241,6 +259,10 @@ mod tests {
         }
     }
 
+    fn all(_: &u32) -> bool {
+        true
+    }
+
     #[test]
     fn a_writer_seeing_one_write_at_a_time_never_pauses() {
         let Bursty {
@@ -248,13 +270,13 @@ mod tests {
             writes,
             queue,
             pauses,
-        } = bursty(vec![vec![99]]);
+        } = bursty(vec![vec![99]], PAUSE);
         for write in 1..=3 {
-            let (batch, _) = group.batch(write, &writes, 100, Ok);
+            let (batch, _) = group.batch(write, &writes, 100, Ok, all);
             assert_eq!(batch, [write]);
         }
         queue.send(4).unwrap();
-        assert_eq!(group.batch(3, &writes, 100, Ok).0, [3, 4]);
+        assert_eq!(group.batch(3, &writes, 100, Ok, all).0, [3, 4]);
         assert_eq!(pauses.get(), 0);
     }
 
@@ -265,34 +287,75 @@ mod tests {
             writes,
             queue,
             pauses,
-        } = bursty(vec![vec![11, 12], vec![13], vec![], vec![99]]);
+        } = bursty(vec![vec![11, 12], vec![13], vec![], vec![99]], PAUSE);
         queue.send(2).unwrap();
-        assert_eq!(group.batch(1, &writes, 100, Ok).0, [1, 2]);
+        assert_eq!(group.batch(1, &writes, 100, Ok, all).0, [1, 2]);
         assert_eq!(pauses.get(), 0, "the first batch of a burst does not wait");
         // The next burst: its first write, then two pauses that find more, then one that
         // finds none and ends the gathering (99 waits for the next batch).
-        assert_eq!(group.batch(10, &writes, 100, Ok).0, [10, 11, 12, 13]);
+        assert_eq!(group.batch(10, &writes, 100, Ok, all).0, [10, 11, 12, 13]);
         assert_eq!(pauses.get(), 3);
         assert_eq!(writes.try_recv(), Err(TryRecvError::Empty));
     }
 
     #[test]
-    fn gathering_stops_at_the_pause_limit_and_at_the_batch_limit() {
+    fn gathering_stops_at_the_time_limit_and_at_the_batch_limit() {
         let endless: Vec<Vec<u32>> = (0..100).map(|i| vec![i]).collect();
         let Bursty {
             mut group,
             writes,
             queue,
             pauses,
-        } = bursty(endless);
+        } = bursty(endless, PAUSE);
         queue.send(1).unwrap();
-        group.batch(0, &writes, 1_000, Ok);
-        let (batch, _) = group.batch(0, &writes, 1_000, Ok);
-        assert_eq!(batch.len(), 1 + MAX_PAUSES as usize);
-        assert_eq!(pauses.get(), MAX_PAUSES);
+        group.batch(0, &writes, 1_000, Ok, all);
+        let (batch, _) = group.batch(0, &writes, 1_000, Ok, all);
+        // 70 µs a pause: the eighth passes the 500 µs limit.
+        assert_eq!(pauses.get(), 8);
+        assert_eq!(batch.len(), 1 + 8);
         // Never more than `max`, gathering or not.
-        let (batch, _) = group.batch(0, &writes, 3, Ok);
+        let (batch, _) = group.batch(0, &writes, 3, Ok, all);
         assert_eq!(batch.len(), 3);
+    }
+
+    #[test]
+    fn a_write_that_may_not_wait_is_never_held_back() {
+        let Bursty {
+            mut group,
+            writes,
+            queue,
+            pauses,
+        } = bursty(vec![vec![5], vec![7], vec![8]], PAUSE);
+        queue.send(2).unwrap();
+        group.batch(1, &writes, 100, Ok, all);
+        let odd_waits = |w: &u32| w % 2 == 1;
+        // An even write does not wait for a burst.
+        assert_eq!(group.batch(4, &writes, 100, Ok, odd_waits).0, [4]);
+        assert_eq!(pauses.get(), 0);
+        // Odd ones do, until an even one joins.
+        queue.send(3).unwrap();
+        group.batch(1, &writes, 100, Ok, odd_waits);
+        assert_eq!(group.batch(9, &writes, 100, Ok, odd_waits).0, [9, 5, 7, 8]);
+        assert_eq!(pauses.get(), 3);
+    }
+
+    #[test]
+    fn a_platform_whose_sleeps_overshoot_stops_pausing() {
+        let endless: Vec<Vec<u32>> = (0..100).map(|i| vec![i]).collect();
+        let Bursty {
+            mut group,
+            writes,
+            queue,
+            pauses,
+        } = bursty(endless, Duration::from_millis(15));
+        queue.send(1).unwrap();
+        group.batch(0, &writes, 1_000, Ok, all);
+        assert_eq!(group.batch(0, &writes, 1_000, Ok, all).0, [0, 0]);
+        assert_eq!(pauses.get(), 1);
+        queue.send(1).unwrap();
+        group.batch(0, &writes, 1_000, Ok, all);
+        group.batch(0, &writes, 1_000, Ok, all);
+        assert_eq!(pauses.get(), 1, "never again");
     }
 
     #[test]
@@ -302,12 +365,29 @@ mod tests {
             writes,
             queue,
             ..
-        } = bursty(vec![vec![5, 0, 6]]);
+        } = bursty(vec![vec![5, 0, 6]], PAUSE);
         queue.send(2).unwrap();
         let admit = |w: u32| if w == 0 { Err(w) } else { Ok(w) };
-        group.batch(1, &writes, 100, admit);
-        let (batch, ended_by) = group.batch(4, &writes, 100, admit);
+        group.batch(1, &writes, 100, admit, all);
+        let (batch, ended_by) = group.batch(4, &writes, 100, admit, all);
         assert_eq!((batch, ended_by), (vec![4, 5], Some(0)));
         assert_eq!(writes.try_recv(), Ok(6), "left for after the batch");
+    }
+
+    #[test]
+    fn a_closed_queue_ends_the_batch_without_a_pause() {
+        let (queue, writes) = mpsc::channel();
+        let mut pauses = 0;
+        {
+            let mut group = GroupCommit::with_pause(|| {
+                pauses += 1;
+                PAUSE
+            });
+            queue.send(2).unwrap();
+            group.batch(1, &writes, 100, Ok, all);
+            drop(queue);
+            assert_eq!(group.batch(3, &writes, 100, Ok, all).0, [3]);
+        }
+        assert_eq!(pauses, 0);
     }
 }

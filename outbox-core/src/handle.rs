@@ -422,7 +422,7 @@ impl Outbox {
     /// its `relink_spread` ([`RunnerConfig`]); a `timeout` shorter than
     /// that wait returns the timeout error, and the records stay queued. It also waits for the
     /// runner's look for rows the store cannot decode, made once it is first idle after its
-    /// start (unless that look outgrew the store's deadline and was put off), so the
+    /// start (unless that look outgrew the store's deadline and was put off, or failed), so the
     /// [`Event::Unreadable`] of each such row has been sent when it returns.
     pub async fn flush(&self, timeout: Duration) -> Result<()> {
         let mut progress = self.shared.progress.subscribe();

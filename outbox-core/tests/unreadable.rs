@@ -159,3 +159,53 @@ async fn a_program_that_starts_flushes_and_stops_hears_of_the_row_after_its_back
     assert_eq!(said, Some((RecordId(42), 50)));
     outbox.shutdown(Duration::from_secs(5)).await.unwrap();
 }
+
+/// A memory store that reports three unreadable rows.
+#[derive(Debug, Default)]
+struct ThreeBadRows(outbox_memory::MemoryStore);
+
+#[async_trait::async_trait]
+impl StoreLayer for ThreeBadRows {
+    fn inner(&self) -> &dyn Store {
+        &self.0
+    }
+
+    async fn unreadable(&self, _: usize) -> Result<Vec<Unreadable>> {
+        Ok((1..=3)
+            .map(|id| Unreadable::new(RecordId(id), "unknown state code 9"))
+            .collect())
+    }
+}
+
+/// Starts over `store` with nothing queued, flushes at once and returns the rows said by then.
+async fn said_by_the_first_flush(store: Arc<dyn Store>) -> Vec<RecordId> {
+    let builder = Outbox::builder(store, sink_fn(|_: Record| async { Outcome::Delivered }));
+    let mut events = builder.events();
+    let outbox = builder.start().await.unwrap();
+    outbox.flush(Duration::from_secs(10)).await.unwrap();
+    let mut said = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let Event::Unreadable { id, .. } = event {
+            said.push(id);
+        }
+    }
+    outbox.shutdown(Duration::from_secs(5)).await.unwrap();
+    said
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_flush_made_as_soon_as_the_runner_starts_waits_for_its_look() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    // `start` returns before the runner's task has run: the look is owed already.
+    let said = said_by_the_first_flush(Arc::new(OneBadRow::default())).await;
+    assert_eq!(said, [RecordId(42)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_returns_once_every_row_the_look_found_is_said() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    for _ in 0..20 {
+        let said = said_by_the_first_flush(Arc::new(ThreeBadRows::default())).await;
+        assert_eq!(said, [RecordId(1), RecordId(2), RecordId(3)]);
+    }
+}

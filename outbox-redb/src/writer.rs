@@ -150,7 +150,7 @@ impl Drop for Writer {
 fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Box<dyn Job>>) {
     let mut group = GroupCommit::new();
     while let Ok(first) = receiver.recv() {
-        let (mut jobs, _) = group.batch(first, receiver, config.max_batch, Ok);
+        let (mut jobs, _) = group.batch(first, receiver, config.max_batch, Ok, |_| true);
         match commit(db, config, &mut jobs) {
             Ok(()) => jobs.into_iter().for_each(|job| job.settle(Ok(()))),
             Err(failed) if jobs.len() == 1 => {

@@ -232,12 +232,18 @@ impl Writer {
                             continue;
                         }
                     };
-                    // Work outside any transaction ends the batch and runs after it.
-                    let (batch, outside) =
-                        group.batch(first, &jobs, max_group_commit, |work| match work {
+                    // Work outside any transaction ends the batch and runs after it; only
+                    // enqueues wait for the rest of a burst.
+                    let (batch, outside) = group.batch(
+                        first,
+                        &jobs,
+                        max_group_commit,
+                        |work| match work {
                             Work::Write(job) => Ok(job),
                             outside => Err(outside),
-                        });
+                        },
+                        |job| job.is_enqueue(),
+                    );
                     next = outside;
                     if let Some(room) = room {
                         size(&conn, &batch, room, &mut pages);

@@ -205,12 +205,19 @@ fn log_event(event: &Event) {
 /// Makes what the scheduler holds, its halt, its link and whether it owes the start's look
 /// visible on the handle; wakes `flush` when nothing is held.
 pub(crate) fn publish(shared: &Shared, scheduler: &Scheduler) {
-    let holding = scheduler.holding();
-    shared.holding.store(holding, Ordering::SeqCst);
-    shared.halted.store(scheduler.is_halted(), Ordering::SeqCst);
     shared
         .looking
         .store(scheduler.owes_look(), Ordering::SeqCst);
+    publish_held(shared, scheduler);
+}
+
+/// [`publish`], but for whether the start's look is owed: what an event about to be sent
+/// publishes. The look's own events are sent after the look has ended; `flush` must not see it
+/// ended before the last of them is sent (the shell publishes it once every action is taken).
+pub(crate) fn publish_held(shared: &Shared, scheduler: &Scheduler) {
+    let holding = scheduler.holding();
+    shared.holding.store(holding, Ordering::SeqCst);
+    shared.halted.store(scheduler.is_halted(), Ordering::SeqCst);
     {
         let link = scheduler.link();
         let mut current = shared.link.lock().unwrap_or_else(|e| e.into_inner());

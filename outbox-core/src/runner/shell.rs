@@ -16,7 +16,7 @@ use tracing::{Instrument, Span};
 
 use super::perform::perform;
 use super::scheduler::{Action, Answer, Input, Io, Notice, Now, Report, Scheduler, StoreFailure};
-use super::{publish, Shared};
+use super::{publish, publish_held, Shared};
 use crate::error::Result;
 use crate::outcome::{duration_ms, Outcome};
 use crate::record::{Millis, Record, RecordId};
@@ -73,6 +73,8 @@ pub(crate) async fn prepare(shared: &Shared, halt: Option<Halt>) -> Result<(Sche
     // pass them by without a word. A look that outgrows the store's deadline is put off until
     // the runner is idle again (`look`).
     scheduler.look_for_unreadable();
+    // Visible before `start` returns: a `flush` made at once waits for the look.
+    publish(shared, &scheduler);
     Ok((scheduler, start))
 }
 
@@ -379,7 +381,7 @@ fn act(shared: &Shared, scheduler: &Scheduler, action: Action) {
     match action {
         Action::Emit(event) => {
             // What the event says is visible on the handle before observers hear it.
-            publish(shared, scheduler);
+            publish_held(shared, scheduler);
             shared.emit(event);
         }
         Action::Log(notice) => log(&notice),

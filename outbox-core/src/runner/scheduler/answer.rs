@@ -180,6 +180,15 @@ impl Scheduler {
                 chore: Chore::Unreadable { .. },
                 ..
             } if self.look_timeouts.is_some() => {}
+            // Tried again after the backoff, before the next claim; `flush` no longer waits
+            // for it (a look that keeps failing must not make every `flush` time out).
+            Pending::Chore {
+                chore: chore @ Chore::Unreadable { .. },
+                ..
+            } => {
+                self.look_owed = false;
+                self.chores.push_front(chore);
+            }
             // The chore is tried again after the backoff, where it stood.
             Pending::Chore { chore, .. } => self.chores.push_front(chore),
             Pending::NextDue | Pending::Stats => {}

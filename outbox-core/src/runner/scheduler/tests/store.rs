@@ -564,7 +564,7 @@ fn a_runner_that_never_idles_looks_before_its_first_claim_after_the_wait() {
 }
 
 #[test]
-fn flush_waits_for_the_look_at_start_until_it_ends_or_is_put_off() {
+fn flush_waits_for_the_look_at_start_until_it_ends_fails_or_is_put_off() {
     let config = RunnerConfig::default()
         .with_safety_poll(None)
         .with_store_timeout(Duration::from_secs(5));
@@ -586,6 +586,20 @@ fn flush_waits_for_the_look_at_start_until_it_ends_or_is_put_off() {
         )))),
     );
     assert!(!s.owes_look(), "put off");
+    // Not once it failed otherwise: it is made again before the next claim, but a look that
+    // keeps failing must not make every flush time out.
+    let mut s = scheduler(config.clone());
+    look_at_start(&mut s, 0);
+    s.handle(
+        at(1),
+        Input::Answer(Err(StoreFailure {
+            kind: FailureKind::Transient,
+            error: "database disk image is malformed".into(),
+        })),
+    );
+    assert!(!s.owes_look(), "failed");
+    s.handle(at(2_000), Input::Timer);
+    assert_eq!(looks(&drain(&mut s)), 1, "made again");
     // Not once the runner stops, made or not.
     let mut s = scheduler(config);
     s.look_for_unreadable();
