@@ -48,7 +48,7 @@ impl Write for Lines {
 }
 
 #[tokio::test]
-async fn an_unreadable_row_is_said_once_at_start_however_often_it_is_listed() {
+async fn an_unreadable_row_is_said_once_however_often_it_is_listed() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let lines = Lines::default();
     let writer = lines.clone();
@@ -77,7 +77,7 @@ async fn an_unreadable_row_is_said_once_at_start_however_often_it_is_listed() {
         }
     })
     .await
-    .expect("the runner reports the unreadable row at start");
+    .expect("the runner reports the unreadable row once idle after its start");
     assert_eq!(first, expected);
 
     for _ in 0..3 {
