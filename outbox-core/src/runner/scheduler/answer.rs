@@ -180,15 +180,13 @@ impl Scheduler {
                 chore: Chore::Unreadable { .. },
                 ..
             } if self.look_timeouts.is_some() => {}
-            // Tried again after the backoff, before the next claim; `flush` no longer waits
-            // for it (a look that keeps failing must not make every `flush` time out).
+            // Waits for an idle runner again, a minute at most: claims go on meanwhile, so a
+            // look that keeps failing (a damaged page only it reads) never stops deliveries,
+            // and `flush` no longer waits for it.
             Pending::Chore {
-                chore: chore @ Chore::Unreadable { .. },
+                chore: Chore::Unreadable { .. },
                 ..
-            } => {
-                self.look_owed = false;
-                self.chores.push_front(chore);
-            }
+            } => self.look_failed(),
             // The chore is tried again after the backoff, where it stood.
             Pending::Chore { chore, .. } => self.chores.push_front(chore),
             Pending::NextDue | Pending::Stats => {}

@@ -7,7 +7,9 @@
 //! nothing it may claim; nothing to write, no store call under way), which comes once a backlog
 //! is drained; a runner that never idles makes it before the first claim it would make
 //! [`LOOK_WAIT`] after its start (no claim is made ahead once that time has come). `flush`
-//! waits for it ([`Scheduler::owes_look`]). Claims pass unreadable
+//! waits for it ([`Scheduler::owes_look`]). A look that fails other than by timing out waits
+//! for an idle runner in the same way again, after the store's backoff: claims go on
+//! meanwhile, so a look that keeps failing never stops deliveries. Claims pass unreadable
 //! rows by meanwhile, and the application's own look (`Outbox::unreadable`) lists them at any
 //! time.
 //!
@@ -66,9 +68,14 @@ impl Scheduler {
     /// docs), and emits an [`Event::Unreadable`](crate::Event::Unreadable) for each; the shell
     /// says each row once per process. [`Scheduler::owes_look`] is true until it has ended.
     pub fn look_for_unreadable(&mut self) {
+        self.look_owed = true;
+        self.look_when_idle();
+    }
+
+    /// The look waits for an idle runner, [`LOOK_WAIT`] at most.
+    fn look_when_idle(&mut self) {
         let by = self.now.mono.saturating_add(duration_ms(LOOK_WAIT));
         self.look_by = Some(by);
-        self.look_owed = true;
         // Wakes a runner that waits with work due (a `Retry-After` hold, a link probe): at the
         // wait's end the look goes before its next claim.
         self.timers.set(Timer::Look, by);
@@ -124,6 +131,14 @@ impl Scheduler {
                 retry_in,
                 timeouts,
             }));
+    }
+
+    /// The look failed other than by timing out: asked for again as at start (made when the
+    /// runner is next idle, or before the first claim a [`LOOK_WAIT`] on), after the store's
+    /// backoff; `flush` does not wait for it any more.
+    pub(super) fn look_failed(&mut self) {
+        self.look_owed = false;
+        self.look_when_idle();
     }
 
     /// Asked by `decide` when nothing else is to be done. The look asked for at start is made

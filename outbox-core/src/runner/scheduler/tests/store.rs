@@ -453,14 +453,19 @@ fn a_look_under_way_at_shutdown_is_not_put_off_nor_said() {
 }
 
 #[test]
-fn a_look_for_unreadable_rows_that_failed_otherwise_is_made_again_before_the_claim() {
-    let mut s = scheduler(RunnerConfig::default().with_batch(1));
+fn a_look_that_failed_otherwise_waits_for_an_idle_runner_and_claims_go_on() {
+    let mut s = scheduler(
+        RunnerConfig::default()
+            .with_batch(1)
+            .with_max_batch(1)
+            .with_safety_poll(None),
+    );
     look_at_start(&mut s, 0);
     s.handle(
         at(1),
         Input::Answer(Err(StoreFailure {
             kind: FailureKind::Transient,
-            error: "database is locked".into(),
+            error: "database disk image is malformed".into(),
         })),
     );
     let failed = drain(&mut s);
@@ -468,12 +473,32 @@ fn a_look_for_unreadable_rows_that_failed_otherwise_is_made_again_before_the_cla
         matches!(failed.as_slice(), [Action::Log(Notice::StoreFailed { .. })]),
         "{failed:?}"
     );
+    // After the store's backoff a write wakes the runner: its claims go first, and go on
+    // while they come back full (a look that keeps failing never stops deliveries).
     s.handle(at(1_001), Input::Timer);
-    let again = drain(&mut s);
-    assert_eq!(
-        again.last(),
-        Some(&Action::Io(Io::Unreadable { limit: chore::PAGE }))
-    );
+    s.handle(at(1_001), Input::Wake);
+    let mut actions = drain(&mut s);
+    for id in 1..=3 {
+        assert_eq!(looks(&actions), 0, "{actions:?}");
+        assert_eq!(
+            writes(&actions).last().map(|w| w.1),
+            Some(true),
+            "{actions:?}"
+        );
+        answer(&mut s, at(1_001 + id), &actions, vec![record(id, None)]);
+        assert_eq!(delivered(&drain(&mut s)), [RecordId(id)]);
+        s.handle(
+            at(1_001 + id),
+            Input::Reported {
+                id: RecordId(id),
+                report: Report::Outcome(Outcome::Delivered),
+            },
+        );
+        actions = drain(&mut s);
+    }
+    // Idle again: the look is made.
+    let idle = empty_claim_answered(&mut s, 1_010, &actions);
+    assert_eq!(looks(&idle), 1, "{idle:?}");
 }
 
 #[test]
