@@ -611,8 +611,8 @@ fn flush_waits_for_the_look_at_start_until_it_ends_fails_or_is_put_off() {
         )))),
     );
     assert!(!s.owes_look(), "put off");
-    // Not once it failed otherwise: it is made again before the next claim, but a look that
-    // keeps failing must not make every flush time out.
+    // Not once it failed otherwise: it is made again once the runner is idle (here at once),
+    // but a look that keeps failing must not make every flush time out.
     let mut s = scheduler(config.clone());
     look_at_start(&mut s, 0);
     s.handle(
