@@ -9,9 +9,9 @@
 //! [`LOOK_WAIT`] after its start (no claim is made ahead once that time has come). `flush`
 //! waits for it ([`Scheduler::owes_look`]). A look that fails other than by timing out waits
 //! for an idle runner in the same way again, after the store's backoff: claims go on
-//! meanwhile, so a look that keeps failing never stops deliveries. Claims pass unreadable
-//! rows by meanwhile, and the application's own look (`Outbox::unreadable`) lists them at any
-//! time.
+//! meanwhile, so a look that keeps failing never stops deliveries. Until the look is made,
+//! claims pass unreadable rows by without a word, and the application's own look
+//! (`Outbox::unreadable`) lists them at any time.
 //!
 //! Over a large backlog the look may also outgrow the store's deadline, and it would outgrow it
 //! at every try: made again ahead of each claim, it would stop deliveries for as long as the
