@@ -388,6 +388,30 @@ impl RedbStore {
         let _ = closing.await;
     }
 
+    /// How many write transactions this store has committed since it was opened (none when
+    /// opened read-only). With group commit, concurrent writes share transactions, so under
+    /// load this grows more slowly than the number of writes: the ratio is the average group
+    /// size. A batch that changed nothing (a claim that found nothing) is not committed and
+    /// not counted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> outbox_core::Result<()> {
+    /// use outbox_core::{NewRecord, Store};
+    /// use outbox_redb::{RedbConfig, RedbStore};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = RedbStore::create(dir.path().join("outbox.redb"), RedbConfig::default()).await?;
+    /// let before = store.write_transactions();
+    /// store.enqueue(vec![NewRecord::new(b"{}".to_vec())], 1_000).await?;
+    /// assert_eq!(store.write_transactions(), before + 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write_transactions(&self) -> u64 {
+        self.writer.as_ref().map_or(0, Writer::commits)
+    }
+
     /// The configuration the store was opened with.
     pub fn config(&self) -> &RedbConfig {
         &self.config

@@ -19,6 +19,7 @@
 //! renew of leases no longer held, a prune with nothing old) is aborted rather than committed:
 //! a durable commit costs a sync even when it carries no change.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -100,20 +101,30 @@ impl Failed {
 pub(crate) struct Writer {
     sender: Option<mpsc::Sender<Box<dyn Job>>>,
     thread: Option<JoinHandle<()>>,
+    /// Transactions committed (a batch that changed nothing is aborted and not counted).
+    commits: Arc<AtomicU64>,
 }
 
 impl Writer {
     /// Starts the writer thread over `db`.
     pub(crate) fn start(db: Arc<Database>, config: RedbConfig) -> Result<Writer> {
         let (sender, receiver) = mpsc::channel::<Box<dyn Job>>();
+        let commits = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&commits);
         let thread = std::thread::Builder::new()
             .name("outbox-redb-writer".into())
-            .spawn(move || run(&db, &config, &receiver))
+            .spawn(move || run(&db, &config, &receiver, &counter))
             .map_err(Error::backend)?;
         Ok(Writer {
             sender: Some(sender),
             thread: Some(thread),
+            commits,
         })
+    }
+
+    /// How many transactions the thread has committed.
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
     }
 
     /// Runs `work` in the next group commit and returns its result once committed.
@@ -147,11 +158,16 @@ impl Drop for Writer {
     }
 }
 
-fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Box<dyn Job>>) {
+fn run(
+    db: &Database,
+    config: &RedbConfig,
+    receiver: &mpsc::Receiver<Box<dyn Job>>,
+    commits: &AtomicU64,
+) {
     let mut group = GroupCommit::new();
     while let Ok(first) = receiver.recv() {
         let (mut jobs, _) = group.batch(first, receiver, config.max_batch, Ok, |_| true);
-        match commit(db, config, &mut jobs) {
+        match commit(db, config, &mut jobs, commits) {
             Ok(()) => jobs.into_iter().for_each(|job| job.settle(Ok(()))),
             Err(failed) if jobs.len() == 1 => {
                 if let Some(job) = jobs.pop() {
@@ -161,7 +177,8 @@ fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Box<dyn Job
             Err(_) => {
                 for job in jobs {
                     let mut alone = [job];
-                    let commit = commit(db, config, &mut alone).or_else(Failed::into_commit);
+                    let commit =
+                        commit(db, config, &mut alone, commits).or_else(Failed::into_commit);
                     let [job] = alone;
                     job.settle(commit);
                 }
@@ -172,7 +189,12 @@ fn run(db: &Database, config: &RedbConfig, receiver: &mpsc::Receiver<Box<dyn Job
 
 /// Runs `jobs` in one write transaction and commits it; nothing is written if any fails, and
 /// the transaction is aborted, not committed (no sync), when none of them changed anything.
-fn commit(db: &Database, config: &RedbConfig, jobs: &mut [Box<dyn Job>]) -> Result<(), Failed> {
+fn commit(
+    db: &Database,
+    config: &RedbConfig,
+    jobs: &mut [Box<dyn Job>],
+    commits: &AtomicU64,
+) -> Result<(), Failed> {
     let mut txn = db.begin_write().map_err(|e| Failed::Engine(from_redb(e)))?;
     config.prepare(&mut txn).map_err(Failed::Engine)?;
     let changed = {
@@ -187,7 +209,9 @@ fn commit(db: &Database, config: &RedbConfig, jobs: &mut [Box<dyn Job>]) -> Resu
         tables.changed()
     };
     if changed {
-        txn.commit().map_err(|e| Failed::Engine(from_redb(e)))
+        txn.commit().map_err(|e| Failed::Engine(from_redb(e)))?;
+        commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     } else {
         // Every answer was read from the state the transaction saw, which it leaves as it was.
         txn.abort().map_err(|e| Failed::Engine(from_redb(e)))

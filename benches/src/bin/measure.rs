@@ -12,8 +12,7 @@
 //!
 //! - `burst [--rounds R]` (default 100): rounds of 64 concurrent producers, each enqueuing one
 //!   record and waiting until it is durable (group commit): time per round, enqueues per
-//!   second, and commits per round where the store counts them (SQLite); for redb, run under
-//!   `strace -f -c -e trace=fdatasync` to count its syncs.
+//!   second, and commits per round where the store counts them (SQLite, redb).
 //! - `enqueue-rate [--n N]` (default 5,000): N single-record enqueues by one producer, then as
 //!   many by 64 concurrent producers (N/64 each, rounded up): time, enqueues per second, and
 //!   the transactions they took where the store counts them.
