@@ -4,9 +4,9 @@
 //! prune, the halt). The thread takes every write queued at that moment (up to
 //! [`RedbConfig::max_batch`]; after a batch of several, it waits briefly for the rest of a
 //! burst: [`outbox_core::group_commit`]), runs them in arrival order in one write transaction,
-//! commits once, and only then answers each caller with its own typed result. Many concurrent enqueues
-//! therefore share one sync to the disk, and no blocking redb call ever runs on an async
-//! executor's worker thread.
+//! commits once, and only then answers each caller with its own typed result. Many concurrent
+//! enqueues therefore share one sync to the disk, and no blocking redb call ever runs on an
+//! async executor's worker thread.
 //!
 //! Each write stays atomic on its own: if one write of a batch fails, the transaction is
 //! aborted and every write of the batch runs again in a transaction of its own, so a failed

@@ -56,7 +56,7 @@ pub(crate) struct Shared {
     /// Records the runner holds, as the scheduler derives it.
     pub(crate) holding: AtomicUsize,
     /// The runner's look for unreadable rows, asked for at its start, has not ended (nor
-    /// been put off): `flush` waits for it.
+    /// been put off, nor failed), or its last row is not said yet: `flush` waits for it.
     pub(crate) looking: AtomicBool,
     /// The link as the runner last saw it.
     pub(crate) link: Mutex<LinkState>,
