@@ -259,119 +259,104 @@ mod tests {
         }
     }
 
+    impl<P: FnMut() -> Duration> Bursty<P> {
+        /// The next batch after `first`, every write may wait, at most `max`.
+        fn batch(&mut self, first: u32, max: usize) -> Vec<u32> {
+            self.group.batch(first, &self.writes, max, Ok, all).0
+        }
+
+        /// A batch of two, as writers arriving together leave: the next batch may gather.
+        fn after_two(&mut self) {
+            self.queue.send(2).unwrap();
+            assert_eq!(self.batch(1, 100), [1, 2]);
+        }
+    }
+
     fn all(_: &u32) -> bool {
         true
     }
 
     #[test]
     fn a_writer_seeing_one_write_at_a_time_never_pauses() {
-        let Bursty {
-            mut group,
-            writes,
-            queue,
-            pauses,
-        } = bursty(vec![vec![99]], PAUSE);
+        let mut b = bursty(vec![vec![99]], PAUSE);
         for write in 1..=3 {
-            let (batch, _) = group.batch(write, &writes, 100, Ok, all);
+            let batch = b.batch(write, 100);
             assert_eq!(batch, [write]);
         }
-        queue.send(4).unwrap();
-        assert_eq!(group.batch(3, &writes, 100, Ok, all).0, [3, 4]);
-        assert_eq!(pauses.get(), 0);
+        b.queue.send(4).unwrap();
+        assert_eq!(b.batch(3, 100), [3, 4]);
+        assert_eq!(b.pauses.get(), 0);
     }
 
     #[test]
     fn after_a_batch_of_several_the_writer_waits_while_a_burst_keeps_arriving() {
-        let Bursty {
-            mut group,
-            writes,
-            queue,
-            pauses,
-        } = bursty(vec![vec![11, 12], vec![13], vec![], vec![99]], PAUSE);
-        queue.send(2).unwrap();
-        assert_eq!(group.batch(1, &writes, 100, Ok, all).0, [1, 2]);
-        assert_eq!(pauses.get(), 0, "the first batch of a burst does not wait");
+        let mut b = bursty(vec![vec![11, 12], vec![13], vec![], vec![99]], PAUSE);
+        b.after_two();
+        assert_eq!(
+            b.pauses.get(),
+            0,
+            "the first batch of a burst does not wait"
+        );
         // The next burst: its first write, then two pauses that find more, then one that
         // finds none and ends the gathering (99 waits for the next batch).
-        assert_eq!(group.batch(10, &writes, 100, Ok, all).0, [10, 11, 12, 13]);
-        assert_eq!(pauses.get(), 3);
-        assert_eq!(writes.try_recv(), Err(TryRecvError::Empty));
+        assert_eq!(b.batch(10, 100), [10, 11, 12, 13]);
+        assert_eq!(b.pauses.get(), 3);
+        assert_eq!(b.writes.try_recv(), Err(TryRecvError::Empty));
     }
 
     #[test]
     fn gathering_stops_at_the_time_limit_and_at_the_batch_limit() {
         let endless: Vec<Vec<u32>> = (0..100).map(|i| vec![i]).collect();
-        let Bursty {
-            mut group,
-            writes,
-            queue,
-            pauses,
-        } = bursty(endless, PAUSE);
-        queue.send(1).unwrap();
-        group.batch(0, &writes, 1_000, Ok, all);
-        let (batch, _) = group.batch(0, &writes, 1_000, Ok, all);
+        let mut b = bursty(endless, PAUSE);
+        b.after_two();
+        let batch = b.batch(0, 1_000);
         // 70 µs a pause: the eighth passes the 500 µs limit.
-        assert_eq!(pauses.get(), 8);
+        assert_eq!(b.pauses.get(), 8);
         assert_eq!(batch.len(), 1 + 8);
         // Never more than `max`, gathering or not.
-        let (batch, _) = group.batch(0, &writes, 3, Ok, all);
+        let batch = b.batch(0, 3);
         assert_eq!(batch.len(), 3);
     }
 
     #[test]
     fn a_write_that_may_not_wait_is_never_held_back() {
-        let Bursty {
-            mut group,
-            writes,
-            queue,
-            pauses,
-        } = bursty(vec![vec![5], vec![7], vec![8]], PAUSE);
-        queue.send(2).unwrap();
-        group.batch(1, &writes, 100, Ok, all);
+        let mut b = bursty(vec![vec![5], vec![7], vec![8]], PAUSE);
+        b.after_two();
         let odd_waits = |w: &u32| w % 2 == 1;
         // An even write does not wait for a burst.
-        assert_eq!(group.batch(4, &writes, 100, Ok, odd_waits).0, [4]);
-        assert_eq!(pauses.get(), 0);
+        assert_eq!(b.group.batch(4, &b.writes, 100, Ok, odd_waits).0, [4]);
+        assert_eq!(b.pauses.get(), 0);
         // Odd ones do, until an even one joins.
-        queue.send(3).unwrap();
-        group.batch(1, &writes, 100, Ok, odd_waits);
-        assert_eq!(group.batch(9, &writes, 100, Ok, odd_waits).0, [9, 5, 7, 8]);
-        assert_eq!(pauses.get(), 3);
+        b.queue.send(3).unwrap();
+        b.group.batch(1, &b.writes, 100, Ok, odd_waits);
+        assert_eq!(
+            b.group.batch(9, &b.writes, 100, Ok, odd_waits).0,
+            [9, 5, 7, 8]
+        );
+        assert_eq!(b.pauses.get(), 3);
     }
 
     #[test]
     fn a_platform_whose_sleeps_overshoot_stops_pausing() {
         let endless: Vec<Vec<u32>> = (0..100).map(|i| vec![i]).collect();
-        let Bursty {
-            mut group,
-            writes,
-            queue,
-            pauses,
-        } = bursty(endless, Duration::from_millis(15));
-        queue.send(1).unwrap();
-        group.batch(0, &writes, 1_000, Ok, all);
-        assert_eq!(group.batch(0, &writes, 1_000, Ok, all).0, [0, 0]);
-        assert_eq!(pauses.get(), 1);
-        queue.send(1).unwrap();
-        group.batch(0, &writes, 1_000, Ok, all);
-        group.batch(0, &writes, 1_000, Ok, all);
-        assert_eq!(pauses.get(), 1, "never again");
+        let mut b = bursty(endless, Duration::from_millis(15));
+        b.after_two();
+        assert_eq!(b.batch(0, 1_000), [0, 0]);
+        assert_eq!(b.pauses.get(), 1);
+        b.after_two();
+        b.batch(0, 1_000);
+        assert_eq!(b.pauses.get(), 1, "never again");
     }
 
     #[test]
     fn an_item_that_may_not_join_ends_the_batch_even_while_gathering() {
-        let Bursty {
-            mut group,
-            writes,
-            queue,
-            ..
-        } = bursty(vec![vec![5, 0, 6]], PAUSE);
-        queue.send(2).unwrap();
+        let mut b = bursty(vec![vec![5, 0, 6]], PAUSE);
+        b.queue.send(2).unwrap();
         let admit = |w: u32| if w == 0 { Err(w) } else { Ok(w) };
-        group.batch(1, &writes, 100, admit, all);
-        let (batch, ended_by) = group.batch(4, &writes, 100, admit, all);
+        b.group.batch(1, &b.writes, 100, admit, all);
+        let (batch, ended_by) = b.group.batch(4, &b.writes, 100, admit, all);
         assert_eq!((batch, ended_by), (vec![4, 5], Some(0)));
-        assert_eq!(writes.try_recv(), Ok(6), "left for after the batch");
+        assert_eq!(b.writes.try_recv(), Ok(6), "left for after the batch");
     }
 
     #[test]
