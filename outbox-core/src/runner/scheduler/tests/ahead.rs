@@ -13,16 +13,6 @@ fn records(ids: std::ops::RangeInclusive<u64>) -> Vec<Record> {
     ids.map(|i| record(i, None)).collect()
 }
 
-fn report(s: &mut Scheduler, now: Now, id: u64, outcome: Outcome) {
-    s.handle(
-        now,
-        Input::Reported {
-            id: RecordId(id),
-            report: Report::Outcome(outcome),
-        },
-    );
-}
-
 /// The claims among `actions`: (transitions written, limit).
 fn claims(actions: &[Action]) -> Vec<(usize, usize)> {
     actions

@@ -58,6 +58,17 @@ pub(super) fn record(id: u64, group: Option<&str>) -> Record {
     r
 }
 
+/// The delivery of record `id` ended with `outcome`.
+pub(super) fn report(s: &mut Scheduler, now: Now, id: u64, outcome: Outcome) {
+    s.handle(
+        now,
+        Input::Reported {
+            id: RecordId(id),
+            report: Report::Outcome(outcome),
+        },
+    );
+}
+
 /// Every action until the scheduler waits.
 pub(super) fn drain(s: &mut Scheduler) -> Vec<Action> {
     std::iter::from_fn(|| s.poll_action()).collect()

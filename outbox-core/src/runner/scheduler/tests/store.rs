@@ -5,13 +5,7 @@ use crate::runner::scheduler::chore;
 fn a_store_failure_keeps_the_outcomes_and_backs_off() {
     let mut s = scheduler(RunnerConfig::default().with_batch(1));
     claimed(&mut s, at(0), vec![record(1, None)]);
-    s.handle(
-        at(5),
-        Input::Reported {
-            id: RecordId(1),
-            report: Report::Outcome(Outcome::Delivered),
-        },
-    );
+    report(&mut s, at(5), 1, Outcome::Delivered);
     assert_eq!(writes(&drain(&mut s)), [(1, true)]);
     s.handle(
         at(6),
@@ -106,13 +100,7 @@ fn a_store_call_that_timed_out_is_a_failure_and_the_round_is_tried_again() {
         .with_safety_poll(None);
     let mut s = scheduler(config);
     claimed(&mut s, at(0), vec![record(1, None)]);
-    s.handle(
-        at(5),
-        Input::Reported {
-            id: RecordId(1),
-            report: Report::Outcome(Outcome::Delivered),
-        },
-    );
+    report(&mut s, at(5), 1, Outcome::Delivered);
     assert_eq!(writes(&drain(&mut s)), [(1, true)]);
     let timeout = StoreFailure::from(&crate::Error::Timeout(Duration::from_secs(30)));
     assert_eq!(timeout.kind, FailureKind::Timeout);
@@ -289,13 +277,7 @@ fn a_look_for_unreadable_rows_that_timed_out_waits_for_an_idle_queue_and_says_it
             .collect()
     };
     let delivered_now = |s: &mut Scheduler, mono: Millis, id: u64| {
-        s.handle(
-            at(mono),
-            Input::Reported {
-                id: RecordId(id),
-                report: Report::Outcome(Outcome::Delivered),
-            },
-        );
+        report(s, at(mono), id, Outcome::Delivered);
         drain(s)
     };
     // No other chore falls due meanwhile (far leases after one lease, the safety poll).
@@ -487,13 +469,7 @@ fn a_look_that_failed_otherwise_waits_for_an_idle_runner_and_claims_go_on() {
         );
         answer(&mut s, at(1_001 + id), &actions, vec![record(id, None)]);
         assert_eq!(delivered(&drain(&mut s)), [RecordId(id)]);
-        s.handle(
-            at(1_001 + id),
-            Input::Reported {
-                id: RecordId(id),
-                report: Report::Outcome(Outcome::Delivered),
-            },
-        );
+        report(&mut s, at(1_001 + id), id, Outcome::Delivered);
         actions = drain(&mut s);
     }
     // Idle again: the look is made.
@@ -522,13 +498,7 @@ fn the_look_at_start_waits_for_the_backlog_to_drain() {
         );
         assert_eq!(delivered(&drain(&mut s)).len(), 2);
         for id in ids {
-            s.handle(
-                at(id),
-                Input::Reported {
-                    id: RecordId(id),
-                    report: Report::Outcome(Outcome::Delivered),
-                },
-            );
+            report(&mut s, at(id), id, Outcome::Delivered);
         }
         actions = drain(&mut s);
     }
@@ -567,13 +537,7 @@ fn a_runner_that_never_idles_looks_before_its_first_claim_after_the_wait() {
         );
         answer(&mut s, at(mono - 10_000), &actions, vec![record(id, None)]);
         assert_eq!(delivered(&drain(&mut s)), [RecordId(id)]);
-        s.handle(
-            at(mono),
-            Input::Reported {
-                id: RecordId(id),
-                report: Report::Outcome(Outcome::Delivered),
-            },
-        );
+        report(&mut s, at(mono), id, Outcome::Delivered);
         actions = drain(&mut s);
         id += 1;
     }
