@@ -113,6 +113,21 @@ pub(crate) fn state(state: State) -> i16 {
     i16::from(state.code())
 }
 
+/// The state of a row whose state code is `code` and which holds a lease token or not
+/// (`leased`).
+///
+/// A claim writes only the lease (schema version 7): the row keeps its code, pending or
+/// retrying, and is in flight while it holds a token, so the claim changes no indexed column
+/// and its row version stays heap-only. A row in state 2 without a token is one set aside as
+/// unreadable; one in state 2 with its token was claimed by a build before version 7.
+pub(crate) fn stored_state(code: i16, leased: bool) -> Result<State> {
+    let state = unstate(code)?;
+    Ok(match state {
+        State::Pending | State::Retrying if leased => State::InFlight,
+        other => other,
+    })
+}
+
 fn unstate(code: i16) -> Result<State> {
     u8::try_from(code)
         .ok()
@@ -213,7 +228,7 @@ impl RawRecord {
 
     /// The record, with every value checked against its field's range.
     pub(crate) fn into_record(self) -> Result<Record> {
-        let state = unstate(self.state)?;
+        let state = stored_state(self.state, self.lease_token.is_some())?;
         let time = |value: Option<i64>, what: &str| value.map(|v| unsigned(v, what)).transpose();
         // Every other field first, so a row a claim set aside (in flight without a lease, see
         // `unreadable`) still names what made it unreadable in the first place.
@@ -273,6 +288,26 @@ pub(crate) fn tombstone(row: &Row) -> Result<Tombstone> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pending_or_retrying_row_with_a_lease_token_is_in_flight() {
+        let pending = state(State::Pending);
+        let retrying = state(State::Retrying);
+        let in_flight = state(State::InFlight);
+        assert_eq!(stored_state(pending, false).unwrap(), State::Pending);
+        assert_eq!(stored_state(retrying, false).unwrap(), State::Retrying);
+        assert_eq!(stored_state(pending, true).unwrap(), State::InFlight);
+        assert_eq!(stored_state(retrying, true).unwrap(), State::InFlight);
+        // Claimed before version 7, and set aside: in flight either way (the latter then
+        // fails for want of a lease).
+        assert_eq!(stored_state(in_flight, true).unwrap(), State::InFlight);
+        assert_eq!(stored_state(in_flight, false).unwrap(), State::InFlight);
+        // A stray token does not move a row that needs attention or was rejected.
+        for kept in [State::NeedsAttention, State::Rejected] {
+            assert_eq!(stored_state(state(kept), true).unwrap(), kept);
+        }
+        assert!(stored_state(9, true).is_err());
+    }
 
     #[test]
     fn tokens_keep_all_64_bits() {

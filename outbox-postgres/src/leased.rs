@@ -4,14 +4,15 @@
 //! Most rounds carry only what a runner reports on records it claimed itself (delivered,
 //! failed, discarded by the ceiling), each under its lease. [`Guard::Lease`] admits exactly
 //! the record that is still in flight under that token, and `admits_update` holds for every
-//! record in flight, so the guard is a `WHERE state = 2 AND lease_token = $token` on the
-//! write itself, and the rows the writes return are the transitions that applied. The general
+//! record in flight, so the guard is a `WHERE lease_token = $token` on the write itself (a
+//! row holds a token only while it is in flight), and the rows the writes return are the transitions that applied. The general
 //! path (`Core::round`) first locks the rows with `SELECT … FOR UPDATE` and decides in Rust:
 //! one round trip more, and a lock record per row in the write-ahead log.
 //!
 //! The round goes out as two pipelines on one pooled connection:
 //! 1. `BEGIN` and the groups' advisory locks, which also name the groups of the records;
-//! 2. the guarded writes, the groups' head flags, the claim, the server's clock and `COMMIT`.
+//! 2. the guarded writes, the lease rows they ended, the groups' head flags, the claim, the
+//!    server's clock and `COMMIT`.
 //!
 //! A connection whose pipeline failed part way is rolled back before it returns to the pool
 //! (or dropped, when even that fails), so no later caller finds it inside this transaction.
@@ -106,6 +107,20 @@ impl Arrays {
         a
     }
 
+    /// The distinct lease tokens the outcomes report under.
+    fn tokens(&self) -> Vec<i64> {
+        let mut tokens: Vec<i64> = self
+            .delivered_tokens
+            .iter()
+            .chain(&self.discard_tokens)
+            .chain(&self.update_tokens)
+            .copied()
+            .collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        tokens
+    }
+
     /// In the order of the statement's `$1` to `$17`.
     fn params(&self) -> [Param<'_>; 17] {
         [
@@ -149,18 +164,14 @@ impl LeasedSql {
                  WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL ORDER BY k) AS keys"
             ),
             // As the general `apply`, with each part guarded by the lease it reports under.
-            // The state is compared as an integer so that the guard does not match the
-            // predicate of the lease index (`records_leases`, on `(lease_until, id) WHERE
-            // state = 2`): given it, the planner looked each id up by walking that whole
-            // index, dead entries of the drain included, instead of through the primary key.
             apply: format!(
                 "WITH delivered AS (DELETE FROM {r} AS r \
                    USING unnest($1::bigint[], $2::bigint[]) AS d(id, token) \
-                   WHERE r.id = d.id AND r.state::integer = 2 AND r.lease_token = d.token \
+                   WHERE r.id = d.id AND r.lease_token = d.token \
                    RETURNING r.id, r.absorbed), \
                  discarded AS (DELETE FROM {r} AS r USING unnest($3::bigint[], $4::bigint[], \
                    $5::text[], $6::bigint[], $7::bigint[]) AS d(id, token, reason, at, attempts) \
-                   WHERE r.id = d.id AND r.state::integer = 2 AND r.lease_token = d.token \
+                   WHERE r.id = d.id AND r.lease_token = d.token \
                    RETURNING r.id, r.grp, r.key, d.reason, d.at, d.attempts, r.absorbed), \
                  counted AS (INSERT INTO {s}.tallies AS t (shard, delivered, superseded) \
                    SELECT {shard}, c.n, c.m \
@@ -183,7 +194,7 @@ impl LeasedSql {
                      $17::bytea[]) \
                    AS u(id, token, state, attempts, unanswered, interrupted, last_at, next_at, \
                      error, history) \
-                   WHERE r.id = u.id AND r.state::integer = 2 AND r.lease_token = u.token \
+                   WHERE r.id = u.id AND r.lease_token = u.token \
                    RETURNING r.id) \
                  SELECT id FROM delivered UNION ALL SELECT id FROM discarded \
                  UNION ALL SELECT id FROM updated"
@@ -277,9 +288,10 @@ async fn run(
 ) -> Result<Round> {
     let sql = &core.sql;
     let ex = Exec::Pooled(client);
-    let (lock_groups, apply, refresh, claim_st, clock) = futures::try_join!(
+    let (lock_groups, apply, forget, refresh, claim_st, clock) = futures::try_join!(
         ex.prepare(&sql.leased.lock_groups),
         ex.prepare(&sql.leased.apply),
+        ex.prepare(&sql.forget_leases),
         ex.prepare(&sql.refresh_groups),
         ex.prepare(&sql.claim),
         ex.prepare(&sql.server_time),
@@ -300,9 +312,12 @@ async fn run(
         .map(|row| row.try_get(0).map_err(pg))
         .collect::<Result<_>>()?;
 
-    // Second pipeline: the writes, the head flags they moved, the claim, the clock, COMMIT.
+    // Second pipeline: the writes, the lease rows they ended, the head flags they moved, the
+    // claim, the clock, COMMIT.
     let arrays = Arrays::of(outcomes);
     let apply_params = arrays.params();
+    let tokens = arrays.tokens();
+    let forget_params: [Param<'_>; 1] = [&tokens];
     let refresh_params: [Param<'_>; 2] = [&groups, &ids];
     let claim_params = claim.map(|c| {
         (
@@ -341,8 +356,9 @@ async fn run(
         }
     };
     let sent = core.clock.host_now();
-    let (written, _, claimed_rows, reading, _) = futures::try_join!(
+    let (written, _, _, claimed_rows, reading, _) = futures::try_join!(
         ex.query(&apply, &apply_params),
+        ex.execute(&forget, &forget_params),
         promote,
         take,
         read_clock,
@@ -452,6 +468,7 @@ mod tests {
             ),
         ];
         let a = Arrays::of(&outcomes);
+        assert_eq!(a.tokens(), vec![token(7), token(8), token(9)]);
         assert_eq!((a.delivered, a.delivered_tokens), (vec![1], vec![token(7)]));
         assert_eq!((a.discard, a.discard_tokens), (vec![2], vec![token(8)]));
         assert_eq!((a.spent, a.discarded_at), (vec![3], vec![9]));

@@ -2,6 +2,121 @@
 //! [`SCHEMA_VERSION`](crate::SCHEMA_VERSION): SQL text run by `schema::migrate`, in one
 //! transaction for all the steps a schema needs.
 
+/// The records' trigger function (`tally_records`) as versions 6 and 7 write it, with the
+/// predicates that sort a row into a state's count, into the payload bytes and into the failed
+/// records (counted per error), and the lease column those predicates read: version 6 knew an
+/// in-flight row by its state code, version 7 by its lease token (see `MIGRATIONS`).
+macro_rules! tally_records {
+    (
+        $pending:literal,
+        $retrying:literal,
+        $in_flight:literal,
+        $weighed:literal,
+        $failed:literal,
+        $lease:literal
+    ) => {
+        concat!(
+            r#"CREATE OR REPLACE FUNCTION {s}.tally_records() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    me integer := pg_backend_pid() % {shards};
+    d record;
+    zeroed text[];
+BEGIN
+    -- A row counts (and its payload bytes with it) in every state, an in-flight one while
+    -- it holds a lease: one set aside as unreadable does not.
+    IF TG_OP = 'INSERT' THEN
+        SELECT count(*) FILTER (WHERE "#, $pending, r#") AS pending,
+            count(*) FILTER (WHERE "#, $retrying, r#") AS retrying,
+            count(*) FILTER (WHERE "#, $in_flight, r#") AS in_flight,
+            count(*) FILTER (WHERE state = 3) AS attention,
+            count(*) FILTER (WHERE state = 4) AS rejected,
+            coalesce(sum(absorbed), 0) AS absorbed,
+            coalesce(sum(octet_length(payload))
+                FILTER (WHERE "#, $weighed, r#"), 0) AS bytes,
+            count(*) FILTER (WHERE "#, $failed, r#") AS failed
+        INTO d FROM new_rows;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT -count(*) FILTER (WHERE "#, $pending, r#") AS pending,
+            -count(*) FILTER (WHERE "#, $retrying, r#") AS retrying,
+            -count(*) FILTER (WHERE "#, $in_flight, r#") AS in_flight,
+            -count(*) FILTER (WHERE state = 3) AS attention,
+            -count(*) FILTER (WHERE state = 4) AS rejected,
+            -coalesce(sum(absorbed), 0) AS absorbed,
+            -coalesce(sum(octet_length(payload))
+                FILTER (WHERE "#, $weighed, r#"), 0) AS bytes,
+            count(*) FILTER (WHERE "#, $failed, r#") AS failed
+        INTO d FROM old_rows;
+    ELSE
+        SELECT coalesce(sum(sign) FILTER (WHERE "#, $pending, r#"), 0) AS pending,
+            coalesce(sum(sign) FILTER (WHERE "#, $retrying, r#"), 0) AS retrying,
+            coalesce(sum(sign) FILTER (WHERE "#, $in_flight, r#"), 0)
+                AS in_flight,
+            coalesce(sum(sign) FILTER (WHERE state = 3), 0) AS attention,
+            coalesce(sum(sign) FILTER (WHERE state = 4), 0) AS rejected,
+            coalesce(sum(sign * absorbed), 0) AS absorbed,
+            coalesce(sum(sign * octet_length(payload))
+                FILTER (WHERE "#, $weighed, r#"), 0) AS bytes,
+            count(*) FILTER (WHERE "#, $failed, r#") AS failed
+        INTO d FROM (SELECT 1 AS sign, state, "#, $lease, r#", absorbed, payload, last_error
+                FROM new_rows
+            UNION ALL SELECT -1, state, "#, $lease, r#", absorbed, payload, last_error
+                FROM old_rows) AS x;
+    END IF;
+    IF d.pending = 0 AND d.retrying = 0 AND d.in_flight = 0 AND d.attention = 0
+        AND d.rejected = 0 AND d.absorbed = 0 AND d.bytes = 0 AND d.failed = 0 THEN
+        RETURN NULL;
+    END IF;
+    -- This shard's row first, always: see the schema's version 4 notes.
+    INSERT INTO {s}.tallies AS t (shard, pending, retrying, in_flight, attention, rejected,
+        absorbed, payload_bytes)
+    VALUES (me, d.pending, d.retrying, d.in_flight, d.attention, d.rejected, d.absorbed,
+        d.bytes)
+    ON CONFLICT (shard) DO UPDATE SET pending = t.pending + excluded.pending,
+        retrying = t.retrying + excluded.retrying, in_flight = t.in_flight + excluded.in_flight,
+        attention = t.attention + excluded.attention, rejected = t.rejected + excluded.rejected,
+        absorbed = t.absorbed + excluded.absorbed,
+        payload_bytes = t.payload_bytes + excluded.payload_bytes;
+    IF d.failed = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
+            SELECT me, md5(last_error), last_error, count(*) FROM new_rows
+            WHERE "#, $failed, r#"
+            GROUP BY last_error ORDER BY 2
+            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
+            RETURNING e.digest, e.n)
+        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
+    ELSIF TG_OP = 'DELETE' THEN
+        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
+            SELECT me, md5(last_error), last_error, -count(*) FROM old_rows
+            WHERE "#, $failed, r#"
+            GROUP BY last_error ORDER BY 2
+            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
+            RETURNING e.digest, e.n)
+        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
+    ELSE
+        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
+            SELECT me, md5(last_error), last_error, sum(sign) FROM
+                (SELECT 1 AS sign, state, "#, $lease, r#", last_error FROM new_rows
+                 UNION ALL SELECT -1, state, "#, $lease, r#", last_error FROM old_rows) AS x
+            WHERE "#, $failed, r#"
+            GROUP BY last_error HAVING sum(sign) <> 0 ORDER BY 2
+            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
+            RETURNING e.digest, e.n)
+        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
+    END IF;
+    IF zeroed IS NOT NULL THEN
+        DELETE FROM {s}.error_tallies WHERE shard = me AND digest = ANY(zeroed) AND n = 0;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+"#
+        )
+    };
+}
+
 /// The steps from version `n` to `n + 1`, in order; `{s}` stands for the quoted schema name.
 ///
 /// Version 1: the records with their `claimable` flag (set only on pending or retrying group
@@ -60,6 +175,19 @@
 /// update fails with a serialization error, so no enqueue is ever admitted on counts it could
 /// not see (see `cap`). The step locks the tables, replaces the records' trigger function and
 /// counts the payload bytes once, into shard 0, from the records: it runs again harmlessly.
+///
+/// Version 7: a claim that writes no indexed column, so PostgreSQL keeps its new row version
+/// heap-only (no index entry, only the changed bytes in the write-ahead log). A claimed row
+/// keeps its state code (pending or retrying) and its `claimable` flag; it is in flight while
+/// it holds a lease token (state code 2 with no token stays the mark of a row set aside as
+/// unreadable, and a row of an earlier version in state 2 with its lease still reads as in
+/// flight). The lease index `records_leases` goes, since `lease_until` may not be indexed;
+/// `leases` lists each claim's lease instead (its token, its expiry, its records' ids, one row
+/// per claim or renewal), and its `until` index is where `expired` starts. A record in flight
+/// is not counted among the failed ones while it is delivered, as before. The step locks the
+/// tables, lists the leases already held, folds the delivered and superseded counts into
+/// `meta` and counts everything else again by the new rule (as version 4 did), and rewrites
+/// the trigger function with it: it runs again harmlessly.
 pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE {s}.meta (
@@ -272,7 +400,8 @@ ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS not_before bigint;
 CREATE INDEX IF NOT EXISTS records_scheduled ON {s}.records (not_before)
     WHERE state = 0 AND not_before = next_attempt_at;
 "#,
-    r#"
+    concat!(
+        r#"
 LOCK TABLE {s}.records, {s}.tombstones, {s}.meta IN SHARE ROW EXCLUSIVE MODE;
 ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS history bytea;
 ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS trace text;
@@ -282,106 +411,62 @@ CREATE TABLE IF NOT EXISTS {s}.cap_turn (
     turns bigint NOT NULL
 );
 INSERT INTO {s}.cap_turn (id, turns) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
-CREATE OR REPLACE FUNCTION {s}.tally_records() RETURNS trigger LANGUAGE plpgsql AS $fn$
-DECLARE
-    me integer := pg_backend_pid() % {shards};
-    d record;
-    zeroed text[];
-BEGIN
-    -- A row counts (and its payload bytes with it) in every state, an in-flight one while
-    -- it holds a lease: one set aside as unreadable does not.
-    IF TG_OP = 'INSERT' THEN
-        SELECT count(*) FILTER (WHERE state = 0) AS pending,
-            count(*) FILTER (WHERE state = 1) AS retrying,
-            count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL) AS in_flight,
-            count(*) FILTER (WHERE state = 3) AS attention,
-            count(*) FILTER (WHERE state = 4) AS rejected,
-            coalesce(sum(absorbed), 0) AS absorbed,
-            coalesce(sum(octet_length(payload))
-                FILTER (WHERE state <> 2 OR lease_until IS NOT NULL), 0) AS bytes,
-            count(*) FILTER (WHERE state IN (1, 3, 4) AND last_error IS NOT NULL) AS failed
-        INTO d FROM new_rows;
-    ELSIF TG_OP = 'DELETE' THEN
-        SELECT -count(*) FILTER (WHERE state = 0) AS pending,
-            -count(*) FILTER (WHERE state = 1) AS retrying,
-            -count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL) AS in_flight,
-            -count(*) FILTER (WHERE state = 3) AS attention,
-            -count(*) FILTER (WHERE state = 4) AS rejected,
-            -coalesce(sum(absorbed), 0) AS absorbed,
-            -coalesce(sum(octet_length(payload))
-                FILTER (WHERE state <> 2 OR lease_until IS NOT NULL), 0) AS bytes,
-            count(*) FILTER (WHERE state IN (1, 3, 4) AND last_error IS NOT NULL) AS failed
-        INTO d FROM old_rows;
-    ELSE
-        SELECT coalesce(sum(sign) FILTER (WHERE state = 0), 0) AS pending,
-            coalesce(sum(sign) FILTER (WHERE state = 1), 0) AS retrying,
-            coalesce(sum(sign) FILTER (WHERE state = 2 AND lease_until IS NOT NULL), 0)
-                AS in_flight,
-            coalesce(sum(sign) FILTER (WHERE state = 3), 0) AS attention,
-            coalesce(sum(sign) FILTER (WHERE state = 4), 0) AS rejected,
-            coalesce(sum(sign * absorbed), 0) AS absorbed,
-            coalesce(sum(sign * octet_length(payload))
-                FILTER (WHERE state <> 2 OR lease_until IS NOT NULL), 0) AS bytes,
-            count(*) FILTER (WHERE state IN (1, 3, 4) AND last_error IS NOT NULL) AS failed
-        INTO d FROM (SELECT 1 AS sign, state, lease_until, absorbed, payload, last_error
-                FROM new_rows
-            UNION ALL SELECT -1, state, lease_until, absorbed, payload, last_error
-                FROM old_rows) AS x;
-    END IF;
-    IF d.pending = 0 AND d.retrying = 0 AND d.in_flight = 0 AND d.attention = 0
-        AND d.rejected = 0 AND d.absorbed = 0 AND d.bytes = 0 AND d.failed = 0 THEN
-        RETURN NULL;
-    END IF;
-    -- This shard's row first, always: see the schema's version 4 notes.
-    INSERT INTO {s}.tallies AS t (shard, pending, retrying, in_flight, attention, rejected,
-        absorbed, payload_bytes)
-    VALUES (me, d.pending, d.retrying, d.in_flight, d.attention, d.rejected, d.absorbed,
-        d.bytes)
-    ON CONFLICT (shard) DO UPDATE SET pending = t.pending + excluded.pending,
-        retrying = t.retrying + excluded.retrying, in_flight = t.in_flight + excluded.in_flight,
-        attention = t.attention + excluded.attention, rejected = t.rejected + excluded.rejected,
-        absorbed = t.absorbed + excluded.absorbed,
-        payload_bytes = t.payload_bytes + excluded.payload_bytes;
-    IF d.failed = 0 THEN
-        RETURN NULL;
-    END IF;
-    IF TG_OP = 'INSERT' THEN
-        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
-            SELECT me, md5(last_error), last_error, count(*) FROM new_rows
-            WHERE state IN (1, 3, 4) AND last_error IS NOT NULL
-            GROUP BY last_error ORDER BY 2
-            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
-            RETURNING e.digest, e.n)
-        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
-    ELSIF TG_OP = 'DELETE' THEN
-        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
-            SELECT me, md5(last_error), last_error, -count(*) FROM old_rows
-            WHERE state IN (1, 3, 4) AND last_error IS NOT NULL
-            GROUP BY last_error ORDER BY 2
-            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
-            RETURNING e.digest, e.n)
-        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
-    ELSE
-        WITH up AS (INSERT INTO {s}.error_tallies AS e (shard, digest, error, n)
-            SELECT me, md5(last_error), last_error, sum(sign) FROM
-                (SELECT 1 AS sign, state, last_error FROM new_rows
-                 UNION ALL SELECT -1, state, last_error FROM old_rows) AS x
-            WHERE state IN (1, 3, 4) AND last_error IS NOT NULL
-            GROUP BY last_error HAVING sum(sign) <> 0 ORDER BY 2
-            ON CONFLICT (shard, digest) DO UPDATE SET n = e.n + excluded.n
-            RETURNING e.digest, e.n)
-        SELECT array_agg(digest) FILTER (WHERE n = 0) INTO zeroed FROM up;
-    END IF;
-    IF zeroed IS NOT NULL THEN
-        DELETE FROM {s}.error_tallies WHERE shard = me AND digest = ANY(zeroed) AND n = 0;
-    END IF;
-    RETURN NULL;
-END
-$fn$;
-UPDATE {s}.tallies SET payload_bytes = 0 WHERE payload_bytes <> 0;
+"#,
+        tally_records!(
+            "state = 0",
+            "state = 1",
+            "state = 2 AND lease_until IS NOT NULL",
+            "state <> 2 OR lease_until IS NOT NULL",
+            "state IN (1, 3, 4) AND last_error IS NOT NULL",
+            "lease_until"
+        ),
+        r#"UPDATE {s}.tallies SET payload_bytes = 0 WHERE payload_bytes <> 0;
 INSERT INTO {s}.tallies AS t (shard, payload_bytes)
 SELECT 0, coalesce(sum(octet_length(payload)), 0) FROM {s}.records
 WHERE state <> 2 OR lease_until IS NOT NULL
 ON CONFLICT (shard) DO UPDATE SET payload_bytes = excluded.payload_bytes;
+"#
+    ),
+    concat!(
+        r#"
+LOCK TABLE {s}.records, {s}.tombstones, {s}.meta IN SHARE ROW EXCLUSIVE MODE;
+CREATE TABLE IF NOT EXISTS {s}.leases (
+    token bigint NOT NULL,
+    until bigint NOT NULL,
+    ids bigint[] NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_until ON {s}.leases (until);
+CREATE INDEX IF NOT EXISTS leases_token ON {s}.leases (token);
+INSERT INTO {s}.leases (token, until, ids)
+SELECT lease_token, min(lease_until), array_agg(id ORDER BY id) FROM {s}.records
+WHERE lease_token IS NOT NULL AND lease_until IS NOT NULL GROUP BY lease_token;
+UPDATE {s}.meta SET
+    delivered = delivered + (SELECT coalesce(sum(delivered), 0) FROM {s}.tallies),
+    superseded = superseded + (SELECT coalesce(sum(superseded), 0) FROM {s}.tallies);
+DELETE FROM {s}.tallies;
+DELETE FROM {s}.error_tallies;
+INSERT INTO {s}.tallies (shard, pending, retrying, in_flight, attention, rejected, absorbed,
+    discarded, payload_bytes)
+SELECT 0, count(*) FILTER (WHERE state = 0 AND lease_token IS NULL),
+    count(*) FILTER (WHERE state = 1 AND lease_token IS NULL),
+    count(*) FILTER (WHERE lease_token IS NOT NULL AND state < 3),
+    count(*) FILTER (WHERE state = 3), count(*) FILTER (WHERE state = 4),
+    coalesce(sum(absorbed), 0), (SELECT count(*) FROM {s}.tombstones),
+    coalesce(sum(octet_length(payload)) FILTER (WHERE state <> 2 OR lease_token IS NOT NULL), 0)
+FROM {s}.records;
+INSERT INTO {s}.error_tallies (shard, digest, error, n)
+SELECT 0, md5(last_error), last_error, count(*) FROM {s}.records
+WHERE (state IN (3, 4) OR (state = 1 AND lease_token IS NULL)) AND last_error IS NOT NULL
+GROUP BY last_error;
+DROP INDEX IF EXISTS {s}.records_leases;
 "#,
+        tally_records!(
+            "state = 0 AND lease_token IS NULL",
+            "state = 1 AND lease_token IS NULL",
+            "lease_token IS NOT NULL AND state < 3",
+            "state <> 2 OR lease_token IS NOT NULL",
+            "(state IN (3, 4) OR (state = 1 AND lease_token IS NULL)) AND last_error IS NOT NULL",
+            "lease_token"
+        ),
+    ),
 ];

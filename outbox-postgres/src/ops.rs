@@ -14,7 +14,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use outbox_core::{
     Applied, Change, Claim, Enqueued, Halt, Lease, ListQuery, Millis, NewRecord, Record, RecordId,
-    Result, Round, State, Stats, Tombstone, Transition,
+    Result, Round, Stats, Tombstone, Transition,
 };
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -195,12 +195,13 @@ impl Core {
         } else {
             sql.lock_rows.as_str().into()
         };
-        let (lock_groups, lock_rows, lock_busy, apply, refresh, claim_st, clock, notify) =
+        let (lock_groups, lock_rows, lock_busy, apply, forget, refresh, claim_st, clock, notify) =
             futures::try_join!(
                 ex.prepare(&sql.lock_groups_of),
                 ex.prepare(&lock_rows_sql),
                 ex.prepare(&sql.lock_busy),
                 ex.prepare(&sql.apply),
+                ex.prepare(&sql.forget_leases),
                 ex.prepare(&sql.refresh_groups),
                 ex.prepare(&sql.claim),
                 ex.prepare(&sql.server_time),
@@ -233,14 +234,21 @@ impl Core {
         let mut heads_before = Vec::new();
         for row in &busy {
             let id: i64 = row.try_get(0).map_err(pg)?;
-            let state: i16 = row.try_get(2).map_err(pg)?;
-            if state == codec::state(State::InFlight) {
+            let taken: bool = row.try_get(2).map_err(pg)?;
+            if taken {
                 let group: String = row.try_get(1).map_err(pg)?;
                 in_flight.entry(group).or_default().insert(id);
             } else {
                 heads_before.push(id);
             }
         }
+        // The leases the batch may end: their rows go once no record holds them.
+        let mut tokens: Vec<i64> = rows
+            .values()
+            .filter_map(|record| record.lease.map(|lease| codec::token(lease.token)))
+            .collect();
+        tokens.sort_unstable();
+        tokens.dedup();
         let plan = Plan::new(rows, in_flight, outcomes);
         let arrays = plan.arrays();
         let apply_params = arrays.params();
@@ -260,6 +268,14 @@ impl Core {
                 Ok(0)
             } else {
                 ex.execute(&apply, &apply_params).await
+            }
+        };
+        let forget_params: [Param<'_>; 1] = [&tokens];
+        let forgotten = async {
+            if tokens.is_empty() || plan.is_empty() {
+                Ok(0)
+            } else {
+                ex.execute(&forget, &forget_params).await
             }
         };
         let promote = async {
@@ -299,9 +315,11 @@ impl Core {
             }
         };
         let sent = self.clock.host_now();
-        // Sent together, run in order: the writes, the head flags they moved, the claim.
-        let (_, _, claimed_rows, reading, _) =
-            futures::try_join!(writes, promote, take, read_clock, announce).map_err(pg)?;
+        // Sent together, run in order: the writes, the leases they ended, the head flags they
+        // moved, the claim.
+        let (_, _, _, claimed_rows, reading, _) =
+            futures::try_join!(writes, forgotten, promote, take, read_clock, announce)
+                .map_err(pg)?;
         if let Some(reading) = reading {
             self.observe(sent, &reading)?;
         }

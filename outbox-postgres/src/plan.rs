@@ -11,7 +11,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use crate::codec::{self, count, millis, state, text};
-use crate::error::{corrupt, pg};
+use crate::error::pg;
 
 /// A locked row as the guards see it: the fields a guard reads and the history (a requeue
 /// keeps it, and writes it back whole), the rest left empty.
@@ -22,10 +22,7 @@ pub(crate) fn locked(row: &Row) -> Result<(i64, Record)> {
     let token: Option<i64> = row.try_get(3).map_err(pg)?;
     let until: Option<i64> = row.try_get(4).map_err(pg)?;
     let history: Option<Vec<u8>> = row.try_get(5).map_err(pg)?;
-    let state = u8::try_from(code)
-        .ok()
-        .and_then(State::from_code)
-        .ok_or_else(|| corrupt(format!("unknown state code {code}")))?;
+    let state = codec::stored_state(code, token.is_some())?;
     let mut record = Record::fresh(codec::record_id(id)?, group, Vec::new(), String::new(), 0);
     record.state = state;
     record.history = history.as_deref().map(History::decode).unwrap_or_default();

@@ -13,7 +13,7 @@ use crate::error::pg;
 use crate::migrations::MIGRATIONS;
 
 /// The schema version this build writes and understands (the steps are in `migrations`).
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// How many rows the counters of version 4 are spread over: enough that the sessions of a
 /// fleet (a few pooled connections per host) seldom share one, few enough that summing them

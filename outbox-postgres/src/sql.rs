@@ -35,6 +35,8 @@ pub(crate) struct Sql {
     pub(crate) claim: String,
     pub(crate) server_time: String,
     pub(crate) renew: String,
+    /// The lease rows of the tokens `$1` that no record holds any more, deleted.
+    pub(crate) forget_leases: String,
     pub(crate) lock_rows: String,
     pub(crate) apply: String,
     pub(crate) lock_busy: String,
@@ -71,6 +73,15 @@ fn refresh_groups(r: &str, groups: &str) -> String {
            JOIN {r} AS r ON r.id = c.id JOIN heads ON heads.g = r.grp) \
          UPDATE {r} AS r SET claimable = t.want FROM target AS t \
          WHERE r.id = t.id AND r.claimable IS DISTINCT FROM t.want"
+    )
+}
+
+/// Deletes the lease rows that `which` picks (a condition on `l`, a row of `leases`) and
+/// that no record holds any more: none of their records is still in flight under their token.
+fn forget_leases(s: &str, r: &str, which: &str) -> String {
+    format!(
+        "DELETE FROM {s}.leases AS l WHERE {which} AND NOT EXISTS (SELECT 1 FROM {r} AS h \
+         WHERE h.id = ANY(l.ids) AND h.lease_token = l.token)"
     )
 }
 
@@ -178,21 +189,34 @@ impl Sql {
             // the primary key. A join of the picked rows with the table instead lets the planner
             // hash the whole table, which it prefers for a round of a thousand rows out of tens
             // of thousands: every claim then read every row, and slowed as the table grew.
+            //
+            // The claim writes the lease and nothing else: no column an index holds or its
+            // predicate reads, so each new row version is heap-only (schema version 7). A
+            // claimed row stays in the due index, passed over by its token; the claim's lease
+            // is listed in `leases`, where `expired` finds it.
             claim: format!(
-                "UPDATE {r} AS r SET state = 2, claimable = false, lease_token = $3, \
-                 lease_until = $4 WHERE r.id = ANY(ARRAY(SELECT id FROM {r} \
-                 WHERE claimable AND next_attempt_at <= $1 \
+                "WITH claimed AS (UPDATE {r} AS r SET lease_token = $3, lease_until = $4 \
+                 WHERE r.id = ANY(ARRAY(SELECT id FROM {r} \
+                 WHERE claimable AND next_attempt_at <= $1 AND lease_token IS NULL \
                  ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)) \
-                 RETURNING {}",
+                 RETURNING {}), \
+                 held AS (INSERT INTO {s}.leases (token, until, ids) \
+                 SELECT $3, $4, array_agg(id) FROM claimed HAVING count(*) > 0) \
+                 SELECT * FROM claimed",
                 prefixed("r", RECORD_COLUMNS)
             ),
             server_time: SERVER_TIME.into(),
-            // The state as an integer, for the reason given at the leased round's `apply`:
-            // the ids are found through the primary key, not by walking the lease index.
+            // The records still held under the token get the new expiry, listed in a lease
+            // row of their own; a lease row whose every record is among them goes.
             renew: format!(
-                "UPDATE {r} SET lease_until = $3 WHERE id = ANY($1::bigint[]) \
-                 AND state::integer = 2 AND lease_token = $2"
+                "WITH moved AS (UPDATE {r} SET lease_until = $3 WHERE id = ANY($1::bigint[]) \
+                   AND lease_token = $2 RETURNING id), \
+                 covered AS (DELETE FROM {s}.leases WHERE token = $2 AND ids <@ $1::bigint[]) \
+                 INSERT INTO {s}.leases (token, until, ids) \
+                 SELECT $2, $3, array_agg(id) FROM moved HAVING count(*) > 0"
             ),
+            // Run after a round's writes, as a statement of its own so that it sees them.
+            forget_leases: forget_leases(&s, &r, "l.token = ANY($1::bigint[])"),
             lock_rows: format!(
                 "SELECT id, grp, state, lease_token, lease_until, history FROM {r} \
                  WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"
@@ -238,10 +262,12 @@ impl Sql {
             // claimable, locked, so a claim running meanwhile either finished (its record is
             // seen in flight) or skips the locked head. The claimable ones are refreshed
             // after the writes: a requeued record may take their place.
+            // The third column says whether the row is in flight (or set aside: state 2).
             lock_busy: format!(
-                "SELECT id, grp, state FROM {r} WHERE grp IN (SELECT grp FROM {r} \
-                 WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL) \
-                 AND state <> 4 AND (state = 2 OR claimable) ORDER BY id FOR UPDATE"
+                "SELECT id, grp, (state = 2 OR lease_token IS NOT NULL) FROM {r} \
+                 WHERE grp IN (SELECT grp FROM {r} \
+                 WHERE id = ANY($1::bigint[]) AND grp IS NOT NULL) AND state <> 4 \
+                 AND (state = 2 OR lease_token IS NOT NULL OR claimable) ORDER BY id FOR UPDATE"
             ),
             // Run after a batch's writes: the records $2 of the groups $1 and each group's
             // head get the flag the head rule gives them (a pending or retrying group head
@@ -256,9 +282,15 @@ impl Sql {
                 &r,
                 &format!("(SELECT grp FROM {s}.tombstones WHERE id = $1 AND grp IS NOT NULL)"),
             ),
+            // The records of the lease rows due by $1 (every in-flight record is listed in a
+            // row that expires no later than it does) whose own lease has expired; the lease
+            // rows due that no record holds any more go in the same statement.
             expired: format!(
-                "SELECT {RECORD_COLUMNS} FROM {r} WHERE state = 2 AND lease_until <= $1 \
-                 ORDER BY lease_until, id LIMIT $2"
+                "WITH spent AS ({}) \
+                 SELECT {RECORD_COLUMNS} FROM {r} WHERE id = ANY(ARRAY(SELECT unnest(ids) \
+                 FROM {s}.leases WHERE until <= $1)) AND lease_token IS NOT NULL \
+                 AND lease_until <= $1 ORDER BY lease_until, id LIMIT $2",
+                forget_leases(&s, &r, "l.until <= $1")
             ),
             // Read through the deadline index (records_deadline): only records whose deadline
             // lies after $1 are looked at, never the due backlog. A never-reported record
@@ -266,7 +298,7 @@ impl Sql {
             // (`Record::needs_rebase`).
             stepped_back: format!(
                 "WITH later AS MATERIALIZED (SELECT {RECORD_COLUMNS} FROM {r} \
-                 WHERE state IN (0, 1) AND next_attempt_at > $1 \
+                 WHERE state IN (0, 1) AND lease_token IS NULL AND next_attempt_at > $1 \
                  AND (last_attempt_at > $1 OR (last_attempt_at IS NULL \
                    AND (not_before IS NULL OR next_attempt_at > not_before))) \
                  ORDER BY next_attempt_at) \
@@ -275,7 +307,8 @@ impl Sql {
             get: format!("SELECT {RECORD_COLUMNS} FROM {r} WHERE id = $1"),
             list: format!(
                 "SELECT {RECORD_COLUMNS} FROM {r} WHERE id > $1 \
-                 AND ($2::smallint IS NULL OR state = $2) AND ($3::text IS NULL OR grp = $3) \
+                 AND ($2::smallint IS NULL OR $2 = CASE WHEN lease_token IS NOT NULL \
+                   AND state < 3 THEN 2 ELSE state END) AND ($3::text IS NULL OR grp = $3) \
                  ORDER BY id LIMIT $4"
             ),
             tombstones: format!(
@@ -289,18 +322,18 @@ impl Sql {
             stats: format!(
                 "SELECT t.pending, t.retrying, t.in_flight, t.attention, t.rejected, \
                  (SELECT created_at FROM {r} WHERE state <> 4 \
-                   AND (state <> 2 OR lease_until IS NOT NULL) ORDER BY created_at LIMIT 1), \
+                   AND (state <> 2 OR lease_token IS NOT NULL) ORDER BY created_at LIMIT 1), \
                  t.discarded, m.delivered + t.delivered, \
                  (SELECT coalesce(sum((SELECT count(*) FROM {r} AS g \
                      WHERE g.grp = h.grp AND g.state <> 4) - 1), 0)::bigint \
                    FROM {r} AS h WHERE h.state = 3 AND h.grp IS NOT NULL \
                    AND NOT EXISTS (SELECT 1 FROM {r} AS e WHERE e.grp = h.grp \
                      AND e.state <> 4 AND e.id < h.id)), \
-                 (SELECT next_attempt_at FROM {r} WHERE claimable \
+                 (SELECT next_attempt_at FROM {r} WHERE claimable AND lease_token IS NULL \
                   ORDER BY next_attempt_at LIMIT 1), \
                  m.halt_reason, m.halt_since, m.superseded + t.superseded + t.absorbed, \
                  (SELECT count(*) FROM {r} WHERE state = 0 \
-                   AND not_before = next_attempt_at), \
+                   AND not_before = next_attempt_at AND lease_token IS NULL), \
                  t.payload_bytes \
                  FROM {s}.meta AS m, \
                  (SELECT coalesce(sum(pending), 0)::bigint AS pending, \
@@ -316,7 +349,8 @@ impl Sql {
                    FROM {s}.tallies) AS t"
             ),
             next_due: format!(
-                "SELECT next_attempt_at FROM {r} WHERE claimable ORDER BY next_attempt_at LIMIT 1"
+                "SELECT next_attempt_at FROM {r} WHERE claimable AND lease_token IS NULL \
+                 ORDER BY next_attempt_at LIMIT 1"
             ),
             halt: format!("SELECT halt_reason, halt_since FROM {s}.meta"),
             halt_locked: format!("SELECT halt_reason, halt_since FROM {s}.meta FOR UPDATE"),
@@ -550,6 +584,12 @@ mod tests {
         // the planner could turn into a read of the whole table.
         assert!(sql.claim.contains("WHERE r.id = ANY(ARRAY(SELECT id FROM"));
         assert!(!sql.claim.contains(" FROM picked"));
+        // The claim writes the lease alone, no indexed column (see the claim's notes).
+        assert!(sql
+            .claim
+            .contains("SET lease_token = $3, lease_until = $4 WHERE"));
+        assert!(!sql.claim.contains("state ="));
+        assert!(!sql.claim.contains("claimable ="));
     }
 
     #[test]

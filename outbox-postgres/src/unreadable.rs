@@ -1,10 +1,10 @@
 //! Rows that cannot be decoded (an unknown state code, a negative counter or time, an
 //! in-flight row without a lease): read row by row, so one never fails a call that reads many.
 //!
-//! A claim that meets such a row *sets it aside*: it stays in state 2 with neither lease
+//! A claim that meets such a row *sets it aside*: it is put in state 2 with neither lease
 //! token nor lease deadline and `claimable` false, so the due index (`WHERE claimable`) no
-//! longer holds it, `next_due` stops reporting it and the lease index never reports it
-//! expired; stats do not count it. It keeps its place in its group (the group index holds
+//! longer holds it, `next_due` stops reporting it and `expired` never reports it (it holds no
+//! lease); stats do not count it. It keeps its place in its group (the group index holds
 //! every row that is not rejected), so a group's later records wait until it is discarded.
 //! [`list`] finds them in one read of the table on the server;
 //! [`discard`] removes one and keeps a tombstone.
@@ -83,7 +83,7 @@ pub(crate) async fn set_aside(core: &Core, ex: &Exec<'_>, ids: &[i64]) -> Result
         return Ok(());
     }
     let sql = format!(
-        "UPDATE {} SET lease_token = NULL, lease_until = NULL, claimable = false \
+        "UPDATE {} SET state = 2, lease_token = NULL, lease_until = NULL, claimable = false \
          WHERE id = ANY($1::bigint[])",
         table(core)
     );
@@ -102,7 +102,8 @@ const DECODES: &str = "id >= 0 AND created_at >= 0 AND state BETWEEN 0 AND 4 \
      AND interrupted BETWEEN 0 AND 4294967295 \
      AND coalesce(last_attempt_at, 0) >= 0 AND coalesce(next_attempt_at, 0) >= 0 \
      AND coalesce(not_before, 0) >= 0 \
-     AND (state <> 2 OR (lease_token IS NOT NULL AND lease_until >= 0)) \
+     AND (state <> 2 OR lease_token IS NOT NULL) \
+     AND (lease_token IS NULL OR state > 2 OR lease_until >= 0) \
      AND payload IS NOT NULL AND key IS NOT NULL \
      AND (current_setting('server_encoding') <> 'SQL_ASCII' \
           OR concat(grp, key, last_error, expected_version, replaces, trace) ~ '^[\\x01-\\x7f]*$')";

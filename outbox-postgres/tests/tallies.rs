@@ -25,11 +25,12 @@ async fn recount(client: &tokio_postgres::Client, s: &str) -> Vec<Option<i64>> {
     let row = client
         .query_one(
             &format!(
-                "SELECT count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1), \
-                 count(*) FILTER (WHERE state = 2 AND lease_until IS NOT NULL), \
+                "SELECT count(*) FILTER (WHERE state = 0 AND lease_token IS NULL), \
+                 count(*) FILTER (WHERE state = 1 AND lease_token IS NULL), \
+                 count(*) FILTER (WHERE state < 3 AND lease_token IS NOT NULL), \
                  count(*) FILTER (WHERE state = 3), count(*) FILTER (WHERE state = 4), \
                  min(created_at) FILTER (WHERE state IN (0, 1, 3) \
-                   OR (state = 2 AND lease_until IS NOT NULL)), \
+                   OR (state = 2 AND lease_token IS NOT NULL)), \
                  (SELECT count(*) FROM \"{s}\".tombstones), \
                  (SELECT coalesce(sum(g.n - 1), 0)::bigint FROM \
                    (SELECT count(*) AS n, min(id) AS head FROM {r} \
@@ -63,13 +64,15 @@ fn reported(stats: &Stats) -> Vec<Option<i64>> {
     ]
 }
 
-/// Version 3's grouped query over the failed records.
+/// Version 3's grouped query over the failed records (those in flight, which hold a lease
+/// token since version 7, left out).
 async fn errors_recounted(client: &tokio_postgres::Client, s: &str) -> Vec<ErrorCount> {
     let rows = client
         .query(
             &format!(
                 "SELECT last_error, count(*) FROM \"{s}\".records \
-                 WHERE state IN (1, 3, 4) AND last_error IS NOT NULL \
+                 WHERE (state IN (3, 4) OR (state = 1 AND lease_token IS NULL)) \
+                 AND last_error IS NOT NULL \
                  GROUP BY last_error ORDER BY count(*) DESC, last_error COLLATE \"C\""
             ),
             &[],

@@ -70,10 +70,13 @@ async fn the_look_lists_every_row_that_breaks_a_rule_and_only_those_across_pages
         // In flight without a lease: what a claim leaves of a row it set aside.
         "state = 2, lease_token = NULL, lease_until = NULL",
         "state = 2, lease_token = 7, lease_until = -1",
+        // Claimed (a token on a pending or retrying row) without a valid expiry.
+        "lease_token = 7, lease_until = NULL",
+        "state = 1, lease_token = 7, lease_until = -1",
     ];
     let mut bad = Vec::new();
     for (i, set) in rules.iter().enumerate() {
-        let id = ids[i * 70 + 3];
+        let id = ids[i * 60 + 3];
         damage(set, id).await;
         bad.push(id);
     }
@@ -91,6 +94,8 @@ async fn the_look_lists_every_row_that_breaks_a_rule_and_only_those_across_pages
         "attempts = 4294967295",
         "next_attempt_at = 0",
         "state = 2, lease_token = -1, lease_until = 0",
+        "lease_token = 5, lease_until = 0",
+        "state = 3, lease_token = 9",
     ];
     for (i, set) in forgiven.iter().enumerate() {
         let id = ids[i * 100 + 50];

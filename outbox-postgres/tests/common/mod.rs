@@ -335,16 +335,48 @@ pub async fn records_fillfactor(client: &tokio_postgres::Client, s: &str) -> Opt
         .find_map(|o| o.strip_prefix("fillfactor=").map(str::to_owned))
 }
 
-/// What version 6 added, dropped again: the statements that bring a current schema back to
-/// version 5 as that build left it, with no history and no trace context on any record, no
-/// payload bytes counted and no turn for capped enqueues (the records' trigger function as
-/// version 4 wrote it), and full pages.
+/// What version 7 changed, undone: the statements that bring a current schema back to
+/// version 6 as that build left it. Records in flight are in state 2 again (and not
+/// claimable), the lease index is back, the lease rows are gone, and the records' trigger
+/// function reads a row's state as version 6 did: the server rewrites the current function
+/// with version 6's predicates, and fails the statement should any of version 7's be left.
+pub fn down_to_6(s: &str) -> String {
+    format!(
+        "UPDATE \"{s}\".records SET state = 2, claimable = false \
+         WHERE lease_token IS NOT NULL AND state < 3; \
+         DROP TABLE \"{s}\".leases; \
+         CREATE INDEX records_leases ON \"{s}\".records (lease_until, id) WHERE state = 2; \
+         DO $$ DECLARE def text; BEGIN \
+           def := pg_get_functiondef('\"{s}\".tally_records'::regproc); \
+           def := replace(def, '(state IN (3, 4) OR (state = 1 AND lease_token IS NULL)) \
+             AND last_error IS NOT NULL', 'state IN (1, 3, 4) AND last_error IS NOT NULL'); \
+           def := replace(def, 'state, lease_token, last_error', 'state, lease_until, last_error'); \
+           def := replace(def, 'state = 0 AND lease_token IS NULL', 'state = 0'); \
+           def := replace(def, 'state = 1 AND lease_token IS NULL', 'state = 1'); \
+           def := replace(def, 'lease_token IS NOT NULL AND state < 3', \
+             'state = 2 AND lease_until IS NOT NULL'); \
+           def := replace(def, 'state <> 2 OR lease_token IS NOT NULL', \
+             'state <> 2 OR lease_until IS NOT NULL'); \
+           def := replace(def, 'state, lease_token, absorbed', 'state, lease_until, absorbed'); \
+           IF def LIKE '%lease_token%' THEN \
+             RAISE EXCEPTION 'a predicate of version 7 is left: %', def; \
+           END IF; \
+           EXECUTE def; \
+         END $$;"
+    )
+}
+
+/// What versions 6 and 7 added, dropped again: the statements that bring a current schema
+/// back to version 5 as that build left it, with no history and no trace context on any
+/// record, no payload bytes counted and no turn for capped enqueues (the records' trigger
+/// function as version 4 wrote it), and full pages.
 pub fn down_to_5(s: &str) -> String {
     format!(
-        "{} {} ALTER TABLE \"{s}\".records DROP COLUMN history; \
+        "{} {} {} ALTER TABLE \"{s}\".records DROP COLUMN history; \
          ALTER TABLE \"{s}\".records DROP COLUMN trace; \
          ALTER TABLE \"{s}\".tallies DROP COLUMN payload_bytes; \
          DROP TABLE \"{s}\".cap_turn;",
+        down_to_6(s),
         full_pages(s),
         TALLY_RECORDS_V4.replace("{s}", &format!("\"{s}\""))
     )
@@ -445,7 +477,7 @@ pub async fn payload_bytes_recounted(client: &tokio_postgres::Client, s: &str) -
         .query_one(
             &format!(
                 "SELECT coalesce(sum(octet_length(payload)), 0)::bigint FROM \"{s}\".records \
-                 WHERE state <> 2 OR lease_until IS NOT NULL"
+                 WHERE state <> 2 OR lease_token IS NOT NULL"
             ),
             &[],
         )
@@ -455,7 +487,7 @@ pub async fn payload_bytes_recounted(client: &tokio_postgres::Client, s: &str) -
     u64::try_from(bytes).expect("a sum of lengths is not negative")
 }
 
-/// What versions 5 and 6 added, dropped again: the statements that bring a current schema
+/// What versions 5 to 7 added, dropped again: the statements that bring a current schema
 /// back to version 4 as that build left it, with no not-before time on any record.
 pub fn down_to_4(s: &str) -> String {
     format!(
@@ -465,7 +497,7 @@ pub fn down_to_4(s: &str) -> String {
     )
 }
 
-/// What versions 4 to 6 added, dropped again: the statements that bring a current schema
+/// What versions 4 to 7 added, dropped again: the statements that bring a current schema
 /// back to version 3 as that build left it, its counters in `meta` alone.
 pub fn down_to_3(s: &str) -> String {
     format!(
