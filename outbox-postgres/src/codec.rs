@@ -118,8 +118,9 @@ pub(crate) fn state(state: State) -> i16 {
 ///
 /// A claim writes only the lease (schema version 7): the row keeps its code, pending or
 /// retrying, and is in flight while it holds a token, so the claim changes no indexed column
-/// and its row version stays heap-only. A row in state 2 without a token is one set aside as
-/// unreadable; one in state 2 with its token was claimed by a build before version 7.
+/// and its row version stays heap-only. A row in state 2 is one set aside as unreadable: it
+/// holds no token (the schema refuses one, see `migrations`), and reads as in flight without
+/// a lease, which does not decode.
 pub(crate) fn stored_state(code: i16, leased: bool) -> Result<State> {
     let state = unstate(code)?;
     Ok(match state {
@@ -298,8 +299,8 @@ mod tests {
         assert_eq!(stored_state(retrying, false).unwrap(), State::Retrying);
         assert_eq!(stored_state(pending, true).unwrap(), State::InFlight);
         assert_eq!(stored_state(retrying, true).unwrap(), State::InFlight);
-        // Claimed before version 7, and set aside: in flight either way (the latter then
-        // fails for want of a lease).
+        // Set aside: in flight, which then fails for want of a lease (and with one, which
+        // the schema refuses, still in flight).
         assert_eq!(stored_state(in_flight, true).unwrap(), State::InFlight);
         assert_eq!(stored_state(in_flight, false).unwrap(), State::InFlight);
         // A stray token does not move a row that needs attention or was rejected.

@@ -179,15 +179,19 @@ $fn$;
 /// Version 7: a claim that writes no indexed column, so PostgreSQL keeps its new row version
 /// heap-only (no index entry, only the changed bytes in the write-ahead log). A claimed row
 /// keeps its state code (pending or retrying) and its `claimable` flag; it is in flight while
-/// it holds a lease token (state code 2 with no token stays the mark of a row set aside as
-/// unreadable, and a row of an earlier version in state 2 with its lease still reads as in
-/// flight). The lease index `records_leases` goes, since `lease_until` may not be indexed;
-/// `leases` lists each claim's lease instead (its token, its expiry, its records' ids, one row
-/// per claim or renewal), and its `until` index is where `expired` starts. A record in flight
-/// is not counted among the failed ones while it is delivered, as before. The step locks the
-/// tables, lists the leases already held, folds the delivered and superseded counts into
-/// `meta` and counts everything else again by the new rule (as version 4 did), and rewrites
-/// the trigger function with it: it runs again harmlessly.
+/// it holds a lease token. State code 2 is left to mark a row set aside as unreadable, and a
+/// check (`records_set_aside_unleased`) refuses it with a token: the records an earlier build
+/// left in flight take code 0 or 1 under their lease, and a process of an earlier build still
+/// running after the upgrade cannot claim (its claim writes code 2 with a token and fails),
+/// so it never takes a record a current runner holds; its reports on the records it held are
+/// skipped, and those records are delivered again once their leases expire. The lease index
+/// `records_leases` goes, since `lease_until` may not be indexed; `leases` lists each claim's
+/// lease instead (its token, its expiry, its records' ids, one row per claim or renewal), and
+/// its `until` index is where `expired` starts. A record in flight is not counted among the
+/// failed ones while it is delivered, as before. The step locks the tables, lists the leases
+/// already held, moves the records in flight to their new form, folds the delivered and
+/// superseded counts into `meta` and counts everything else again by the new rule (as version
+/// 4 did), and rewrites the trigger function with it: it runs again harmlessly.
 pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE {s}.meta (
@@ -437,9 +441,15 @@ CREATE TABLE IF NOT EXISTS {s}.leases (
 );
 CREATE INDEX IF NOT EXISTS leases_until ON {s}.leases (until);
 CREATE INDEX IF NOT EXISTS leases_token ON {s}.leases (token);
+DELETE FROM {s}.leases;
 INSERT INTO {s}.leases (token, until, ids)
 SELECT lease_token, min(lease_until), array_agg(id ORDER BY id) FROM {s}.records
-WHERE lease_token IS NOT NULL AND lease_until IS NOT NULL GROUP BY lease_token;
+WHERE lease_token IS NOT NULL AND lease_until IS NOT NULL AND state < 3 GROUP BY lease_token;
+UPDATE {s}.records SET state = CASE WHEN last_attempt_at IS NULL THEN 0 ELSE 1 END
+WHERE state = 2 AND lease_token IS NOT NULL;
+ALTER TABLE {s}.records DROP CONSTRAINT IF EXISTS records_set_aside_unleased;
+ALTER TABLE {s}.records ADD CONSTRAINT records_set_aside_unleased
+    CHECK (state <> 2 OR lease_token IS NULL);
 UPDATE {s}.meta SET
     delivered = delivered + (SELECT coalesce(sum(delivered), 0) FROM {s}.tallies),
     superseded = superseded + (SELECT coalesce(sum(superseded), 0) FROM {s}.tallies);

@@ -60,8 +60,8 @@ pub(crate) struct Sql {
 }
 
 /// Sets `claimable` on the heads of the groups `groups` gives (a set of `text` in SQL, named `g`)
-/// and on the records `$2` (ids): true exactly for a group's head that is waiting with a
-/// deadline.
+/// and on the records `$2` (ids): true exactly for a group's head that is pending or retrying
+/// with a deadline (in flight too, then: a claim leaves the flag and passes over its token).
 fn refresh_groups(r: &str, groups: &str) -> String {
     format!(
         "WITH heads AS MATERIALIZED (SELECT g, (SELECT min(h.id) FROM {r} AS h \

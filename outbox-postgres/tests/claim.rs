@@ -11,6 +11,7 @@ use outbox_core::{
     RecordId, State, Store, Transition,
 };
 use outbox_postgres::PgStore;
+use tokio_postgres::error::SqlState;
 
 const T0: u64 = 1_700_000_000_000;
 
@@ -267,7 +268,8 @@ async fn lease_rows_live_as_long_as_a_record_holds_them() {
 /// A version 6 schema with records in flight (state 2, found through the lease index) is
 /// brought to version 7: the records stay in flight under their leases, their leases are
 /// listed so they expire as before, the counts stay exact, and a report under the lease
-/// applies.
+/// applies; a claim as version 6 wrote it (state 2 with a token), from a process of that build
+/// still running, is refused, so it cannot take a record a current runner holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_6_schema_is_migrated_with_its_records_in_flight() {
     if !server_ready() {
@@ -289,19 +291,27 @@ async fn a_version_6_schema_is_migrated_with_its_records_in_flight() {
         ))
         .await
         .unwrap();
-    let states: Vec<i16> = client
-        .query(
-            &format!("SELECT state FROM \"{s}\".records ORDER BY id"),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    assert_eq!(states, vec![2, 2, 2, 0], "as version 6 left them");
+
+    let states = || async {
+        client
+            .query(
+                &format!("SELECT state FROM \"{s}\".records ORDER BY id"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<_, i16>(0))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(states().await, vec![2, 2, 2, 0], "as version 6 left them");
 
     let store = scratch.store().await;
+    assert_eq!(
+        states().await,
+        vec![0, 0, 0, 0],
+        "in flight by their tokens alone"
+    );
     let version: i32 = client
         .query_one(&format!("SELECT version FROM \"{s}\".schema_version"), &[])
         .await
@@ -318,6 +328,18 @@ async fn a_version_6_schema_is_migrated_with_its_records_in_flight() {
         after.payload_bytes,
         payload_bytes_recounted(&client, s).await
     );
+    // Version 6's claim, as a process of that build would send it, is refused.
+    let refused = client
+        .execute(
+            &format!(
+                "UPDATE \"{s}\".records AS r SET state = 2, claimable = false, \
+                 lease_token = 77, lease_until = $1 WHERE r.id = $2"
+            ),
+            &[&((T0 + 30_000) as i64), &raw(ids[3])],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some(&SqlState::CHECK_VIOLATION));
     // Still in flight: a claim takes only the pending record.
     let taken = store.claim(claim(T0, 10, 9)).await.unwrap();
     assert_eq!(taken.iter().map(|r| r.id).collect::<Vec<_>>(), vec![ids[3]]);

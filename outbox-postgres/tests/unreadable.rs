@@ -69,9 +69,9 @@ async fn the_look_lists_every_row_that_breaks_a_rule_and_only_those_across_pages
         "not_before = -2",
         // In flight without a lease: what a claim leaves of a row it set aside.
         "state = 2, lease_token = NULL, lease_until = NULL",
-        "state = 2, lease_token = 7, lease_until = -1",
         // Claimed (a token on a pending or retrying row) without a valid expiry.
         "lease_token = 7, lease_until = NULL",
+        "lease_token = 7, lease_until = -1",
         "state = 1, lease_token = 7, lease_until = -1",
     ];
     let mut bad = Vec::new();
@@ -93,8 +93,8 @@ async fn the_look_lists_every_row_that_breaks_a_rule_and_only_those_across_pages
         "trace = 'not a trace context'",
         "attempts = 4294967295",
         "next_attempt_at = 0",
-        "state = 2, lease_token = -1, lease_until = 0",
-        "lease_token = 5, lease_until = 0",
+        "lease_token = -1, lease_until = 0",
+        "state = 1, lease_token = 5, lease_until = 0",
         "state = 3, lease_token = 9",
     ];
     for (i, set) in forgiven.iter().enumerate() {

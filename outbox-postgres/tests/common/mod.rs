@@ -337,12 +337,14 @@ pub async fn records_fillfactor(client: &tokio_postgres::Client, s: &str) -> Opt
 
 /// What version 7 changed, undone: the statements that bring a current schema back to
 /// version 6 as that build left it. Records in flight are in state 2 again (and not
-/// claimable), the lease index is back, the lease rows are gone, and the records' trigger
+/// claimable, with no check against a token in state 2), the lease index is back, the lease
+/// rows are gone, and the records' trigger
 /// function reads a row's state as version 6 did: the server rewrites the current function
 /// with version 6's predicates, and fails the statement should any of version 7's be left.
 pub fn down_to_6(s: &str) -> String {
     format!(
-        "UPDATE \"{s}\".records SET state = 2, claimable = false \
+        "ALTER TABLE \"{s}\".records DROP CONSTRAINT records_set_aside_unleased; \
+         UPDATE \"{s}\".records SET state = 2, claimable = false \
          WHERE lease_token IS NOT NULL AND state < 3; \
          DROP TABLE \"{s}\".leases; \
          CREATE INDEX records_leases ON \"{s}\".records (lease_until, id) WHERE state = 2; \
