@@ -76,12 +76,29 @@ fn refresh_groups(r: &str, groups: &str) -> String {
     )
 }
 
+/// A row that holds no lease token (not in flight), as the due index's readers test it.
+///
+/// Written so the planner does not read it as a null test: on a table without statistics
+/// (a new one, or one autovacuum has not analyzed yet) PostgreSQL takes `lease_token IS NULL`
+/// to pass half a percent of the rows, expects a claim to find fewer rows than its limit, and
+/// sorts every due row instead of walking the due index in order. A claim of 32 out of 10,000
+/// took 13 to 26 ms so (`auto_explain` of a `pg-fleet` drain). An expression it knows nothing
+/// of passes half the rows by its default, whatever the statistics say, and the claim walks
+/// the index.
+const NOT_LEASED: &str = "CASE WHEN lease_token IS NULL THEN true ELSE false END";
+
 /// Deletes the lease rows that `which` picks (a condition on `l`, a row of `leases`) and
 /// that no record holds any more: none of their records is still in flight under their token.
+///
+/// Each id is looked up on its own, by equality on the primary key. Written as `h.id =
+/// ANY(l.ids)`, the generic plan a round runs with read the whole records table instead:
+/// 4.9 ms a round over 10,000 records (section 8's drain, statements logged), where the
+/// lookups take a tenth of that.
 fn forget_leases(s: &str, r: &str, which: &str) -> String {
     format!(
-        "DELETE FROM {s}.leases AS l WHERE {which} AND NOT EXISTS (SELECT 1 FROM {r} AS h \
-         WHERE h.id = ANY(l.ids) AND h.lease_token = l.token)"
+        "DELETE FROM {s}.leases AS l WHERE {which} AND NOT EXISTS (SELECT 1 \
+         FROM unnest(l.ids) AS i(id) WHERE EXISTS (SELECT 1 FROM {r} AS h \
+         WHERE h.id = i.id AND h.lease_token = l.token))"
     )
 }
 
@@ -197,7 +214,7 @@ impl Sql {
             claim: format!(
                 "WITH claimed AS (UPDATE {r} AS r SET lease_token = $3, lease_until = $4 \
                  WHERE r.id = ANY(ARRAY(SELECT id FROM {r} \
-                 WHERE claimable AND next_attempt_at <= $1 AND lease_token IS NULL \
+                 WHERE claimable AND next_attempt_at <= $1 AND {NOT_LEASED} \
                  ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)) \
                  RETURNING {}), \
                  held AS (INSERT INTO {s}.leases (token, until, ids) \
@@ -329,7 +346,7 @@ impl Sql {
                    FROM {r} AS h WHERE h.state = 3 AND h.grp IS NOT NULL \
                    AND NOT EXISTS (SELECT 1 FROM {r} AS e WHERE e.grp = h.grp \
                      AND e.state <> 4 AND e.id < h.id)), \
-                 (SELECT next_attempt_at FROM {r} WHERE claimable AND lease_token IS NULL \
+                 (SELECT next_attempt_at FROM {r} WHERE claimable AND {NOT_LEASED} \
                   ORDER BY next_attempt_at LIMIT 1), \
                  m.halt_reason, m.halt_since, m.superseded + t.superseded + t.absorbed, \
                  (SELECT count(*) FROM {r} WHERE state = 0 \
@@ -349,7 +366,7 @@ impl Sql {
                    FROM {s}.tallies) AS t"
             ),
             next_due: format!(
-                "SELECT next_attempt_at FROM {r} WHERE claimable AND lease_token IS NULL \
+                "SELECT next_attempt_at FROM {r} WHERE claimable AND {NOT_LEASED} \
                  ORDER BY next_attempt_at LIMIT 1"
             ),
             halt: format!("SELECT halt_reason, halt_since FROM {s}.meta"),
@@ -590,6 +607,11 @@ mod tests {
             .contains("SET lease_token = $3, lease_until = $4 WHERE"));
         assert!(!sql.claim.contains("state ="));
         assert!(!sql.claim.contains("claimable ="));
+        // Never a null test the planner would take for a rare row (see `NOT_LEASED`).
+        for text in [&sql.claim, &sql.next_due, &sql.stats] {
+            assert!(text.contains(NOT_LEASED), "{text}");
+        }
+        assert!(!sql.claim.contains("lease_token IS NULL AND"));
     }
 
     #[test]
