@@ -97,6 +97,14 @@ pub(crate) fn token(token: u64) -> i64 {
     i64::from_ne_bytes(token.to_ne_bytes())
 }
 
+/// The distinct lease tokens of `leases`, as stored, in order: the lease rows a batch may end.
+pub(crate) fn tokens(leases: impl IntoIterator<Item = u64>) -> Vec<i64> {
+    let mut tokens: Vec<i64> = leases.into_iter().map(token).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    tokens
+}
+
 /// A lease token as read back.
 pub(crate) fn untoken(stored: i64) -> u64 {
     u64::from_ne_bytes(stored.to_ne_bytes())
@@ -308,6 +316,13 @@ mod tests {
             assert_eq!(stored_state(state(kept), true).unwrap(), kept);
         }
         assert!(stored_state(9, true).is_err());
+    }
+
+    #[test]
+    fn a_batchs_tokens_are_listed_once_each_in_order() {
+        assert_eq!(tokens([9, 7, 9, 8, 7]), vec![7, 8, 9]);
+        assert_eq!(tokens([u64::MAX, 1]), vec![token(u64::MAX), 1]);
+        assert!(tokens([]).is_empty());
     }
 
     #[test]

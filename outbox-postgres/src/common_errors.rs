@@ -8,8 +8,8 @@ use outbox_core::{ErrorCount, Result};
 
 use crate::codec::{unsigned, RawText};
 use crate::error::pg;
+use crate::exec::Exec;
 use crate::ops::Core;
-use crate::sql::Exec;
 
 /// The statement for the schema `schema` (a checked plain identifier). Ties are ordered by
 /// the text's bytes (`COLLATE "C"`), as every backend orders them, whatever the database's

@@ -25,8 +25,8 @@ use tokio_postgres::types::ToSql;
 
 use crate::codec::{self, count, millis, state, text, token};
 use crate::error::pg;
+use crate::exec::Exec;
 use crate::ops::Core;
-use crate::sql::Exec;
 use crate::unreadable;
 
 type Param<'a> = &'a (dyn ToSql + Sync);
@@ -105,20 +105,6 @@ impl Arrays {
             }
         }
         a
-    }
-
-    /// The distinct lease tokens the outcomes report under.
-    fn tokens(&self) -> Vec<i64> {
-        let mut tokens: Vec<i64> = self
-            .delivered_tokens
-            .iter()
-            .chain(&self.discard_tokens)
-            .chain(&self.update_tokens)
-            .copied()
-            .collect();
-        tokens.sort_unstable();
-        tokens.dedup();
-        tokens
     }
 
     /// In the order of the statement's `$1` to `$17`.
@@ -316,7 +302,10 @@ async fn run(
     // claim, the clock, COMMIT.
     let arrays = Arrays::of(outcomes);
     let apply_params = arrays.params();
-    let tokens = arrays.tokens();
+    let tokens = codec::tokens(outcomes.iter().filter_map(|t| match t.guard {
+        Guard::Lease(lease) => Some(lease),
+        _ => None,
+    }));
     let forget_params: [Param<'_>; 1] = [&tokens];
     let refresh_params: [Param<'_>; 2] = [&groups, &ids];
     let claim_params = claim.map(|c| {
@@ -468,7 +457,6 @@ mod tests {
             ),
         ];
         let a = Arrays::of(&outcomes);
-        assert_eq!(a.tokens(), vec![token(7), token(8), token(9)]);
         assert_eq!((a.delivered, a.delivered_tokens), (vec![1], vec![token(7)]));
         assert_eq!((a.discard, a.discard_tokens), (vec![2], vec![token(8)]));
         assert_eq!((a.spent, a.discarded_at), (vec![3], vec![9]));

@@ -12,6 +12,7 @@ mod diesel;
 mod engine;
 mod enqueue;
 mod error;
+mod exec;
 mod exists;
 mod leased;
 pub mod listen;

@@ -26,9 +26,10 @@ use crate::codec::{self, millis, state, text, token};
 use crate::config::PgConfig;
 use crate::enqueue::{self, Target};
 use crate::error::{corrupt, pg, pool as pool_error};
+use crate::exec::{Exec, Params, Pipelined};
 use crate::plan::{self, Plan};
 use crate::seen;
-use crate::sql::{Exec, Params, Pipelined, Sql};
+use crate::sql::Sql;
 use crate::unreadable;
 
 /// What every operation needs: the pool, the statements, the settings and the server's clock.
@@ -244,12 +245,10 @@ impl Core {
             }
         }
         // The leases the batch may end: their rows go once no record holds them.
-        let mut tokens: Vec<i64> = rows
-            .values()
-            .filter_map(|record| record.lease.map(|lease| codec::token(lease.token)))
-            .collect();
-        tokens.sort_unstable();
-        tokens.dedup();
+        let tokens = codec::tokens(
+            rows.values()
+                .filter_map(|record| record.lease.map(|lease| lease.token)),
+        );
         let plan = Plan::new(rows, in_flight, outcomes);
         let arrays = plan.arrays();
         let apply_params = arrays.params();

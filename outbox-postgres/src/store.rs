@@ -17,12 +17,13 @@ use crate::codec;
 use crate::config::PgConfig;
 use crate::engine::Engine;
 use crate::error::{pg, pool as pool_error};
+use crate::exec::Exec;
 use crate::leased;
 use crate::listen::{RunnerWakeups, Wakeups};
 use crate::ops::Core;
 use crate::pending::PendingEnqueue;
 use crate::schema::{self, coalesce_seed, group_seed};
-use crate::sql::{Exec, Sql};
+use crate::sql::Sql;
 use crate::tls;
 use crate::unreadable;
 

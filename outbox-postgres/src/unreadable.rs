@@ -14,8 +14,8 @@ use tokio_postgres::Row;
 
 use crate::codec::{self, RawText, RECORD_COLUMNS};
 use crate::error::{corrupt, pg};
+use crate::exec::Exec;
 use crate::ops::Core;
-use crate::sql::Exec;
 
 /// What a row decodes to, or why it does not.
 pub(crate) fn decode(row: &Row) -> Result<std::result::Result<Record, Unreadable>> {
