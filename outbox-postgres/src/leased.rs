@@ -5,9 +5,10 @@
 //! failed, discarded by the ceiling), each under its lease. [`Guard::Lease`] admits exactly
 //! the record that is still in flight under that token, and `admits_update` holds for every
 //! record in flight, so the guard is a `WHERE lease_token = $token` on the write itself (a
-//! row holds a token only while it is in flight), and the rows the writes return are the transitions that applied. The general
-//! path (`Core::round`) first locks the rows with `SELECT … FOR UPDATE` and decides in Rust:
-//! one round trip more, and a lock record per row in the write-ahead log.
+//! row holds a token only while it is in flight), and the rows the writes return are the
+//! transitions that applied. The general path (`Core::round`) first locks the rows with
+//! `SELECT … FOR UPDATE` and decides in Rust: one round trip more, and a lock record per row
+//! in the write-ahead log.
 //!
 //! The round goes out as two pipelines on one pooled connection:
 //! 1. `BEGIN` and the groups' advisory locks, which also name the groups of the records;

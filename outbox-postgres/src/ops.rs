@@ -3,9 +3,9 @@
 //!
 //! Only pending or retrying *group heads* with a deadline carry the `claimable` flag (a head
 //! in flight keeps it, passed over by its lease token), so "what is due" is one range scan of
-//! a partial index. Every change that can move a group's head
-//! (an enqueue into the group, a record leaving it) runs under that group's advisory lock,
-//! taken in key order, and refreshes the flags before it commits. An enqueue with coalescing
+//! a partial index. Every change that can move a group's head (an enqueue into the group, a
+//! record leaving it) runs under that group's advisory lock, taken in key order, and refreshes
+//! the flags before it commits. An enqueue with coalescing
 //! keys also takes a lock per key, in the same statement and the same order, so the enqueues
 //! of one key are decided one after the other.
 
