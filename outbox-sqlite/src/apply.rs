@@ -1,9 +1,11 @@
 //! Transitions as set-based writes: a batch is read in one query, worked out in memory in
 //! order (each guard checked with [`Guard::admits`](outbox_core::Guard::admits) against the
 //! record as the earlier transitions of the batch left it), and its net effect written with one
-//! statement per kind of write (the rows to delete, to rewrite, the tombstones, the delivered
-//! counter, the group heads to promote), whatever the batch's size. The batch's values travel
-//! as one JSON array, read with `json_each`.
+//! statement per kind of write (the rows to delete, the tombstones, the delivered counter, the
+//! group heads to promote), whatever the batch's size, and one prepared statement run for each
+//! row to rewrite. The batch's values travel as one JSON array, read with `json_each`. The statements that change many rows keep no
+//! statement journal (`UPDATE OR FAIL`, no `RETURNING` on a `DELETE`: see the writer's docs,
+//! `worker`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -15,14 +17,14 @@ use rusqlite::Connection;
 
 use crate::counters::{mark, Tally};
 use crate::error::db;
-use crate::json::{json_ids, json_number, json_text, json_texts};
+use crate::json::{json_ids, json_text, json_texts};
 use crate::ops::{claim_counted, ms, RawRecord, COLUMN_COUNT};
 
 mod leased;
 
 /// Sets `claimable` on the rows whose ids are in the JSON array `?1` and on the heads of the
 /// groups in the JSON array `?2`, from each row's state, deadline and place in its group.
-pub(crate) const REFRESH_SQL: &str = "UPDATE records SET claimable = (
+pub(crate) const REFRESH_SQL: &str = "UPDATE OR FAIL records SET claimable = (
         state IN (0, 1) AND next_attempt_at IS NOT NULL AND (
             grp IS NULL OR (member = 1 AND id = (
                 SELECT h.id FROM records AS h
@@ -226,7 +228,7 @@ impl Batch {
         refresh(conn, touched, &self.groups)?;
         if !self.rejoined.is_empty() {
             conn.prepare_cached(
-                "UPDATE records SET claimable = (
+                "UPDATE OR FAIL records SET claimable = (
                     state IN (0, 1) AND next_attempt_at IS NOT NULL AND member = 1 AND id = (
                         SELECT h.id FROM records AS h
                         WHERE h.grp = records.grp AND h.member = 1
@@ -256,55 +258,35 @@ fn refresh(conn: &Connection, touched: Vec<i64>, groups: &BTreeSet<String>) -> R
     Ok(())
 }
 
-/// Rewrites the progress of rows in one statement.
+/// Rewrites the progress of one row; [`rewrite`] runs it for each row of a batch.
+const REWRITE_SQL: &str = "UPDATE records SET state = ?2, attempts = ?3, unanswered = ?4, \
+     interrupted = ?5, last_attempt_at = ?6, next_attempt_at = ?7, last_error = ?8, \
+     member = ?9, history = ?10, lease_token = NULL, lease_until = NULL WHERE id = ?1";
+
+/// Rewrites the progress of rows, one prepared statement run for each. Not one `UPDATE …
+/// FROM` over the batch: SQLite keeps a statement journal for that form, written to a
+/// temporary file once the rows pass 64 KiB (see the writer's docs, `worker`); an update of
+/// one row by its key keeps none.
 fn rewrite<'a>(conn: &Connection, entries: impl Iterator<Item = &'a Entry>) -> Result<()> {
-    let mut json = String::from("[");
-    for (i, entry) in entries.enumerate() {
-        let (r, member) = (&entry.record, entry.member);
-        if i > 0 {
-            json.push(',');
-        }
-        let _ = write!(
-            json,
-            "[{},{},{},{},{},",
+    let mut stmt = conn.prepare_cached(REWRITE_SQL).map_err(db)?;
+    for entry in entries {
+        let r = &entry.record;
+        // The history's encoding, `NULL` for none.
+        let history = (!r.history.is_empty()).then(|| r.history.encode());
+        stmt.execute(rusqlite::params![
             ms(r.id.0),
             r.state.code(),
             r.attempts,
             r.unanswered,
-            r.interrupted
-        );
-        json_number(&mut json, r.last_attempt_at.map(ms));
-        json.push(',');
-        json_number(&mut json, r.next_attempt_at.map(ms));
-        json.push(',');
-        match &r.last_error {
-            Some(error) => json_text(&mut json, error),
-            None => json.push_str("null"),
-        }
-        let _ = write!(json, ",{},", u8::from(member));
-        // The history as hex (`unhex` turns it back into the blob), `null` for none.
-        if r.history.is_empty() {
-            json.push_str("null]");
-        } else {
-            json.push('"');
-            for byte in r.history.encode() {
-                let _ = write!(json, "{byte:02x}");
-            }
-            json.push_str("\"]");
-        }
+            r.interrupted,
+            r.last_attempt_at.map(ms),
+            r.next_attempt_at.map(ms),
+            r.last_error,
+            entry.member,
+            history,
+        ])
+        .map_err(db)?;
     }
-    json.push(']');
-    conn.prepare_cached(
-        "UPDATE records SET state = u.value ->> 1, attempts = u.value ->> 2, \
-         unanswered = u.value ->> 3, interrupted = u.value ->> 4, \
-         last_attempt_at = u.value ->> 5, next_attempt_at = u.value ->> 6, \
-         last_error = u.value ->> 7, member = u.value ->> 8, \
-         history = unhex(u.value ->> 9), lease_token = NULL, lease_until = NULL \
-         FROM json_each(?1) AS u WHERE records.id = u.value ->> 0",
-    )
-    .map_err(db)?
-    .execute([json])
-    .map_err(db)?;
     Ok(())
 }
 

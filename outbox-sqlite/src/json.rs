@@ -19,16 +19,6 @@ pub(crate) fn json_text(out: &mut String, text: &str) {
     out.push('"');
 }
 
-/// Appends an optional number to `out` as JSON.
-pub(crate) fn json_number(out: &mut String, value: Option<i64>) {
-    match value {
-        Some(v) => {
-            let _ = write!(out, "{v}");
-        }
-        None => out.push_str("null"),
-    }
-}
-
 /// A JSON array of numbers, for `json_each`.
 pub(crate) fn json_ids(ids: impl IntoIterator<Item = i64>) -> String {
     let mut out = String::from("[");

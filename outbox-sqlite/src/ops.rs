@@ -64,9 +64,10 @@ macro_rules! due_sql {
 #[cfg(test)]
 pub(crate) const DUE_SQL: &str = due_sql!();
 
-/// A claim in one statement: the due query's rows go in flight under the lease.
+/// A claim in one statement: the due query's rows go in flight under the lease. `OR FAIL`, so
+/// SQLite keeps no statement journal for it (see the writer's docs, `worker`).
 pub(crate) const CLAIM_SQL: &str = concat!(
-    "UPDATE records SET state = 2, lease_token = ?3, lease_until = ?4, claimable = 0, \
+    "UPDATE OR FAIL records SET state = 2, lease_token = ?3, lease_until = ?4, claimable = 0, \
      claimed_from = state WHERE id IN (",
     due_sql!(),
     ") RETURNING ",

@@ -13,15 +13,22 @@ use crate::json::json_ids;
 use crate::ops::ms;
 use crate::row;
 
-/// Deletes the records delivered under the lease `?2` (ids in the JSON array `?1`), handing
-/// back what the counters and the group heads need. The `WHERE` is [`Guard::Lease`]'s rule
-/// (in flight, under that token, with a lease) as SQL.
+/// The records delivered under the lease `?2` (ids in the JSON array `?1`), with what the
+/// counters and the group heads need. The `WHERE` is [`Guard::Lease`]'s rule (in flight, under
+/// that token, with a lease) as SQL, and [`DELETE_LEASED_SQL`] repeats it: in the same
+/// transaction on the one writer connection, both see the same rows.
 ///
 /// [`Guard::Lease`]: outbox_core::Guard::Lease
-const DELIVER_LEASED_SQL: &str = "DELETE FROM records \
+const DELIVERED_LEASED_SQL: &str = "SELECT id, grp, member, length(payload) FROM records \
      WHERE id IN (SELECT value FROM json_each(?1)) \
-     AND state = 2 AND lease_token = ?2 AND lease_until IS NOT NULL \
-     RETURNING id, grp, member, length(payload)";
+     AND state = 2 AND lease_token = ?2 AND lease_until IS NOT NULL";
+
+/// Deletes the rows [`DELIVERED_LEASED_SQL`] read. Not one `DELETE … RETURNING`: SQLite keeps a
+/// statement journal for that form (see the writer's docs, `worker`), which cost a drain more
+/// than reading the rows first.
+const DELETE_LEASED_SQL: &str = "DELETE FROM records \
+     WHERE id IN (SELECT value FROM json_each(?1)) \
+     AND state = 2 AND lease_token = ?2 AND lease_until IS NOT NULL";
 
 /// The lease token of a batch made only of deliveries reported under one lease: what a
 /// runner's round reports when every record of its last claim was delivered.
@@ -42,14 +49,14 @@ pub(super) fn delivered_under_one_lease(transitions: &[Transition]) -> Option<u6
     token
 }
 
-/// [`apply_counted`](super::apply_counted) for a batch of deliveries under the one lease `token`: one `DELETE …
-/// RETURNING` both checks each guard and removes the row, so the rows are neither read first
-/// nor decoded. Counts and skips as the general path does: a record not in flight under the
-/// lease (or a repeated id) is skipped, each delivered one leaves the in-flight count and the
-/// payload bytes, and the groups it held are refreshed. One difference: a row damaged on disk
-/// after its claim, in a column this statement does not read (all but its id, group,
-/// membership and payload length), is delivered and removed here, where the general path's
-/// read of it fails the batch.
+/// [`apply_counted`](super::apply_counted) for a batch of deliveries under the one lease
+/// `token`: one query reads what the counters need of the rows that pass the guard (four
+/// columns, nothing decoded into records), and one statement deletes them. Counts and skips
+/// as the general path does: a record not in flight under the lease (or a repeated id) is
+/// skipped, each delivered one leaves the in-flight count and the payload bytes, and the
+/// groups it held are refreshed. One difference: a row damaged on disk after its claim, in a
+/// column the query does not read (all but its id, group, membership and payload length), is
+/// delivered and removed here, where the general path's read of it fails the batch.
 pub(super) fn deliver(
     conn: &Connection,
     transitions: &[Transition],
@@ -57,7 +64,7 @@ pub(super) fn deliver(
     tally: &mut Tally,
 ) -> Result<Applied> {
     let ids = json_ids(transitions.iter().map(|t| ms(t.id.0)));
-    let mut stmt = conn.prepare_cached(DELIVER_LEASED_SQL).map_err(db)?;
+    let mut stmt = conn.prepare_cached(DELIVERED_LEASED_SQL).map_err(db)?;
     let mut rows = stmt.query(params![ids, row::token(token)]).map_err(db)?;
     let mut gone = HashSet::with_capacity(transitions.len());
     let mut groups = BTreeSet::new();
@@ -75,6 +82,16 @@ pub(super) fn deliver(
     }
     drop(rows);
     drop(stmt);
+    let deleted = conn
+        .prepare_cached(DELETE_LEASED_SQL)
+        .map_err(db)?
+        .execute(params![ids, row::token(token)])
+        .map_err(db)?;
+    debug_assert_eq!(
+        deleted,
+        gone.len(),
+        "the delete removes the rows the query read"
+    );
     refresh(conn, Vec::new(), &groups)?;
     // The first report of each deleted id applied; any other was skipped.
     let skipped = transitions
