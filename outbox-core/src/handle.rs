@@ -500,16 +500,24 @@ impl Outbox {
     }
 
     async fn settled(&self) -> Result<bool> {
+        // A runner holding records or looking is not settled, whatever the store says: no
+        // store call while it is busy (`flush` looks again at its next progress).
+        if self.runner_busy() {
+            return Ok(false);
+        }
         // The store first, then what the runner holds: the runner counts a claim as held
         // before it reaches the store, so records it claims between the two reads are seen
         // either as due or as held, never as neither.
         let due = self.shared.store.next_due().await?;
-        if self.shared.holding.load(Ordering::SeqCst) > 0
-            || self.shared.looking.load(Ordering::SeqCst)
-        {
+        if self.runner_busy() {
             return Ok(false);
         }
         Ok(due.is_none_or(|at| at > self.shared.now()))
+    }
+
+    /// Whether the runner holds records in flight or is making its look for unreadable rows.
+    fn runner_busy(&self) -> bool {
+        self.shared.holding.load(Ordering::SeqCst) > 0 || self.shared.looking.load(Ordering::SeqCst)
     }
 
     async fn record(&self, id: RecordId) -> Result<Record> {
