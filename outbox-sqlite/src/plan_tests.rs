@@ -43,17 +43,21 @@ fn the_due_query_reads_the_due_index_in_order() {
 }
 
 #[test]
-fn the_claim_updates_the_due_rows_by_id() {
-    let plan = plan(&outbox(), ops::CLAIM_SQL);
+fn the_claim_reads_the_due_rows_in_order_and_updates_them_by_id() {
+    let read = plan(&outbox(), ops::CLAIM_READ_SQL);
     assert!(
-        plan.contains("USING INDEX records_deadline (claimable=? AND next_attempt_at<?)"),
-        "{plan}"
+        read.contains(
+            "SEARCH records USING INDEX records_deadline (claimable=? AND next_attempt_at<?)"
+        ),
+        "{read}"
     );
+    assert!(!read.contains("TEMP B-TREE"), "no sort: {read}");
+    let write = plan(&outbox(), ops::CLAIM_SQL);
     assert!(
-        plan.contains("SEARCH records USING INTEGER PRIMARY KEY (rowid=?)"),
-        "{plan}"
+        write.contains("SEARCH records USING INTEGER PRIMARY KEY (rowid=?)"),
+        "{write}"
     );
-    assert!(!plan.contains("SCAN records"), "{plan}");
+    assert!(!write.contains("SCAN records"), "{write}");
 }
 
 #[test]
@@ -226,7 +230,12 @@ fn statements_with_a_limit_are_prepared_once_not_per_call() {
         ops::expired(&conn, 2_000 + round, limit).expect("expired");
         ops::stepped_back(&conn, 500 + round, limit).expect("stepped back");
     }
-    for sql in [ops::CLAIM_SQL, ops::EXPIRED_SQL, ops::STEPPED_BACK_SQL] {
+    for sql in [
+        ops::CLAIM_READ_SQL,
+        ops::CLAIM_SQL,
+        ops::EXPIRED_SQL,
+        ops::STEPPED_BACK_SQL,
+    ] {
         let stmt = conn.prepare_cached(sql).expect("cached");
         assert_eq!(stmt.get_status(StatementStatus::Run), 5, "{sql}");
         assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
