@@ -37,6 +37,33 @@ fn touched(dir: &Path) -> bool {
     modified != SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000)
 }
 
+/// Claims every record due at `now` under the lease `token` and applies `change` to each.
+async fn round(store: &SqliteStore, now: u64, token: u64, change: Change) {
+    let lease = Lease {
+        token,
+        until: 60_000,
+    };
+    let claimed = store
+        .claim(Claim {
+            now,
+            limit: RECORDS,
+            lease,
+        })
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), RECORDS);
+    let transitions = claimed
+        .iter()
+        .map(|r| Transition {
+            id: r.id,
+            guard: Guard::Lease(token),
+            change: change.clone(),
+        })
+        .collect();
+    let applied = store.apply(transitions).await.expect("apply");
+    assert!(applied.skipped.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_rewrites_and_deliveries_of_thousands_write_no_temporary_file() {
     let temporary = tempfile::tempdir().expect("temporary directory");
@@ -74,52 +101,8 @@ async fn claims_rewrites_and_deliveries_of_thousands_write_no_temporary_file() {
 
     // A claim of all of them, a requeue of all (the general path rewrites every row), a
     // second claim and a delivery of all under its lease (the round's own path).
-    let first = Lease {
-        token: 1,
-        until: 60_000,
-    };
-    let claimed = store
-        .claim(Claim {
-            now: 2_000,
-            limit: RECORDS,
-            lease: first,
-        })
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), RECORDS);
-    let requeue = claimed
-        .iter()
-        .map(|r| Transition {
-            id: r.id,
-            guard: Guard::Lease(first.token),
-            change: Change::Update(Progress::requeued(3_000)),
-        })
-        .collect();
-    let applied = store.apply(requeue).await.expect("requeue");
-    assert!(applied.skipped.is_empty());
-    let second = Lease {
-        token: 2,
-        until: 60_000,
-    };
-    let claimed = store
-        .claim(Claim {
-            now: 3_000,
-            limit: RECORDS,
-            lease: second,
-        })
-        .await
-        .expect("claim again");
-    assert_eq!(claimed.len(), RECORDS);
-    let delivered = claimed
-        .iter()
-        .map(|r| Transition {
-            id: r.id,
-            guard: Guard::Lease(second.token),
-            change: Change::Delivered,
-        })
-        .collect();
-    let applied = store.apply(delivered).await.expect("deliver");
-    assert!(applied.skipped.is_empty());
+    round(&store, 2_000, 1, Change::Update(Progress::requeued(3_000))).await;
+    round(&store, 3_000, 2, Change::Delivered).await;
     let stats = store.stats().await.expect("stats");
     assert_eq!((stats.delivered, stats.undelivered()), (RECORDS as u64, 0));
 
