@@ -3,9 +3,9 @@
 //! record as the earlier transitions of the batch left it), and its net effect written with one
 //! statement per kind of write (the rows to delete, the tombstones, the delivered counter, the
 //! group heads to promote), whatever the batch's size, and one prepared statement run for each
-//! row to rewrite. The batch's values travel as one JSON array, read with `json_each`. The statements that change many rows keep no
-//! statement journal (`UPDATE OR FAIL`, no `RETURNING` on a `DELETE`: see the writer's docs,
-//! `worker`).
+//! row to rewrite. The batch's values travel as one JSON array, read with `json_each`. The
+//! statements that change many rows keep no statement journal (`UPDATE OR FAIL`, no
+//! `RETURNING` on a `DELETE`: see the writer's docs, `worker`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;

@@ -21,9 +21,11 @@
 //! hundred such files per 100,000 records, and the file writes were a tenth of the writer's
 //! time. So the writes that change many rows are stated so that SQLite keeps none: `UPDATE OR
 //! FAIL` (a failure leaves the rows changed before it, which the write's undo takes back) and a
-//! `DELETE` without `RETURNING` (what it removes is read first). The one difference: a
-//! statement that finds the file full (the size cap or the disk) now loses the transaction,
-//! not only itself, as an I/O error already did.
+//! `DELETE` without `RETURNING` (what it removes is read first). A write that shares its
+//! transaction runs in a savepoint, which SQLite journals the same way; a write alone, as a
+//! draining runner's rounds are, keeps none. The one difference: a statement that finds the
+//! file full (the size cap or the disk) now loses the transaction, not only itself, as an I/O
+//! error already did.
 //!
 //! The *reader* answers queries on a second connection, on tokio's blocking pool; in WAL mode
 //! it reads the last committed state without waiting for the writer.

@@ -1,40 +1,47 @@
 //! The writer keeps no statement journal: claiming, rewriting and deleting two thousand
-//! records at once creates no temporary file. (SQLite copies the pages a statement changes
-//! into a statement journal when the statement changes many rows and may stop part-way, and
-//! writes that journal to a temporary file once it passes 64 KiB; see the writer's docs.)
+//! records at once opens no temporary file. (SQLite copies the pages a statement changes into
+//! a statement journal when the statement changes many rows and may stop part-way, and writes
+//! that journal to a temporary file once it passes 64 KiB; see the writer's docs.)
 //!
-//! SQLite creates its temporary files in `SQLITE_TMPDIR`, read once when it starts, so this
-//! file holds one test, which sets it before anything opens a database. A temporary file is
-//! unlinked as soon as it is opened, so the test watches the directory's modification time,
-//! which creating one moves; a first part checks that it does, with a statement that needs a
-//! journal.
+//! A temporary file leaves no trace to look for afterwards: SQLite unlinks it as soon as it is
+//! opened, and newer versions open it without a name (`O_TMPFILE`). So the test forbids new
+//! files instead: while [`NoNewFiles`] holds, the process's limit on open files is its lowest
+//! free descriptor, and any open fails, a temporary file's included. A first part checks that
+//! a statement needing a journal then fails. The limit is the whole process's, so this file
+//! holds one test.
 
 use std::fs::File;
-use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::os::fd::AsRawFd;
 
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use outbox_core::{Change, Claim, Guard, Lease, NewRecord, Progress, Store, Transition};
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::Connection;
 
 const RECORDS: usize = 2_000;
 
-/// Sets the directory's modification time far in the past, so any file created in it later
-/// moves it, however coarse the file system's clock.
-fn age(dir: &Path) {
-    File::open(dir)
-        .expect("open the directory")
-        .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000))
-        .expect("set the directory's time");
+/// While it lives, the process can open no file: its soft limit on open files is the number
+/// the next open would get (every lower one is in use). Dropping it restores the limit.
+struct NoNewFiles {
+    soft: u64,
+    hard: u64,
 }
 
-/// Whether a file was created in `dir` since [`age`].
-fn touched(dir: &Path) -> bool {
-    let modified = std::fs::metadata(dir)
-        .expect("the directory")
-        .modified()
-        .expect("modification time");
-    modified != SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000)
+impl NoNewFiles {
+    fn now() -> Self {
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("the limit on open files");
+        // An open takes the lowest free descriptor: this one, once the probe is closed.
+        let next = File::open("/dev/null").expect("probe").as_raw_fd();
+        let next = u64::try_from(next).expect("a descriptor is not negative");
+        setrlimit(Resource::RLIMIT_NOFILE, next, hard).expect("lower the limit");
+        NoNewFiles { soft, hard }
+    }
+}
+
+impl Drop for NoNewFiles {
+    fn drop(&mut self) {
+        setrlimit(Resource::RLIMIT_NOFILE, self.soft, self.hard).expect("restore the limit");
+    }
 }
 
 /// Claims every record due at `now` under the lease `token` and applies `change` to each.
@@ -65,14 +72,11 @@ async fn round(store: &SqliteStore, now: u64, token: u64, change: Change) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_rewrites_and_deliveries_of_thousands_write_no_temporary_file() {
-    let temporary = tempfile::tempdir().expect("temporary directory");
-    // Before any database opens in this process: SQLite reads it once, at its start.
-    std::env::set_var("SQLITE_TMPDIR", temporary.path());
+async fn claims_rewrites_and_deliveries_of_thousands_open_no_temporary_file() {
     let files = tempfile::tempdir().expect("directory for the databases");
 
-    // The watch works: a plain multi-row update of a NOT NULL column inside a transaction
-    // writes its statement journal to a temporary file there.
+    // The guard works: with it held, a plain multi-row update of a NOT NULL column inside a
+    // transaction cannot open its statement journal, and fails.
     let conn = Connection::open(files.path().join("plain.db")).expect("open");
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
@@ -81,12 +85,15 @@ async fn claims_rewrites_and_deliveries_of_thousands_write_no_temporary_file() {
          INSERT INTO t (state, body) SELECT 0, randomblob(256) FROM n;",
     )
     .expect("fill");
-    age(temporary.path());
-    conn.execute_batch("BEGIN IMMEDIATE; UPDATE t SET state = 2; COMMIT;")
-        .expect("update");
+    conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+    let journaled = {
+        let _guard = NoNewFiles::now();
+        conn.execute("UPDATE t SET state = state + 1", [])
+    };
+    conn.execute_batch("ROLLBACK").expect("rollback");
     assert!(
-        touched(temporary.path()),
-        "the control statement should have written a statement journal to SQLITE_TMPDIR"
+        journaled.is_err(),
+        "the control statement should have needed a statement journal: {journaled:?}"
     );
     drop(conn);
 
@@ -97,17 +104,17 @@ async fn claims_rewrites_and_deliveries_of_thousands_write_no_temporary_file() {
         .map(|i| NewRecord::new(format!("{i:0>256}").into_bytes()))
         .collect();
     store.enqueue(records, 1_000).await.expect("enqueue");
-    age(temporary.path());
+    // Each of the store's connections opens the write-ahead log at its first read: the
+    // reader's is made here, before the guard.
+    store.stats().await.expect("stats before");
 
     // A claim of all of them, a requeue of all (the general path rewrites every row), a
-    // second claim and a delivery of all under its lease (the round's own path).
+    // second claim and a delivery of all under its lease (the round's own path), none of
+    // which may open a file.
+    let guard = NoNewFiles::now();
     round(&store, 2_000, 1, Change::Update(Progress::requeued(3_000))).await;
     round(&store, 3_000, 2, Change::Delivered).await;
     let stats = store.stats().await.expect("stats");
+    drop(guard);
     assert_eq!((stats.delivered, stats.undelivered()), (RECORDS as u64, 0));
-
-    assert!(
-        !touched(temporary.path()),
-        "the store wrote a temporary file: a statement kept a statement journal"
-    );
 }
