@@ -1,14 +1,14 @@
 //! Transitions as set-based writes: a batch is read in one query, worked out in memory in
 //! order (each guard checked with [`Guard::admits`](outbox_core::Guard::admits) against the
 //! record as the earlier transitions of the batch left it), and its net effect written with one
-//! statement per kind of write (the rows to delete, the tombstones, the delivered counter, the
-//! group heads to promote), whatever the batch's size, and one prepared statement run for each
-//! row to rewrite. The batch's values travel as one JSON array, read with `json_each`. The
-//! statements that change many rows keep no statement journal (`UPDATE OR FAIL`, no
-//! `RETURNING` on a `DELETE`: see the writer's docs, `worker`).
+//! statement per kind of write (the rows to delete, the delivered counter, the group heads to
+//! promote), whatever the batch's size, and one prepared statement run for each row to
+//! rewrite and each tombstone. The batch's values travel as one JSON array, read with
+//! `json_each`. No statement keeps a statement journal (`UPDATE OR FAIL`, no `RETURNING` on a
+//! `DELETE`, rows rewritten and tombstones written one by one: see the writer's docs,
+//! `worker`).
 
 use std::collections::{BTreeSet, HashMap};
-use std::fmt::Write as _;
 
 use outbox_core::{
     Applied, Change, Claim, Record, RecordId, Result, Round, State, Tombstone, Transition,
@@ -17,7 +17,7 @@ use rusqlite::Connection;
 
 use crate::counters::{mark, Tally};
 use crate::error::db;
-use crate::json::{json_ids, json_text, json_texts};
+use crate::json::{json_ids, json_texts};
 use crate::ops::{claim_counted, ms, RawRecord, COLUMN_COUNT};
 
 mod leased;
@@ -290,33 +290,27 @@ fn rewrite<'a>(conn: &Connection, entries: impl Iterator<Item = &'a Entry>) -> R
     Ok(())
 }
 
-/// Writes tombstones in one statement.
+/// Writes one tombstone; [`bury`] runs it for each.
+const BURY_SQL: &str = "INSERT INTO tombstones (id, grp, key, reason, discarded_at, attempts) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+/// Writes tombstones, one prepared statement run for each. Not one `INSERT … SELECT` over the
+/// batch: SQLite keeps a statement journal for an insert of many rows that sets the row's key
+/// (in a transaction that has just freed pages, a copy of each reused page), written to a
+/// temporary file once past 64 KiB (see the writer's docs, `worker`).
 fn bury(conn: &Connection, tombstones: &[Tombstone]) -> Result<()> {
-    let mut json = String::from("[");
-    for (i, t) in tombstones.iter().enumerate() {
-        if i > 0 {
-            json.push(',');
-        }
-        let _ = write!(json, "[{},", ms(t.id.0));
-        match &t.group {
-            Some(group) => json_text(&mut json, group),
-            None => json.push_str("null"),
-        }
-        json.push(',');
-        json_text(&mut json, &t.key);
-        json.push(',');
-        json_text(&mut json, &t.reason);
-        let _ = write!(json, ",{},{}]", ms(t.discarded_at), t.attempts);
+    let mut stmt = conn.prepare_cached(BURY_SQL).map_err(db)?;
+    for t in tombstones {
+        stmt.execute(rusqlite::params![
+            ms(t.id.0),
+            t.group,
+            t.key,
+            t.reason,
+            ms(t.discarded_at),
+            t.attempts,
+        ])
+        .map_err(db)?;
     }
-    json.push(']');
-    conn.prepare_cached(
-        "INSERT INTO tombstones (id, grp, key, reason, discarded_at, attempts) \
-         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 \
-         FROM json_each(?1)",
-    )
-    .map_err(db)?
-    .execute([json])
-    .map_err(db)?;
     Ok(())
 }
 

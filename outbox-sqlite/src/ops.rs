@@ -477,10 +477,12 @@ pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
     let mut tally = Tally::default();
     let mut rejected = 0;
     {
+        // Read, then deleted: a `DELETE … RETURNING` keeps a statement journal (see the
+        // writer's docs, `worker`).
         let mut stmt = conn
             .prepare_cached(
-                "DELETE FROM records WHERE state = 4 AND last_attempt_at < ?1 \
-                 RETURNING last_error, length(payload)",
+                "SELECT last_error, length(payload) FROM records \
+                 WHERE state = 4 AND last_attempt_at < ?1",
             )
             .map_err(db)?;
         let mut rows = stmt.query([ms(older_than)]).map_err(db)?;
@@ -494,6 +496,10 @@ pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
             rejected += 1;
         }
     }
+    conn.prepare_cached("DELETE FROM records WHERE state = 4 AND last_attempt_at < ?1")
+        .map_err(db)?
+        .execute([ms(older_than)])
+        .map_err(db)?;
     let tombstones = conn
         .prepare_cached("DELETE FROM tombstones WHERE discarded_at < ?1")
         .map_err(db)?

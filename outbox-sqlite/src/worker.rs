@@ -14,14 +14,16 @@
 //! the answer.
 //!
 //! **No statement journal.** Since each write is undone whole, by its savepoint or its
-//! transaction, when any of its statements fails, a statement's own undo is never needed. SQLite
-//! would keep one all the same for a statement that changes many rows and may stop part-way (a
-//! `NOT NULL` column it sets, a `RETURNING` on a `DELETE`): a copy of every page the statement
-//! changes, written to a temporary file once past 64 KiB. A drain's claims and deletes wrote a
-//! hundred such files per 100,000 records, and the file writes were a tenth of the writer's
-//! time. So the writes that change many rows are stated so that SQLite keeps none: `UPDATE OR
-//! FAIL` (a failure leaves the rows changed before it, which the write's undo takes back) and a
-//! `DELETE` without `RETURNING` (what it removes is read first). A write that shares its
+//! transaction, when any of its statements fails, a statement's own undo is never needed.
+//! SQLite would keep one all the same for a statement that changes many rows and may stop
+//! part-way (a `NOT NULL` column it sets, a `RETURNING` on a `DELETE`): a copy of every page
+//! the statement changes, written to a temporary file once past 64 KiB. A drain's claims and
+//! deletes wrote a hundred such files per 100,000 records, and the file writes were a tenth of
+//! the writer's time. So the writes that change many rows are stated so that SQLite keeps
+//! none: `UPDATE OR FAIL` (a failure leaves the rows changed before it, which the write's undo
+//! takes back), a `DELETE` without `RETURNING` (what it removes is read first), and rows
+//! rewritten and tombstones inserted one by one (an `UPDATE … FROM`, or an `INSERT … SELECT`
+//! that sets the key, keeps a journal whatever its conflict clause). A write that shares its
 //! transaction runs in a savepoint, which SQLite journals the same way; a write alone, as a
 //! draining runner's rounds are, keeps none. The one difference: a statement that finds the
 //! file full (the size cap or the disk) now loses the transaction, not only itself, as an I/O

@@ -1,5 +1,5 @@
-//! The writer keeps no statement journal: claiming, rewriting and deleting two thousand
-//! records at once opens no temporary file. (SQLite copies the pages a statement changes into
+//! The writer keeps no statement journal: enqueuing, claiming, rewriting, delivering,
+//! pruning and discarding two thousand records at once opens no temporary file. (SQLite copies the pages a statement changes into
 //! a statement journal when the statement changes many rows and may stop part-way, and writes
 //! that journal to a temporary file once it passes 64 KiB; see the writer's docs.)
 //!
@@ -14,7 +14,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
-use outbox_core::{Change, Claim, Guard, Lease, NewRecord, Progress, Store, Transition};
+use outbox_core::{Change, Claim, Guard, Lease, NewRecord, Progress, State, Store, Transition};
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::Connection;
 
@@ -67,12 +67,15 @@ async fn round(store: &SqliteStore, now: u64, token: u64, change: Change) {
             change: change.clone(),
         })
         .collect();
-    let applied = store.apply(transitions).await.expect("apply");
+    let applied = store
+        .apply(transitions)
+        .await
+        .unwrap_or_else(|err| panic!("apply at {now}: {err:?}"));
     assert!(applied.skipped.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_rewrites_and_deliveries_of_thousands_open_no_temporary_file() {
+async fn writes_of_thousands_of_records_open_no_temporary_file() {
     let files = tempfile::tempdir().expect("directory for the databases");
 
     // The guard works: with it held, a plain multi-row update of a NOT NULL column inside a
@@ -100,21 +103,52 @@ async fn claims_rewrites_and_deliveries_of_thousands_open_no_temporary_file() {
     let store = SqliteStore::create(files.path().join("outbox.db"), SqliteConfig::default())
         .await
         .expect("create");
-    let records: Vec<NewRecord> = (0..RECORDS)
-        .map(|i| NewRecord::new(format!("{i:0>256}").into_bytes()))
-        .collect();
-    store.enqueue(records, 1_000).await.expect("enqueue");
     // Each of the store's connections opens the write-ahead log at its first read: the
     // reader's is made here, before the guard.
     store.stats().await.expect("stats before");
 
-    // A claim of all of them, a requeue of all (the general path rewrites every row), a
-    // second claim and a delivery of all under its lease (the round's own path), none of
-    // which may open a file.
+    // Under the guard, three batches of 2,000 records, each enqueued at once: the first
+    // claimed and requeued (the general path rewrites every row), claimed again and delivered
+    // under its lease (the round's own path); the second rejected and pruned; the third
+    // discarded (its tombstones written at once). None of it may open a file.
     let guard = NoNewFiles::now();
+    enqueue(&store, 1_000).await;
     round(&store, 2_000, 1, Change::Update(Progress::requeued(3_000))).await;
     round(&store, 3_000, 2, Change::Delivered).await;
+    enqueue(&store, 4_000).await;
+    round(&store, 4_000, 3, Change::Update(rejected(4_500))).await;
+    assert_eq!(store.prune(5_000).await.expect("prune"), RECORDS as u64);
+    enqueue(&store, 6_000).await;
+    let discard = Change::Discard {
+        reason: "by a person".into(),
+        at: 6_500,
+        attempts: 1,
+    };
+    round(&store, 6_000, 4, discard).await;
     let stats = store.stats().await.expect("stats");
     drop(guard);
     assert_eq!((stats.delivered, stats.undelivered()), (RECORDS as u64, 0));
+    assert_eq!((stats.discarded, stats.rejected), (RECORDS as u64, 0));
+}
+
+/// Enqueues [`RECORDS`] records of 256 bytes at once, at `now`.
+async fn enqueue(store: &SqliteStore, now: u64) {
+    let records: Vec<NewRecord> = (0..RECORDS)
+        .map(|i| NewRecord::new(format!("{i:0>256}").into_bytes()))
+        .collect();
+    store.enqueue(records, now).await.expect("enqueue");
+}
+
+/// A verdict that rejects the record, answered at `at`.
+fn rejected(at: u64) -> Progress {
+    Progress {
+        state: State::Rejected,
+        attempts: 1,
+        unanswered: 0,
+        interrupted: 0,
+        last_attempt_at: Some(at),
+        next_attempt_at: None,
+        last_error: Some("HTTP 422".into()),
+        history: Default::default(),
+    }
 }
