@@ -369,6 +369,77 @@ fn writes_of_a_transaction_lost_to_another_write_fail_too() {
     assert_eq!(values(&conn), vec![3]);
 }
 
+/// A write that puts every row of `big` in flight, as a claim does, growing the rows past the
+/// page limit; `OR FAIL` or not.
+fn grow(or_fail: bool) -> (Box<dyn Job>, Reply) {
+    let (reply, answer) = oneshot::channel();
+    let work = move |conn: &Connection| -> Result<i64> {
+        let sql = if or_fail {
+            "UPDATE OR FAIL big SET state = 2, lease = 123456789012"
+        } else {
+            "UPDATE big SET state = 2, lease = 123456789012"
+        };
+        conn.execute(sql, []).map_err(db)?;
+        Ok(0)
+    };
+    let job = Task {
+        work,
+        reply,
+        kind: Kind::Drains,
+    };
+    (Box::new(job), answer)
+}
+
+/// A file in WAL mode, as the store's, with `t` beside a table `big` of 2,000 rows, limited
+/// to two pages more than it holds. (An in-memory database undoes only the statement.)
+fn nearly_full(dir: &tempfile::TempDir) -> Connection {
+    let conn = Connection::open(dir.path().join("full.db")).expect("open");
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         CREATE TABLE t (v INTEGER);
+         CREATE TABLE big (b BLOB NOT NULL, state INTEGER NOT NULL, lease INTEGER);
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+         INSERT INTO big (b, state) SELECT zeroblob(100), 0 FROM n;
+         INSERT INTO t VALUES (0);",
+    )
+    .expect("fill");
+    let pages: i64 = conn
+        .pragma_query_value(None, "page_count", |row| row.get(0))
+        .expect("page count");
+    conn.pragma_update(None, "max_page_count", pages + 2)
+        .expect("limit");
+    conn
+}
+
+#[test]
+fn a_statement_without_a_journal_that_finds_the_file_full_loses_its_transaction() {
+    // The store's many-row writes keep no statement journal (`OR FAIL`, see the module
+    // docs): one that finds the file full undoes the whole transaction, so the write before
+    // it fails too (with an error, nothing kept), and the one after goes on in a new one.
+    let dir = tempfile::tempdir().expect("directory");
+    let mut conn = nearly_full(&dir);
+    let (a, mut ra) = insert(1, None);
+    let (b, mut rb) = grow(true);
+    let (c, mut rc) = insert(3, None);
+    commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0), false);
+    assert!(answer(&mut ra).is_err(), "its transaction was undone");
+    assert!(matches!(answer(&mut rb), Err(Error::StorageFull { .. })));
+    assert_eq!(answer(&mut rc).expect("third, in a new transaction"), 3);
+    assert_eq!(values(&conn), vec![0, 3]);
+
+    // With a statement journal, SQLite undoes that statement alone: the others commit.
+    let dir = tempfile::tempdir().expect("directory");
+    let mut conn = nearly_full(&dir);
+    let (a, mut ra) = insert(1, None);
+    let (b, mut rb) = grow(false);
+    let (c, mut rc) = insert(3, None);
+    commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0), false);
+    assert_eq!(answer(&mut ra).expect("kept"), 1);
+    assert!(answer(&mut rb).is_err());
+    assert_eq!(answer(&mut rc).expect("kept"), 3);
+    assert_eq!(values(&conn), vec![0, 1, 3]);
+}
+
 #[test]
 fn a_failed_commit_fails_every_write_of_the_batch() {
     let mut conn = table();
