@@ -5,26 +5,15 @@
 
 mod common;
 
-use common::{admin, down_to_6, payload_bytes_recounted, server_ready, Scratch};
+use common::{admin, claim, down_to_6, payload_bytes_recounted, server_ready, Scratch, LEASE_MS};
 use outbox_core::{
-    Attempt, AttemptClass, Change, Claim, ErrorCount, Guard, History, Lease, NewRecord, Progress,
+    Attempt, AttemptClass, Change, ErrorCount, Guard, History, Lease, NewRecord, Progress,
     RecordId, State, Store, Transition,
 };
 use outbox_postgres::PgStore;
 use tokio_postgres::error::SqlState;
 
 const T0: u64 = 1_700_000_000_000;
-
-fn claim(now: u64, limit: usize, token: u64) -> Claim {
-    Claim {
-        now,
-        limit,
-        lease: Lease {
-            token,
-            until: now + 30_000,
-        },
-    }
-}
 
 async fn enqueue(store: &PgStore, n: usize) -> Vec<RecordId> {
     let records = (0..n)
@@ -176,7 +165,7 @@ async fn lease_rows_live_as_long_as_a_record_holds_them() {
     let ids = enqueue(&store, 4).await;
     let first = store.claim(claim(T0, 2, 5)).await.unwrap();
     assert_eq!(first.len(), 2);
-    let until = (T0 + 30_000) as i64;
+    let until = (T0 + LEASE_MS) as i64;
     assert_eq!(
         lease_rows(&client, s).await,
         vec![(5, until, vec![raw(ids[0]), raw(ids[1])])]
@@ -190,7 +179,7 @@ async fn lease_rows_live_as_long_as_a_record_holds_them() {
     store.renew(&ids[..2], renewed).await.unwrap();
     assert_eq!(
         lease_rows(&client, s).await,
-        vec![(5, until + 30_000, vec![raw(ids[0]), raw(ids[1])])]
+        vec![(5, renewed.until as i64, vec![raw(ids[0]), raw(ids[1])])]
     );
     let longer = Lease {
         token: 5,
@@ -261,7 +250,7 @@ async fn lease_rows_live_as_long_as_a_record_holds_them() {
         )
         .await
         .unwrap();
-    assert!(store.expired(T0 + 30_000, 10).await.unwrap().is_empty());
+    assert!(store.expired(T0 + LEASE_MS, 10).await.unwrap().is_empty());
     assert!(lease_rows(&client, s).await.is_empty());
 }
 
@@ -335,7 +324,7 @@ async fn a_version_6_schema_is_migrated_with_its_records_in_flight() {
                 "UPDATE \"{s}\".records AS r SET state = 2, claimable = false, \
                  lease_token = 77, lease_until = $1 WHERE r.id = $2"
             ),
-            &[&((T0 + 30_000) as i64), &raw(ids[3])],
+            &[&((T0 + LEASE_MS) as i64), &raw(ids[3])],
         )
         .await
         .unwrap_err();
@@ -344,8 +333,12 @@ async fn a_version_6_schema_is_migrated_with_its_records_in_flight() {
     let taken = store.claim(claim(T0, 10, 9)).await.unwrap();
     assert_eq!(taken.iter().map(|r| r.id).collect::<Vec<_>>(), vec![ids[3]]);
     // Their leases expire when they did.
-    assert!(store.expired(T0 + 30_000 - 1, 10).await.unwrap().is_empty());
-    let lapsed = store.expired(T0 + 30_000, 10).await.unwrap();
+    assert!(store
+        .expired(T0 + LEASE_MS - 1, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let lapsed = store.expired(T0 + LEASE_MS, 10).await.unwrap();
     assert_eq!(lapsed.len(), 4);
     assert!(lapsed
         .iter()

@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::{admin, server_ready, url, Scratch};
+use common::{admin, claim, server_ready, url, Scratch};
 use outbox_core::{
-    Claim, Lease, ListQuery, NewRecord, Outcome, Record, RecordId, RetryPolicy, State, Store,
-    TraceContext,
+    ListQuery, NewRecord, Outcome, Record, RecordId, RetryPolicy, State, Store, TraceContext,
 };
 use outbox_postgres::PgStore;
 
@@ -40,17 +39,6 @@ fn plain(payload: &str) -> NewRecord {
 /// A write of the coalescing key `doc/<doc>`, in the group `doc`.
 fn edit(record: NewRecord, doc: &str) -> NewRecord {
     record.in_group(doc).replacing(format!("{doc}/title"))
-}
-
-fn claim(now: u64, limit: usize, token: u64) -> Claim {
-    Claim {
-        now,
-        limit,
-        lease: Lease {
-            token,
-            until: now + 60_000,
-        },
-    }
 }
 
 async fn trace_of(store: &PgStore, id: RecordId) -> Option<TraceContext> {

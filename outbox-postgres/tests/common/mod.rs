@@ -23,6 +23,21 @@ pub const REQUIRED_ENV: &str = "OUTBOX_PG_REQUIRED";
 pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// The server URL from the environment, or the default.
+/// How long a lease of [`claim`] lasts.
+pub const LEASE_MS: u64 = 30_000;
+
+/// A claim of up to `limit` records due at `now` under the lease `token`, for [`LEASE_MS`].
+pub fn claim(now: u64, limit: usize, token: u64) -> outbox_core::Claim {
+    outbox_core::Claim {
+        now,
+        limit,
+        lease: outbox_core::Lease {
+            token,
+            until: now + LEASE_MS,
+        },
+    }
+}
+
 pub fn url() -> String {
     std::env::var(URL_ENV).unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
