@@ -25,15 +25,26 @@ use crate::error::db;
 use crate::json::json_ids;
 use crate::unreadable;
 
+/// The columns a [`RawRecord`] is read from, in its order, with `$lease` for its two lease
+/// columns (`lease_token, lease_until`).
+macro_rules! columns_with_lease {
+    ($lease:literal) => {
+        concat!(
+            "id, grp, payload, key, created_at, state, attempts, unanswered, interrupted, \
+             last_attempt_at, next_attempt_at, last_error, ",
+            $lease,
+            ", expected_version, replaces, not_before, history, trace"
+        )
+    };
+}
+
 /// The columns a [`RawRecord`] is read from, in its order.
 macro_rules! columns {
     () => {
-        "id, grp, payload, key, created_at, state, attempts, unanswered, interrupted, \
-         last_attempt_at, next_attempt_at, last_error, lease_token, lease_until, \
-         expected_version, replaces, not_before, history, trace"
+        $crate::ops::columns_with_lease!("lease_token, lease_until")
     };
 }
-pub(crate) use columns;
+pub(crate) use {columns, columns_with_lease};
 
 /// How many columns [`columns!`] names: the index of the first column a query adds after them.
 pub(crate) const COLUMN_COUNT: usize = 19;
@@ -78,8 +89,15 @@ pub(crate) const DUE_SQL: &str = due_sql!();
 /// transaction on the one writer connection, so it changes exactly these rows. Read first
 /// rather than returned by the update: an `UPDATE … RETURNING` collects every row it returns
 /// in a table of its own before handing back the first, which cost a drain about a tenth of
-/// its time.
-pub(crate) const CLAIM_READ_SQL: &str = concat!("SELECT ", columns!(), ", state ", due_rows!());
+/// its time. The lease columns are not read: the claim writes them, so whatever a waiting
+/// row holds there (a value damaged on disk, say) is never decoded, as it never was when the
+/// claim returned the rows it had written.
+pub(crate) const CLAIM_READ_SQL: &str = concat!(
+    "SELECT ",
+    columns_with_lease!("NULL, NULL"),
+    ", state ",
+    due_rows!()
+);
 
 /// A claim's write: the rows [`CLAIM_READ_SQL`] read (ids in the JSON array `?1`) go in flight
 /// under the lease `?2` until `?3`. `OR FAIL`, so SQLite keeps no statement journal for it

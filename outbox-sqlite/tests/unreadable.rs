@@ -178,3 +178,52 @@ async fn a_damaged_history_leaves_its_record_whole() {
     assert!(!record.history.is_unreadable());
     assert_eq!(record.history.len(), 1, "a new history starts");
 }
+
+/// A waiting record whose lease column was damaged on disk is claimed and delivered like the
+/// others: the claim writes the lease, so it never decodes what the row held there.
+#[tokio::test]
+async fn a_waiting_record_with_a_damaged_lease_column_is_claimed_with_a_fresh_lease() {
+    use outbox_core::{Claim, Lease, Store};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("app.db");
+    let store = SqliteStore::create(&path, SqliteConfig::default())
+        .await
+        .expect("create");
+    let records = (0..3)
+        .map(|i| NewRecord::new(format!("r{i}").into_bytes()))
+        .collect();
+    let ids = store.enqueue(records, 0).await.expect("enqueue").ids;
+    store.close().await;
+    Connection::open(&path)
+        .expect("open the file")
+        .execute(
+            "UPDATE records SET lease_until = 'soon' WHERE id = ?1",
+            [i64::try_from(ids[1].0).unwrap()],
+        )
+        .expect("plant");
+
+    let store = SqliteStore::open(&path, SqliteConfig::default())
+        .await
+        .expect("open");
+    let lease = Lease {
+        token: 7,
+        until: 30_000,
+    };
+    let claimed = store
+        .claim(Claim {
+            now: 1,
+            limit: 10,
+            lease,
+        })
+        .await
+        .expect("claim");
+    assert_eq!(claimed.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
+    assert!(claimed.iter().all(|r| r.lease == Some(lease)));
+    assert_eq!(
+        store.get(ids[1]).await.expect("get").map(|r| r.lease),
+        Some(Some(lease))
+    );
+    assert!(store.unreadable(10).await.expect("unreadable").is_empty());
+    assert_eq!(store.stats().await.expect("stats").in_flight, 3);
+}
