@@ -31,10 +31,18 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 /// How long the writer sleeps, once writers have been seen arriving together, for the rest of
-/// a burst to reach its queue. The thread's timer slack (50 µs by default on Linux) comes on
-/// top: long enough for a burst of producers on another core to queue their writes, short
-/// beside a durable commit.
+/// a burst to reach its queue: long enough for a burst of producers on another core to queue
+/// their writes, short beside a durable commit.
+///
+/// On Linux a sleep also takes the thread's timer slack, 50 µs by default, which would more
+/// than triple each pause (a burst's gathering is at least two pauses: one that brings writes,
+/// one that brings none). So the first pause of a thread sets that thread's slack to
+/// [`PAUSE_SLACK`] (other platforms keep their own timers). The writer thread that pauses
+/// waits for nothing else with a timeout, so no other wait of the store changes.
 pub const GATHER_PAUSE: Duration = Duration::from_micros(20);
+
+/// The timer slack a pausing writer thread sets for itself on Linux: see [`GATHER_PAUSE`].
+pub const PAUSE_SLACK: Duration = Duration::from_micros(1);
 
 /// The longest a batch waits for a burst, in all its pauses.
 pub const GATHER_LIMIT: Duration = Duration::from_micros(500);
@@ -73,6 +81,7 @@ impl GroupCommit {
 // read, and tests give a pause of their own (`GroupCommit::with_pause`).
 #[allow(clippy::disallowed_methods)]
 fn pause_briefly() -> Duration {
+    fine_timers();
     let started = Instant::now();
     std::thread::sleep(GATHER_PAUSE);
     started.elapsed()
@@ -181,6 +190,27 @@ impl<P: FnMut() -> Duration> GroupCommit<P> {
         (batch, ended_by)
     }
 }
+
+/// Sets the calling thread's timer slack to [`PAUSE_SLACK`], once per thread.
+#[cfg(target_os = "linux")]
+fn fine_timers() {
+    use std::cell::Cell;
+    thread_local! {
+        static SET: Cell<bool> = const { Cell::new(false) };
+    }
+    if SET.replace(true) {
+        return;
+    }
+    let slack = u64::try_from(PAUSE_SLACK.as_nanos()).unwrap_or(u64::MAX);
+    if let Err(err) = nix::sys::prctl::set_timerslack(slack) {
+        // The pauses then last longer; the batches are still right.
+        tracing::debug!(error = %err, "could not set a writer thread's timer slack");
+    }
+}
+
+/// Other platforms keep their timers as they are.
+#[cfg(not(target_os = "linux"))]
+fn fine_timers() {}
 
 /// What [`take_waiting`] found.
 enum Taken<T> {
@@ -374,5 +404,30 @@ mod tests {
             assert_eq!(group.batch(3, &writes, 100, Ok, all).0, [3]);
         }
         assert_eq!(pauses, 0);
+    }
+
+    /// What a thread's first pause does before it sleeps (`pause_briefly` calls it): its
+    /// sleeps then last what they ask, within a microsecond (the default slack, 50 µs, would
+    /// more than triple a pause); a thread that never paused keeps the default.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_pausing_thread_sleeps_with_fine_timer_slack() {
+        use nix::sys::prctl::get_timerslack;
+        let (before, after) = std::thread::spawn(|| {
+            let before = get_timerslack().unwrap();
+            fine_timers();
+            (before, get_timerslack().unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(i64::from(after), PAUSE_SLACK.as_nanos() as i64);
+        assert!(
+            i64::from(before) > PAUSE_SLACK.as_nanos() as i64,
+            "default slack {before} ns"
+        );
+        let untouched = std::thread::spawn(|| get_timerslack().unwrap())
+            .join()
+            .unwrap();
+        assert_eq!(untouched, before, "only the pausing thread changes");
     }
 }
