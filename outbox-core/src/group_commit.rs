@@ -37,8 +37,10 @@ use std::time::{Duration, Instant};
 /// On Linux a sleep also takes the thread's timer slack, 50 µs by default, which would more
 /// than triple each pause (a burst's gathering is at least two pauses: one that brings writes,
 /// one that brings none). So the first pause of a thread sets that thread's slack to
-/// [`PAUSE_SLACK`] (other platforms keep their own timers). The writer thread that pauses
-/// waits for nothing else with a timeout, so no other wait of the store changes.
+/// [`PAUSE_SLACK`] (other platforms keep their own timers). Only that thread changes, and it
+/// pauses only after a batch of several writes, so a writer that sees one write at a time
+/// keeps the default. Its other timed waits (SQLite's busy handler, which sleeps whole
+/// milliseconds while another process holds the file) only become more punctual.
 pub const GATHER_PAUSE: Duration = Duration::from_micros(20);
 
 /// The timer slack a pausing writer thread sets for itself on Linux: see [`GATHER_PAUSE`].
