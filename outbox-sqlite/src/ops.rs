@@ -490,6 +490,14 @@ pub(crate) fn stats(conn: &Connection) -> Result<Stats> {
     Ok(stats)
 }
 
+/// The rejected records a prune removes: last tried before `?1`. Written once, for the read
+/// of what the counters lose and the delete, which in one transaction see the same rows.
+macro_rules! pruned_rows {
+    () => {
+        "FROM records WHERE state = 4 AND last_attempt_at < ?1"
+    };
+}
+
 /// Removes rejected records and tombstones older than `older_than`.
 pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
     let mut tally = Tally::default();
@@ -498,10 +506,10 @@ pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
         // Read, then deleted: a `DELETE … RETURNING` keeps a statement journal (see the
         // writer's docs, `worker`).
         let mut stmt = conn
-            .prepare_cached(
-                "SELECT last_error, length(payload) FROM records \
-                 WHERE state = 4 AND last_attempt_at < ?1",
-            )
+            .prepare_cached(concat!(
+                "SELECT last_error, length(payload) ",
+                pruned_rows!()
+            ))
             .map_err(db)?;
         let mut rows = stmt.query([ms(older_than)]).map_err(db)?;
         while let Some(row) = rows.next().map_err(db)? {
@@ -514,7 +522,7 @@ pub(crate) fn prune(conn: &Connection, older_than: Millis) -> Result<u64> {
             rejected += 1;
         }
     }
-    conn.prepare_cached("DELETE FROM records WHERE state = 4 AND last_attempt_at < ?1")
+    conn.prepare_cached(concat!("DELETE ", pruned_rows!()))
         .map_err(db)?
         .execute([ms(older_than)])
         .map_err(db)?;

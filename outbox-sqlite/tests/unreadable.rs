@@ -9,33 +9,51 @@ use outbox_core::{sink_fn, Event, NewRecord, Outbox, Outcome, Record, RecordId, 
 use outbox_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::Connection;
 
-#[tokio::test]
-async fn ninety_nine_delivered_around_one_bad_row_which_is_listed_then_discarded() {
+/// A store file with `count` records (payloads `r0`, `r1`, …) enqueued at time 0, then
+/// damaged behind the store's back: each `(sql, at)` of `damage` runs on the closed file with
+/// `?1` the id of record `at`. Returns the reopened store, the records' ids, and the directory
+/// that keeps the file.
+async fn damaged(
+    count: usize,
+    damage: &[(&str, usize)],
+) -> (tempfile::TempDir, SqliteStore, Vec<RecordId>) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("app.db");
     let store = SqliteStore::create(&path, SqliteConfig::default())
         .await
         .expect("create");
-    let records = (0..100)
+    let records = (0..count)
         .map(|i| NewRecord::new(format!("r{i}").into_bytes()))
         .collect();
     let ids = outbox_core::Store::enqueue(&store, records, 0)
         .await
-        .expect("enqueue");
-    let bad = ids[41];
+        .expect("enqueue")
+        .ids;
     store.close().await;
-    // An older version's write, or a flipped bit: text that is not UTF-8.
-    Connection::open(&path)
-        .expect("open the file")
-        .execute(
-            "UPDATE records SET last_error = CAST(x'c328ff' AS TEXT) WHERE id = ?1",
-            [i64::try_from(bad.0).unwrap()],
-        )
-        .expect("plant");
-
+    let conn = Connection::open(&path).expect("open the file");
+    for &(sql, at) in damage {
+        conn.execute(sql, [i64::try_from(ids[at].0).unwrap()])
+            .expect("plant");
+    }
+    drop(conn);
     let store = SqliteStore::open(&path, SqliteConfig::default())
         .await
         .expect("open");
+    (dir, store, ids)
+}
+
+#[tokio::test]
+async fn ninety_nine_delivered_around_one_bad_row_which_is_listed_then_discarded() {
+    // An older version's write, or a flipped bit: text that is not UTF-8.
+    let (_dir, store, ids) = damaged(
+        100,
+        &[(
+            "UPDATE records SET last_error = CAST(x'c328ff' AS TEXT) WHERE id = ?1",
+            41,
+        )],
+    )
+    .await;
+    let bad = ids[41];
     let seen = Arc::new(Mutex::new(Vec::<RecordId>::new()));
     let sink = {
         let seen = Arc::clone(&seen);
@@ -108,32 +126,14 @@ async fn ninety_nine_delivered_around_one_bad_row_which_is_listed_then_discarded
 /// claimed and delivered, and its next attempt starts a new history.
 #[tokio::test]
 async fn a_damaged_history_leaves_its_record_whole() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("app.db");
-    let store = SqliteStore::create(&path, SqliteConfig::default())
-        .await
-        .expect("create");
-    let records = vec![NewRecord::new(b"a".to_vec()), NewRecord::new(b"b".to_vec())];
-    let ids = outbox_core::Store::enqueue(&store, records, 0)
-        .await
-        .expect("enqueue");
-    store.close().await;
-    let conn = Connection::open(&path).expect("open the file");
-    conn.execute(
-        "UPDATE records SET history = x'0109ff' WHERE id = ?1",
-        [i64::try_from(ids[0].0).unwrap()],
+    let (_dir, store, ids) = damaged(
+        2,
+        &[
+            ("UPDATE records SET history = x'0109ff' WHERE id = ?1", 0),
+            ("UPDATE records SET history = 'not a blob' WHERE id = ?1", 1),
+        ],
     )
-    .expect("plant bytes");
-    conn.execute(
-        "UPDATE records SET history = 'not a blob' WHERE id = ?1",
-        [i64::try_from(ids[1].0).unwrap()],
-    )
-    .expect("plant text");
-    drop(conn);
-
-    let store = SqliteStore::open(&path, SqliteConfig::default())
-        .await
-        .expect("open");
+    .await;
     for id in [ids[0], ids[1]] {
         let record = outbox_core::Store::get(&store, id)
             .await
@@ -185,27 +185,11 @@ async fn a_damaged_history_leaves_its_record_whole() {
 async fn a_waiting_record_with_a_damaged_lease_column_is_claimed_with_a_fresh_lease() {
     use outbox_core::{Claim, Lease, Store};
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("app.db");
-    let store = SqliteStore::create(&path, SqliteConfig::default())
-        .await
-        .expect("create");
-    let records = (0..3)
-        .map(|i| NewRecord::new(format!("r{i}").into_bytes()))
-        .collect();
-    let ids = store.enqueue(records, 0).await.expect("enqueue").ids;
-    store.close().await;
-    Connection::open(&path)
-        .expect("open the file")
-        .execute(
-            "UPDATE records SET lease_until = 'soon' WHERE id = ?1",
-            [i64::try_from(ids[1].0).unwrap()],
-        )
-        .expect("plant");
-
-    let store = SqliteStore::open(&path, SqliteConfig::default())
-        .await
-        .expect("open");
+    let (_dir, store, ids) = damaged(
+        3,
+        &[("UPDATE records SET lease_until = 'soon' WHERE id = ?1", 1)],
+    )
+    .await;
     let lease = Lease {
         token: 7,
         until: 30_000,

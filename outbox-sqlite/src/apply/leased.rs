@@ -13,22 +13,27 @@ use crate::json::json_ids;
 use crate::ops::ms;
 use crate::row;
 
-/// The records delivered under the lease `?2` (ids in the JSON array `?1`), with what the
-/// counters and the group heads need. The `WHERE` is [`Guard::Lease`]'s rule (in flight, under
-/// that token, with a lease) as SQL, and [`DELETE_LEASED_SQL`] repeats it: in the same
-/// transaction on the one writer connection, both see the same rows.
+/// The rows [`Guard::Lease`]'s rule admits (in flight, under the token `?2`, with a lease),
+/// among the ids in the JSON array `?1`: written once, for the read and the delete, which in
+/// the same transaction on the one writer connection see the same rows.
 ///
 /// [`Guard::Lease`]: outbox_core::Guard::Lease
-const DELIVERED_LEASED_SQL: &str = "SELECT id, grp, member, length(payload) FROM records \
-     WHERE id IN (SELECT value FROM json_each(?1)) \
-     AND state = 2 AND lease_token = ?2 AND lease_until IS NOT NULL";
+macro_rules! leased_rows {
+    () => {
+        "FROM records WHERE id IN (SELECT value FROM json_each(?1)) \
+         AND state = 2 AND lease_token = ?2 AND lease_until IS NOT NULL"
+    };
+}
+
+/// The records delivered under the lease ([`leased_rows!`]), with what the counters and the
+/// group heads need.
+const DELIVERED_LEASED_SQL: &str =
+    concat!("SELECT id, grp, member, length(payload) ", leased_rows!());
 
 /// Deletes the rows [`DELIVERED_LEASED_SQL`] read. Not one `DELETE … RETURNING`: SQLite keeps a
 /// statement journal for that form (see the writer's docs, `worker`), which cost a drain more
 /// than reading the rows first.
-const DELETE_LEASED_SQL: &str = "DELETE FROM records \
-     WHERE id IN (SELECT value FROM json_each(?1)) \
-     AND state = 2 AND lease_token = ?2 AND lease_until IS NOT NULL";
+const DELETE_LEASED_SQL: &str = concat!("DELETE ", leased_rows!());
 
 /// The lease token of a batch made only of deliveries reported under one lease: what a
 /// runner's round reports when every record of its last claim was delivered.

@@ -411,33 +411,36 @@ fn nearly_full(dir: &tempfile::TempDir) -> Connection {
     conn
 }
 
+/// One batch on a [`nearly_full`] file: insert 1, a [`grow`] (`OR FAIL` or not) that finds
+/// the file full, insert 3. Returns the three answers and the values `t` keeps.
+fn batch_finding_the_file_full(or_fail: bool) -> ([Result<i64>; 3], Vec<i64>) {
+    let dir = tempfile::tempdir().expect("directory");
+    let mut conn = nearly_full(&dir);
+    let (a, mut ra) = insert(1, None);
+    let (b, mut rb) = grow(or_fail);
+    let (c, mut rc) = insert(3, None);
+    commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0), false);
+    let answers = [answer(&mut ra), answer(&mut rb), answer(&mut rc)];
+    (answers, values(&conn))
+}
+
 #[test]
 fn a_statement_without_a_journal_that_finds_the_file_full_loses_its_transaction() {
     // The store's many-row writes keep no statement journal (`OR FAIL`, see the module
     // docs): one that finds the file full undoes the whole transaction, so the write before
     // it fails too (with an error, nothing kept), and the one after goes on in a new one.
-    let dir = tempfile::tempdir().expect("directory");
-    let mut conn = nearly_full(&dir);
-    let (a, mut ra) = insert(1, None);
-    let (b, mut rb) = grow(true);
-    let (c, mut rc) = insert(3, None);
-    commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0), false);
-    assert!(answer(&mut ra).is_err(), "its transaction was undone");
-    assert!(matches!(answer(&mut rb), Err(Error::StorageFull { .. })));
-    assert_eq!(answer(&mut rc).expect("third, in a new transaction"), 3);
-    assert_eq!(values(&conn), vec![0, 3]);
+    let ([a, b, c], kept) = batch_finding_the_file_full(true);
+    assert!(a.is_err(), "its transaction was undone");
+    assert!(matches!(b, Err(Error::StorageFull { .. })));
+    assert_eq!(c.expect("third, in a new transaction"), 3);
+    assert_eq!(kept, vec![0, 3]);
 
     // With a statement journal, SQLite undoes that statement alone: the others commit.
-    let dir = tempfile::tempdir().expect("directory");
-    let mut conn = nearly_full(&dir);
-    let (a, mut ra) = insert(1, None);
-    let (b, mut rb) = grow(false);
-    let (c, mut rc) = insert(3, None);
-    commit_batch(&mut conn, vec![a, b, c], &AtomicU64::new(0), false);
-    assert_eq!(answer(&mut ra).expect("kept"), 1);
-    assert!(answer(&mut rb).is_err());
-    assert_eq!(answer(&mut rc).expect("kept"), 3);
-    assert_eq!(values(&conn), vec![0, 1, 3]);
+    let ([a, b, c], kept) = batch_finding_the_file_full(false);
+    assert_eq!(a.expect("kept"), 1);
+    assert!(b.is_err());
+    assert_eq!(c.expect("kept"), 3);
+    assert_eq!(kept, vec![0, 1, 3]);
 }
 
 #[test]
