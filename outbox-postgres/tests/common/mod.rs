@@ -350,6 +350,27 @@ pub async fn records_fillfactor(client: &tokio_postgres::Client, s: &str) -> Opt
         .find_map(|o| o.strip_prefix("fillfactor=").map(str::to_owned))
 }
 
+/// The lease rows' id lists stored as their type's default has them (compressed once long),
+/// as builds before the storage setting left them.
+pub fn compressed_lease_ids(s: &str) -> String {
+    format!("ALTER TABLE \"{s}\".leases ALTER COLUMN ids SET STORAGE EXTENDED;")
+}
+
+/// How the catalog stores the lease rows' id lists: `x` (the default: compressed once long),
+/// `e` (out of line, uncompressed), `m` or `p`.
+pub async fn lease_ids_storage(client: &tokio_postgres::Client, s: &str) -> String {
+    client
+        .query_one(
+            "SELECT a.attstorage::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = 'leases' AND a.attname = 'ids'",
+            &[&s],
+        )
+        .await
+        .expect("the lease rows' ids column exists")
+        .get(0)
+}
+
 /// What version 7 changed, undone: the statements that bring a current schema back to
 /// version 6 as that build left it. Records in flight are in state 2 again (and not
 /// claimable, with no check against a token in state 2), the lease index is back, the lease

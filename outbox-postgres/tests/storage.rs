@@ -1,11 +1,16 @@
-//! The records' pages keep room for the row versions a claim writes: a new schema gets the fill
-//! setting, and so does one written by a build before it, at its next open, with its records
-//! and its version untouched; a fill an operator chose stands; a role that may not alter the
-//! table still opens it, and so does an open that cannot take the table's lock in time.
+//! The storage settings an open makes. The records' pages keep room for the row versions a
+//! claim writes: a new schema gets the fill setting, and so does one written by a build before
+//! it, at its next open, with its records and its version untouched; a fill an operator chose
+//! stands; a role that may not alter the table still opens it, and so does an open that cannot
+//! take the table's lock in time. The lease rows' id lists are stored uncompressed, on a new
+//! schema and on an older one from its next open, unless an operator chose otherwise.
 
 mod common;
 
-use common::{admin, full_pages, key_value, records_fillfactor, server_ready, Scratch};
+use common::{
+    admin, compressed_lease_ids, full_pages, key_value, lease_ids_storage, records_fillfactor,
+    server_ready, Scratch,
+};
 use outbox_core::{Claim, Lease, ListQuery, NewRecord, Store};
 use outbox_postgres::{PgConfig, PgStore};
 
@@ -106,6 +111,106 @@ async fn a_fill_an_operator_chose_stands_at_the_next_open() {
     let store = scratch.store().await;
     assert_eq!(records_fillfactor(&client, s).await.as_deref(), Some("70"));
     drop(store);
+}
+
+/// How the lease row of the claim made under `token` was stored: `None` uncompressed, else the
+/// compression method.
+async fn lease_compression(client: &tokio_postgres::Client, s: &str, token: i64) -> Option<String> {
+    client
+        .query_one(
+            &format!("SELECT pg_column_compression(ids) FROM \"{s}\".leases WHERE token = $1"),
+            &[&token],
+        )
+        .await
+        .expect("the claim's lease row")
+        .get(0)
+}
+
+/// Claims `limit` records under `token`: one lease row listing them all.
+async fn claim_under(store: &outbox_postgres::PgStore, limit: usize, token: u64) -> usize {
+    store
+        .claim(Claim {
+            now: T0,
+            limit,
+            lease: Lease {
+                token,
+                until: T0 + 30_000,
+            },
+        })
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_id_lists_are_stored_uncompressed_on_a_new_schema_and_an_older_one_at_its_next_open()
+{
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    let client = admin().await;
+    let store = scratch.store().await;
+    assert_eq!(lease_ids_storage(&client, s).await, "e");
+    store
+        .enqueue((0..900).map(|_| NewRecord::new(vec![7; 16])).collect(), T0)
+        .await
+        .unwrap();
+    // 300 ids (2,400 bytes) pass the size past which PostgreSQL compresses a value.
+    assert_eq!(claim_under(&store, 300, 1).await, 300);
+    assert_eq!(
+        lease_compression(&client, s, 1).await,
+        None,
+        "stored as it is"
+    );
+
+    // As a build before the setting left it: the type's default, which compresses the list.
+    client
+        .batch_execute(&compressed_lease_ids(s))
+        .await
+        .unwrap();
+    assert_eq!(claim_under(&store, 300, 2).await, 300);
+    assert!(
+        lease_compression(&client, s, 2).await.is_some(),
+        "the default compresses a list this long"
+    );
+    let stats_before = store.stats().await.unwrap();
+    drop(store);
+
+    let store = scratch.store().await;
+    assert_eq!(
+        lease_ids_storage(&client, s).await,
+        "e",
+        "set at the next open"
+    );
+    assert_eq!(
+        version(&client, s).await,
+        outbox_postgres::SCHEMA_VERSION as i32
+    );
+    assert_eq!(store.stats().await.unwrap(), stats_before);
+    assert_eq!(claim_under(&store, 300, 3).await, 300);
+    assert_eq!(lease_compression(&client, s, 3).await, None);
+    assert_eq!(store.stats().await.unwrap().in_flight, 900);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_an_operator_chose_for_the_lease_ids_stands_at_the_next_open() {
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    drop(scratch.store().await);
+    let client = admin().await;
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE \"{s}\".leases ALTER COLUMN ids SET STORAGE MAIN"
+        ))
+        .await
+        .unwrap();
+    drop(scratch.store().await);
+    assert_eq!(lease_ids_storage(&client, s).await, "m");
 }
 
 /// Formatted log lines, kept.
