@@ -213,6 +213,62 @@ async fn a_storage_an_operator_chose_for_the_lease_ids_stands_at_the_next_open()
     assert_eq!(lease_ids_storage(&client, s).await, "m");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_waits_briefly_for_the_lease_table_and_stores_the_ids_uncompressed_at_a_later_open()
+{
+    if !server_ready() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let s = &scratch.schema;
+    drop(scratch.store().await);
+    let client = admin().await;
+    client
+        .batch_execute(&compressed_lease_ids(s))
+        .await
+        .unwrap();
+    // Another session is in the middle of a round (it holds the lock every claim takes on the
+    // lease table) and stays there.
+    let holder = admin().await;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE \"{s}\".leases IN ROW EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    // A store that would wait for a lock for ever: the change of storage waits briefly all
+    // the same, since every runner's next claim would queue behind it.
+    let patient = common::config(s)
+        .with_lock_timeout(None)
+        .with_statement_timeout(None);
+    let store = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        PgStore::connect(patient.clone()),
+    )
+    .await
+    .expect("the open does not wait for the round to end")
+    .expect("the outbox opens while a round holds the lease table");
+    store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], T0)
+        .await
+        .expect("and takes writes");
+    assert_eq!(
+        lease_ids_storage(&client, s).await,
+        "x",
+        "the storage waits"
+    );
+    drop(store);
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    let store = PgStore::connect(patient).await.expect("the next open");
+    assert_eq!(
+        lease_ids_storage(&client, s).await,
+        "e",
+        "the next open sets it"
+    );
+    assert_eq!(claim_under(&store, 1, 9).await, 1, "the record kept");
+}
+
 /// Formatted log lines, kept.
 #[derive(Clone, Default)]
 struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
