@@ -197,6 +197,31 @@ async fn lease_id_lists_are_stored_uncompressed_on_a_new_schema_and_an_older_one
     assert_eq!(store.stats().await.unwrap().in_flight, 900);
 }
 
+/// Opens the outbox with `config` while another session holds `lock` (a `LOCK TABLE` target
+/// and mode) in a transaction it commits only later; checks that the open did not wait for it
+/// (bounded: an open that waited would wait for ever, so it fails here rather than hanging)
+/// and that the store takes a write; returns the session, still holding the lock.
+async fn opened_while_held(s: &str, lock: &str, config: &PgConfig) -> tokio_postgres::Client {
+    let holder = admin().await;
+    holder
+        .batch_execute(&format!("BEGIN; LOCK TABLE \"{s}\".{lock}"))
+        .await
+        .unwrap();
+    let store = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        PgStore::connect(config.clone()),
+    )
+    .await
+    .expect("the open does not wait for the session holding the table")
+    .expect("the outbox opens while the table is held");
+    let enqueued = store
+        .enqueue(vec![NewRecord::new(b"x".to_vec())], T0)
+        .await
+        .expect("and takes writes");
+    assert_eq!(enqueued.ids.len(), 1);
+    holder
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_waits_briefly_for_the_lease_table_and_stores_the_ids_uncompressed_at_a_later_open()
 {
@@ -211,37 +236,18 @@ async fn an_open_waits_briefly_for_the_lease_table_and_stores_the_ids_uncompress
         .batch_execute(&compressed_lease_ids(s))
         .await
         .unwrap();
-    // Another session is in the middle of a round (it holds the lock every claim takes on the
-    // lease table) and stays there.
-    let holder = admin().await;
-    holder
-        .batch_execute(&format!(
-            "BEGIN; LOCK TABLE \"{s}\".leases IN ROW EXCLUSIVE MODE"
-        ))
-        .await
-        .unwrap();
     // A store that would wait for a lock for ever: the change of storage waits briefly all
-    // the same, since every runner's next claim would queue behind it.
+    // the same, since every runner's next claim would queue behind it. Another session is in
+    // the middle of a round (it holds the lock every claim takes on the lease table).
     let patient = common::config(s)
         .with_lock_timeout(None)
         .with_statement_timeout(None);
-    let store = tokio::time::timeout(
-        std::time::Duration::from_secs(30),
-        PgStore::connect(patient.clone()),
-    )
-    .await
-    .expect("the open does not wait for the round to end")
-    .expect("the outbox opens while a round holds the lease table");
-    store
-        .enqueue(vec![NewRecord::new(b"x".to_vec())], T0)
-        .await
-        .expect("and takes writes");
+    let holder = opened_while_held(s, "leases IN ROW EXCLUSIVE MODE", &patient).await;
     assert_eq!(
         lease_ids_storage(&client, s).await,
         "x",
         "the storage waits"
     );
-    drop(store);
 
     holder.batch_execute("COMMIT").await.unwrap();
     let store = PgStore::connect(patient).await.expect("the next open");
@@ -338,30 +344,9 @@ async fn an_open_that_cannot_lock_the_table_in_time_opens_and_sets_the_fill_at_a
     let s = &scratch.schema;
     // Another session holds the lock a change of the table's settings waits for (as a
     // long `VACUUM` or an operator's own `ALTER` would) past the store's lock timeout.
-    let holder = admin().await;
-    holder
-        .batch_execute(&format!(
-            "BEGIN; LOCK TABLE \"{s}\".records IN SHARE UPDATE EXCLUSIVE MODE"
-        ))
-        .await
-        .unwrap();
     let quick = common::config(s).with_lock_timeout(Some(std::time::Duration::from_millis(100)));
-    // Bounded: an open that waited for the lock would wait for ever (the holder commits only
-    // after it), so a wait past the lock timeout fails here rather than hanging.
-    let store = tokio::time::timeout(
-        std::time::Duration::from_secs(30),
-        PgStore::connect(quick.clone()),
-    )
-    .await
-    .expect("the open waits no longer than its lock timeout")
-    .expect("the outbox opens while the table is locked");
-    let enqueued = store
-        .enqueue(vec![NewRecord::new(b"x".to_vec())], T0)
-        .await
-        .expect("and takes writes");
-    assert_eq!(enqueued.ids.len(), 1);
+    let holder = opened_while_held(s, "records IN SHARE UPDATE EXCLUSIVE MODE", &quick).await;
     assert_eq!(records_fillfactor(&client, s).await, None, "the fill waits");
-    drop(store);
 
     holder.batch_execute("COMMIT").await.unwrap();
     let store = PgStore::connect(quick).await.expect("the next open");
