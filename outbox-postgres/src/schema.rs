@@ -299,26 +299,15 @@ async fn storage_settings(
     }
     for (setting, alter, wait) in missing {
         let attempt = tx.savepoint("outbox_storage").await.map_err(pg)?;
-        let altered = match wait {
-            None => attempt.batch_execute(&alter).await,
-            // Set for the `ALTER` alone: the store's own wait holds again after it (undoing
-            // the savepoint undoes the setting as well).
-            Some(wait) => {
-                let own: String = attempt
-                    .query_one("SELECT current_setting('lock_timeout')", &[])
-                    .await
-                    .and_then(|row| row.try_get(0))
-                    .map_err(pg)?;
-                let restore = "SELECT set_config('lock_timeout', $1, true)";
-                match attempt
-                    .batch_execute(&format!("SET LOCAL lock_timeout = '{wait}'; {alter}"))
-                    .await
-                {
-                    Ok(()) => attempt.execute(restore, &[&own]).await.map(drop),
-                    Err(err) => Err(err),
-                }
-            }
+        // The lease table's wait is set for its `ALTER` alone, then back to the store's own
+        // (the session's default: the store sets it when it connects).
+        let sql = match wait {
+            None => alter,
+            Some(wait) => format!(
+                "SET LOCAL lock_timeout = '{wait}'; {alter}; SET LOCAL lock_timeout TO DEFAULT"
+            ),
         };
+        let altered = attempt.batch_execute(&sql).await;
         match altered {
             Ok(()) => {
                 attempt.commit().await.map_err(pg)?;

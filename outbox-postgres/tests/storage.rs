@@ -9,10 +9,10 @@
 mod common;
 
 use common::{
-    admin, compressed_lease_ids, full_pages, key_value, lease_ids_storage, records_fillfactor,
-    server_ready, Scratch,
+    admin, claim, compressed_lease_ids, full_pages, key_value, lease_ids_storage,
+    records_fillfactor, server_ready, Scratch,
 };
-use outbox_core::{Claim, Lease, ListQuery, NewRecord, Store};
+use outbox_core::{ListQuery, NewRecord, Store};
 use outbox_postgres::{PgConfig, PgStore};
 
 const T0: u64 = 1_700_000_000_000;
@@ -58,17 +58,7 @@ async fn records_pages_are_half_filled_on_a_new_schema_and_an_older_one_at_its_n
         .await
         .unwrap()
         .ids;
-    let claimed = store
-        .claim(Claim {
-            now: T0,
-            limit: 2,
-            lease: Lease {
-                token: 1,
-                until: T0 + 30_000,
-            },
-        })
-        .await
-        .unwrap();
+    let claimed = store.claim(claim(T0, 2, 1)).await.unwrap();
     assert_eq!(claimed.len(), 2);
     let all = ListQuery::new(100);
     let before = store.list(&all).await.unwrap();
@@ -129,22 +119,6 @@ async fn lease_compression(client: &tokio_postgres::Client, s: &str, token: i64)
         .get(0)
 }
 
-/// Claims `limit` records under `token`: one lease row listing them all.
-async fn claim_under(store: &outbox_postgres::PgStore, limit: usize, token: u64) -> usize {
-    store
-        .claim(Claim {
-            now: T0,
-            limit,
-            lease: Lease {
-                token,
-                until: T0 + 30_000,
-            },
-        })
-        .await
-        .unwrap()
-        .len()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_id_lists_are_stored_uncompressed_on_a_new_schema_and_an_older_one_at_its_next_open()
 {
@@ -161,7 +135,7 @@ async fn lease_id_lists_are_stored_uncompressed_on_a_new_schema_and_an_older_one
         .await
         .unwrap();
     // 300 ids (2,400 bytes) pass the size past which PostgreSQL compresses a value.
-    assert_eq!(claim_under(&store, 300, 1).await, 300);
+    assert_eq!(store.claim(claim(T0, 300, 1)).await.unwrap().len(), 300);
     assert_eq!(
         lease_compression(&client, s, 1).await,
         None,
@@ -173,7 +147,7 @@ async fn lease_id_lists_are_stored_uncompressed_on_a_new_schema_and_an_older_one
         .batch_execute(&compressed_lease_ids(s))
         .await
         .unwrap();
-    assert_eq!(claim_under(&store, 300, 2).await, 300);
+    assert_eq!(store.claim(claim(T0, 300, 2)).await.unwrap().len(), 300);
     assert!(
         lease_compression(&client, s, 2).await.is_some(),
         "the default compresses a list this long"
@@ -192,7 +166,7 @@ async fn lease_id_lists_are_stored_uncompressed_on_a_new_schema_and_an_older_one
         outbox_postgres::SCHEMA_VERSION as i32
     );
     assert_eq!(store.stats().await.unwrap(), stats_before);
-    assert_eq!(claim_under(&store, 300, 3).await, 300);
+    assert_eq!(store.claim(claim(T0, 300, 3)).await.unwrap().len(), 300);
     assert_eq!(lease_compression(&client, s, 3).await, None);
     assert_eq!(store.stats().await.unwrap().in_flight, 900);
 }
@@ -256,7 +230,11 @@ async fn an_open_waits_briefly_for_the_lease_table_and_stores_the_ids_uncompress
         "e",
         "the next open sets it"
     );
-    assert_eq!(claim_under(&store, 1, 9).await, 1, "the record kept");
+    assert_eq!(
+        store.claim(claim(T0, 1, 9)).await.unwrap().len(),
+        1,
+        "the record kept"
+    );
 }
 
 /// Formatted log lines, kept.

@@ -22,7 +22,6 @@ pub const REQUIRED_ENV: &str = "OUTBOX_PG_REQUIRED";
 /// The server the project's machines and CI run.
 pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// The server URL from the environment, or the default.
 /// How long a lease of [`claim`] lasts.
 pub const LEASE_MS: u64 = 30_000;
 
@@ -38,6 +37,7 @@ pub fn claim(now: u64, limit: usize, token: u64) -> outbox_core::Claim {
     }
 }
 
+/// The server URL from the environment, or the default.
 pub fn url() -> String {
     std::env::var(URL_ENV).unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
