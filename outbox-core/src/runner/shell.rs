@@ -2,15 +2,18 @@
 //! and the sink, and tells it what happened, with both clocks read at every wake.
 
 use std::collections::{HashSet, VecDeque};
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tokio::task::unconstrained;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
@@ -322,12 +325,12 @@ fn grace(sent: bool, stop: &watch::Receiver<Option<Instant>>, start: Instant) ->
 
 /// One delivery, in its own span and polled by the runner's task: the sink within the
 /// delivery timeout, then the conflict resolver.
-async fn deliver(shared: Arc<Shared>, record: Record) -> Outcome {
+async fn deliver(shared: Arc<Shared>, record: Arc<Record>) -> Outcome {
     let timeout = shared.config.delivery_timeout;
     let started = Instant::now();
-    let outcome = match tokio::time::timeout(timeout, shared.sink.deliver(&record)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Outcome::no_answer(format!("the sink did not report within {timeout:?}")),
+    let outcome = match within(started, timeout, shared.sink.deliver(&record)).await {
+        Some(outcome) => outcome,
+        None => Outcome::no_answer(format!("the sink did not report within {timeout:?}")),
     };
     let took = started.elapsed();
     let span = Span::current();
@@ -353,6 +356,27 @@ async fn deliver(shared: Arc<Shared>, record: Record) -> Outcome {
         crate::metrics::delivered_after(shared.now().saturating_sub(record.created_at));
     }
     outcome
+}
+
+/// The output of `future`, or `None` if it is not ready `limit` after `started`: a timeout
+/// whose timer is set only when the future first waits, so a future ready at its first poll
+/// (a sink that answers in process) costs no timer.
+async fn within<F: Future>(started: Instant, limit: Duration, future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    // A limit past the clock's range never ends.
+    let deadline = started.checked_add(limit);
+    let mut timer: Option<Pin<Box<Sleep>>> = None;
+    poll_fn(|cx| {
+        if let Poll::Ready(output) = future.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        let Some(deadline) = deadline else {
+            return Poll::Pending;
+        };
+        let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        timer.as_mut().poll(cx).map(|()| None)
+    })
+    .await
 }
 
 /// Sleeps until `at`, or for ever.
@@ -472,5 +496,74 @@ async fn online_changed(online: &mut Option<watch::Receiver<bool>>) -> bool {
             }
         }
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn within_gives_a_ready_answer_at_once() {
+        let started = Instant::now();
+        let answer = within(started, Duration::from_secs(1), async { 7 }).await;
+        assert_eq!(answer, Some(7));
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn within_ends_a_future_that_waits_past_its_limit_at_the_limit() {
+        let started = Instant::now();
+        let slow = tokio::time::sleep(Duration::from_secs(5));
+        assert_eq!(within(started, Duration::from_secs(2), slow).await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+        // The limit counts from `started`, not from the first poll.
+        let started = Instant::now();
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        let slow = tokio::time::sleep(Duration::from_secs(5));
+        assert_eq!(within(started, Duration::from_secs(2), slow).await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn within_waits_for_a_future_that_answers_in_time() {
+        let started = Instant::now();
+        let answer = within(started, Duration::from_secs(2), async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            "late"
+        })
+        .await;
+        assert_eq!(answer, Some("late"));
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn within_lets_a_waiting_future_yield_before_it_is_polled_again() {
+        // A future that waits once must not be polled again in the same turn of the task:
+        // others run between its two polls, as under any other timeout.
+        let turn = std::cell::Cell::new(0);
+        let (answer, ()) = tokio::join!(
+            within(Instant::now(), Duration::from_secs(1), async {
+                tokio::task::yield_now().await;
+                turn.get()
+            }),
+            async { turn.set(1) }
+        );
+        assert_eq!(
+            answer,
+            Some(1),
+            "the other branch ran before the second poll"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn within_a_limit_past_the_clock_never_ends_the_future() {
+        let started = Instant::now();
+        let answer = within(started, Duration::MAX, async {
+            tokio::time::sleep(Duration::from_secs(3_600)).await;
+            1
+        })
+        .await;
+        assert_eq!(answer, Some(1));
     }
 }

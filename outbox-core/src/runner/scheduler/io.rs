@@ -1,6 +1,7 @@
 //! What the scheduler takes in and what it asks for: inputs, store calls and their answers,
 //! log lines and actions. Plain values, so a test or a simulator can play the shell's part.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
@@ -300,8 +301,9 @@ pub struct Gauges {
 #[derive(Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Action {
-    /// Start delivering the record.
-    Deliver(Record),
+    /// Start delivering the record. It is shared with the scheduler, which decides on its
+    /// schedule once the delivery is reported, so handing it over copies nothing.
+    Deliver(Arc<Record>),
     /// Abort every delivery under way (shutdown's grace ran out).
     AbortDeliveries,
     /// Tell observers (and log, for the events that are logged).

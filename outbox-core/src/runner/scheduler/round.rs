@@ -8,6 +8,7 @@
 //! cutting a round short, and what follows its end.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use super::ahead::Ahead;
 use super::timer::Timer;
@@ -118,9 +119,9 @@ pub(super) struct Round {
     pub(super) lease: Lease,
     /// Claimed, not yet started.
     queue: VecDeque<Record>,
-    /// Being delivered: the records without their payloads, with when each started
+    /// Being delivered: the records, shared with their deliveries, with when each started
     /// (monotonic milliseconds, for the attempt's duration).
-    running: HashMap<RecordId, (Record, Millis)>,
+    running: HashMap<RecordId, (Arc<Record>, Millis)>,
     /// The claim was full: more may be due right away.
     pub(super) full: bool,
     /// A suspect record goes alone (see the crash-loop guard).
@@ -184,23 +185,20 @@ impl Round {
     }
 
     /// Starts deliveries up to the round's concurrency and `window`, at most `allowed` of them
-    /// (the rate limit's word), at monotonic time `now`: the records to deliver,
-    /// with their payloads (the round keeps them without: the scheduler decides on schedules
-    /// and counters, never on bytes).
-    pub(super) fn start(&mut self, window: usize, allowed: usize, now: Millis) -> Vec<Record> {
+    /// (the rate limit's word), at monotonic time `now`: the records to deliver. Each is
+    /// shared with its delivery, not copied: its payload is held once, by both, until the
+    /// delivery is reported.
+    pub(super) fn start(&mut self, window: usize, allowed: usize, now: Millis) -> Vec<Arc<Record>> {
         let mut started = Vec::new();
         while !self.cut_short
             && self.running.len() < self.concurrency.min(window)
             && started.len() < allowed
         {
-            let Some(mut held) = self.queue.pop_front() else {
+            let Some(held) = self.queue.pop_front() else {
                 break;
             };
-            let payload = std::mem::take(&mut held.payload);
-            started.push(Record {
-                payload,
-                ..held.clone()
-            });
+            let held = Arc::new(held);
+            started.push(Arc::clone(&held));
             self.running.insert(held.id, (held, now));
         }
         started
@@ -208,7 +206,7 @@ impl Round {
 
     /// The record of a delivery that ended, if this round delivers it, with the monotonic
     /// time its delivery started.
-    pub(super) fn finish(&mut self, id: RecordId) -> Option<(Record, Millis)> {
+    pub(super) fn finish(&mut self, id: RecordId) -> Option<(Arc<Record>, Millis)> {
         self.running.remove(&id)
     }
 }
@@ -413,9 +411,12 @@ mod tests {
         assert_eq!(started.len(), 2);
         assert_eq!(started[0].payload, b"x", "the delivery carries the payload");
         assert_eq!(round.held(), 5);
-        assert!(round
-            .finish(RecordId(1))
-            .is_some_and(|(r, _)| r.payload.is_empty()));
+        assert!(
+            round
+                .finish(RecordId(1))
+                .is_some_and(|(r, _)| Arc::ptr_eq(&r, &started[0])),
+            "the round and the delivery share one record, its payload held once"
+        );
         assert_eq!(round.start(8, 1, 0).len(), 1, "the rate limit allows one");
         assert_eq!(
             round.start(8, usize::MAX, 0).len(),
