@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
-use tokio::task::unconstrained;
+use tokio::task::{unconstrained, Unconstrained};
 use tokio::time::{Instant, Sleep};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
@@ -360,12 +360,14 @@ async fn deliver(shared: Arc<Shared>, record: Arc<Record>) -> Outcome {
 
 /// The output of `future`, or `None` if it is not ready `limit` after `started`: a timeout
 /// whose timer is set only when the future first waits, so a future ready at its first poll
-/// (a sink that answers in process) costs no timer.
+/// (a sink that answers in process) costs no timer. The timer is read outside tokio's budget,
+/// as `tokio::time::timeout` reads its own, so a future that spends the whole budget at every
+/// poll still ends at its limit.
 async fn within<F: Future>(started: Instant, limit: Duration, future: F) -> Option<F::Output> {
     let mut future = std::pin::pin!(future);
     // A limit past the clock's range never ends.
     let deadline = started.checked_add(limit);
-    let mut timer: Option<Pin<Box<Sleep>>> = None;
+    let mut timer: Option<Pin<Box<Unconstrained<Sleep>>>> = None;
     poll_fn(|cx| {
         if let Poll::Ready(output) = future.as_mut().poll(cx) {
             return Poll::Ready(Some(output));
@@ -373,7 +375,8 @@ async fn within<F: Future>(started: Instant, limit: Duration, future: F) -> Opti
         let Some(deadline) = deadline else {
             return Poll::Pending;
         };
-        let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        let timer = timer
+            .get_or_insert_with(|| Box::pin(unconstrained(tokio::time::sleep_until(deadline))));
         timer.as_mut().poll(cx).map(|()| None)
     })
     .await
@@ -554,6 +557,21 @@ mod tests {
             Some(1),
             "the other branch ran before the second poll"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn within_ends_a_future_that_spends_the_whole_budget_at_every_poll() {
+        let started = Instant::now();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        // Spends tokio's budget at every poll, and gives up after a few polls: an answer
+        // here means the limit, long past, was never read.
+        let busy = async {
+            for _ in 0..1_000 {
+                tokio::task::consume_budget().await;
+            }
+            "the limit was never read"
+        };
+        assert_eq!(within(started, Duration::from_secs(2), busy).await, None);
     }
 
     #[tokio::test(start_paused = true)]

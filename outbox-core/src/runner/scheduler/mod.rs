@@ -556,7 +556,9 @@ impl Scheduler {
     /// Writes what is waiting and, with a lease, claims after it (`ahead`: while the round
     /// under way still delivers).
     fn write_claim(&mut self, lease: Option<Lease>, on_deadline: bool, ahead: bool) {
-        let writes = std::mem::take(&mut self.writes);
+        // The next round's writes are likely as many: room for them now, not grown one by one.
+        let room = self.writes.len();
+        let writes = std::mem::replace(&mut self.writes, Vec::with_capacity(room));
         let transitions = writes.iter().map(|w| w.transition.clone()).collect();
         let claim = lease.map(|lease| Claim {
             now: self.now.wall,
