@@ -12,6 +12,7 @@
 mod perform;
 pub mod scheduler;
 pub(crate) mod shell;
+mod timeout;
 
 pub use perform::perform;
 

@@ -2,23 +2,21 @@
 //! and the sink, and tells it what happened, with both clocks read at every wake.
 
 use std::collections::{HashSet, VecDeque};
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
-use tokio::task::{unconstrained, Unconstrained};
-use tokio::time::{Instant, Sleep};
+use tokio::task::unconstrained;
+use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::perform::perform;
 use super::scheduler::{Action, Answer, Input, Io, Notice, Now, Report, Scheduler, StoreFailure};
+use super::timeout::within;
 use super::{publish, publish_held, Shared};
 use crate::error::Result;
 use crate::outcome::{duration_ms, Outcome};
@@ -252,7 +250,8 @@ pub(crate) async fn run(
         // The two watch channels are read out of tokio's budget: with the budget spent (see
         // the top of the loop), a watch channel answers "not yet" while a `Notify` does not,
         // so a wake-up could overtake the offline signal or the shutdown that came before it.
-        // Everything else, the sink's futures included, keeps the budget.
+        // Everything else, the sink's futures included, keeps the budget (a delivery's timer
+        // too, but for a poll in which its sink spent it: see `timeout`).
         let input = tokio::select! {
             biased;
             is_online = unconstrained(online_changed(&mut online)) => Input::Online(is_online),
@@ -356,30 +355,6 @@ async fn deliver(shared: Arc<Shared>, record: Arc<Record>) -> Outcome {
         crate::metrics::delivered_after(shared.now().saturating_sub(record.created_at));
     }
     outcome
-}
-
-/// The output of `future`, or `None` if it is not ready `limit` after `started`: a timeout
-/// whose timer is set only when the future first waits, so a future ready at its first poll
-/// (a sink that answers in process) costs no timer. The timer is read outside tokio's budget,
-/// as `tokio::time::timeout` reads its own, so a future that spends the whole budget at every
-/// poll still ends at its limit.
-async fn within<F: Future>(started: Instant, limit: Duration, future: F) -> Option<F::Output> {
-    let mut future = std::pin::pin!(future);
-    // A limit past the clock's range never ends.
-    let deadline = started.checked_add(limit);
-    let mut timer: Option<Pin<Box<Unconstrained<Sleep>>>> = None;
-    poll_fn(|cx| {
-        if let Poll::Ready(output) = future.as_mut().poll(cx) {
-            return Poll::Ready(Some(output));
-        }
-        let Some(deadline) = deadline else {
-            return Poll::Pending;
-        };
-        let timer = timer
-            .get_or_insert_with(|| Box::pin(unconstrained(tokio::time::sleep_until(deadline))));
-        timer.as_mut().poll(cx).map(|()| None)
-    })
-    .await
 }
 
 /// Sleeps until `at`, or for ever.
@@ -499,89 +474,5 @@ async fn online_changed(online: &mut Option<watch::Receiver<bool>>) -> bool {
             }
         }
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn within_gives_a_ready_answer_at_once() {
-        let started = Instant::now();
-        let answer = within(started, Duration::from_secs(1), async { 7 }).await;
-        assert_eq!(answer, Some(7));
-        assert_eq!(started.elapsed(), Duration::ZERO);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn within_ends_a_future_that_waits_past_its_limit_at_the_limit() {
-        let started = Instant::now();
-        let slow = tokio::time::sleep(Duration::from_secs(5));
-        assert_eq!(within(started, Duration::from_secs(2), slow).await, None);
-        assert_eq!(started.elapsed(), Duration::from_secs(2));
-        // The limit counts from `started`, not from the first poll.
-        let started = Instant::now();
-        tokio::time::advance(Duration::from_millis(1_500)).await;
-        let slow = tokio::time::sleep(Duration::from_secs(5));
-        assert_eq!(within(started, Duration::from_secs(2), slow).await, None);
-        assert_eq!(started.elapsed(), Duration::from_secs(2));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn within_waits_for_a_future_that_answers_in_time() {
-        let started = Instant::now();
-        let answer = within(started, Duration::from_secs(2), async {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            "late"
-        })
-        .await;
-        assert_eq!(answer, Some("late"));
-        assert_eq!(started.elapsed(), Duration::from_secs(1));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn within_lets_a_waiting_future_yield_before_it_is_polled_again() {
-        // A future that waits once must not be polled again in the same turn of the task:
-        // others run between its two polls, as under any other timeout.
-        let turn = std::cell::Cell::new(0);
-        let (answer, ()) = tokio::join!(
-            within(Instant::now(), Duration::from_secs(1), async {
-                tokio::task::yield_now().await;
-                turn.get()
-            }),
-            async { turn.set(1) }
-        );
-        assert_eq!(
-            answer,
-            Some(1),
-            "the other branch ran before the second poll"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn within_ends_a_future_that_spends_the_whole_budget_at_every_poll() {
-        let started = Instant::now();
-        tokio::time::advance(Duration::from_secs(3)).await;
-        // Spends tokio's budget at every poll, and gives up after a few polls: an answer
-        // here means the limit, long past, was never read.
-        let busy = async {
-            for _ in 0..1_000 {
-                tokio::task::consume_budget().await;
-            }
-            "the limit was never read"
-        };
-        assert_eq!(within(started, Duration::from_secs(2), busy).await, None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn within_a_limit_past_the_clock_never_ends_the_future() {
-        let started = Instant::now();
-        let answer = within(started, Duration::MAX, async {
-            tokio::time::sleep(Duration::from_secs(3_600)).await;
-            1
-        })
-        .await;
-        assert_eq!(answer, Some(1));
     }
 }

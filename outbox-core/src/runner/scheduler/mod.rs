@@ -556,8 +556,13 @@ impl Scheduler {
     /// Writes what is waiting and, with a lease, claims after it (`ahead`: while the round
     /// under way still delivers).
     fn write_claim(&mut self, lease: Option<Lease>, on_deadline: bool, ahead: bool) {
-        // The next round's writes are likely as many: room for them now, not grown one by one.
-        let room = self.writes.len();
+        // A round that claims is likely to write as many next time: room for them now, not
+        // grown one by one. A write that claims nothing (an idle runner's) keeps none.
+        let room = if lease.is_some() {
+            self.writes.len()
+        } else {
+            0
+        };
         let writes = std::mem::replace(&mut self.writes, Vec::with_capacity(room));
         let transitions = writes.iter().map(|w| w.transition.clone()).collect();
         let claim = lease.map(|lease| Claim {
