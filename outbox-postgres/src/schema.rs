@@ -221,15 +221,16 @@ pub(crate) const FILLFACTOR: u32 = 50;
 /// for one round, so what compression saves on disk is never kept.
 pub(crate) const LEASE_IDS_STORAGE: &str = "EXTERNAL";
 
-/// The longest an open waits for the lease table's lock to change how its ids are stored.
+/// The longest an open waits for a table's lock to make a storage setting.
 ///
-/// That change takes the table's exclusive lock (it may add a table for out-of-line values),
-/// which every claim, round and renewal of every runner also needs: while the open waits for
-/// it behind a running round, the other runners' next claims wait behind the open. Bounded
-/// by this rather than by the store's `lock_timeout` (5 s by default, or none), a busy fleet
-/// stalls for at most this long, once; a change that does not get the lock in time is made
-/// at a later open.
-pub(crate) const LEASE_IDS_LOCK_WAIT: &str = "50ms";
+/// Changing how the lease ids are stored takes the lease table's exclusive lock (it may add a
+/// table for out-of-line values), which every claim, round and renewal of every runner also
+/// needs: while the open waits for it behind a running round, the other runners' next claims
+/// wait behind the open. The records' fill waits for any `VACUUM` or `ALTER` of the table.
+/// Bounded by this rather than by the store's `lock_timeout` (5 s by default, or none), an
+/// open never waits long for a setting, nor makes a busy fleet wait, and a setting that does
+/// not get its lock in time is made at a later open.
+pub(crate) const STORAGE_LOCK_WAIT: &str = "50ms";
 
 /// The storage settings an open makes where they are missing: the records' [`FILLFACTOR`]
 /// where no fill is set, and the lease rows' [`LEASE_IDS_STORAGE`] where the column keeps its
@@ -242,9 +243,8 @@ pub(crate) const LEASE_IDS_LOCK_WAIT: &str = "50ms";
 /// not (an application's restricted role, a reader), or a read-only session, opens the outbox
 /// all the same without trying, so neither the server's log nor the application's gets a
 /// refused `ALTER` at every open; one `info` line says what the owner can run. An attempt that
-/// fails anyway (it timed out waiting for its table's lock: the lease table's within
-/// [`LEASE_IDS_LOCK_WAIT`]) is undone, logged, and made again at the next open; the other
-/// setting is made all the same.
+/// fails anyway (its table's lock did not come within [`STORAGE_LOCK_WAIT`]) is undone, logged,
+/// and made again at the next open; the other setting is made all the same.
 async fn storage_settings(
     tx: &mut deadpool_postgres::Transaction<'_>,
     schema: &str,
@@ -268,27 +268,24 @@ async fn storage_settings(
     let fill_set: bool = found.try_get(0).map_err(pg)?;
     let ids_set: bool = found.try_get(1).map_err(pg)?;
     let may_alter: bool = found.try_get(2).map_err(pg)?;
-    // Each setting with the lock wait its `ALTER` runs under (`None`: the store's own).
     let mut missing = Vec::with_capacity(2);
     if !fill_set {
         missing.push((
             "records' fill",
             format!("ALTER TABLE {quoted}.records SET (fillfactor = {FILLFACTOR})"),
-            None,
         ));
     }
     if !ids_set {
         missing.push((
             "lease ids' storage",
             format!("ALTER TABLE {quoted}.leases ALTER COLUMN ids SET STORAGE {LEASE_IDS_STORAGE}"),
-            Some(LEASE_IDS_LOCK_WAIT),
         ));
     }
     if missing.is_empty() {
         return Ok(());
     }
     if !may_alter {
-        let alters: Vec<&str> = missing.iter().map(|(_, alter, _)| alter.as_str()).collect();
+        let alters: Vec<&str> = missing.iter().map(|(_, alter)| alter.as_str()).collect();
         tracing::info!(
             schema,
             "outbox storage settings left as they are: this session may not alter the tables; \
@@ -297,17 +294,16 @@ async fn storage_settings(
         );
         return Ok(());
     }
-    for (setting, alter, wait) in missing {
+    for (setting, alter) in missing {
         let attempt = tx.savepoint("outbox_storage").await.map_err(pg)?;
-        // The lease table's wait is set for its `ALTER` alone, then back to the store's own
-        // (the session's default: the store sets it when it connects).
-        let sql = match wait {
-            None => alter,
-            Some(wait) => format!(
-                "SET LOCAL lock_timeout = '{wait}'; {alter}; SET LOCAL lock_timeout TO DEFAULT"
-            ),
-        };
-        let altered = attempt.batch_execute(&sql).await;
+        // The brief wait is set for the `ALTER` alone, then back to the store's own (the
+        // session's default: the store sets it when it connects).
+        let altered = attempt
+            .batch_execute(&format!(
+                "SET LOCAL lock_timeout = '{STORAGE_LOCK_WAIT}'; {alter}; \
+                 SET LOCAL lock_timeout TO DEFAULT"
+            ))
+            .await;
         match altered {
             Ok(()) => {
                 attempt.commit().await.map_err(pg)?;

@@ -17,16 +17,21 @@ use outbox_postgres::{PgConfig, PgStore};
 
 const T0: u64 = 1_700_000_000_000;
 
-/// A schema as a build before the fill setting left it (full pages), and an admin session.
-async fn written_with_full_pages() -> (Scratch, tokio_postgres::Client) {
+/// A schema a store created, then changed by `alter` (the statements for the schema's name)
+/// in an admin session, which is returned with it.
+async fn created_then(alter: impl Fn(&str) -> String) -> (Scratch, tokio_postgres::Client) {
     let scratch = Scratch::new();
-    scratch.store().await;
+    drop(scratch.store().await);
     let client = admin().await;
-    client
-        .batch_execute(&full_pages(&scratch.schema))
-        .await
-        .unwrap();
+    client.batch_execute(&alter(&scratch.schema)).await.unwrap();
     (scratch, client)
+}
+
+/// A store that would wait for a lock for ever: the storage settings wait briefly all the same.
+fn patient(s: &str) -> PgConfig {
+    common::config(s)
+        .with_lock_timeout(None)
+        .with_statement_timeout(None)
 }
 
 async fn version(client: &tokio_postgres::Client, s: &str) -> i32 {
@@ -89,17 +94,14 @@ async fn settings_an_operator_chose_stand_at_the_next_open() {
     if !server_ready() {
         return;
     }
-    let scratch = Scratch::new();
-    let s = &scratch.schema;
-    drop(scratch.store().await);
-    let client = admin().await;
-    client
-        .batch_execute(&format!(
+    let (scratch, client) = created_then(|s| {
+        format!(
             "ALTER TABLE \"{s}\".records SET (fillfactor = 70); \
              ALTER TABLE \"{s}\".leases ALTER COLUMN ids SET STORAGE MAIN"
-        ))
-        .await
-        .unwrap();
+        )
+    })
+    .await;
+    let s = &scratch.schema;
     let store = scratch.store().await;
     assert_eq!(records_fillfactor(&client, s).await.as_deref(), Some("70"));
     assert_eq!(lease_ids_storage(&client, s).await, "m");
@@ -202,21 +204,11 @@ async fn an_open_waits_briefly_for_the_lease_table_and_stores_the_ids_uncompress
     if !server_ready() {
         return;
     }
-    let scratch = Scratch::new();
+    let (scratch, client) = created_then(compressed_lease_ids).await;
     let s = &scratch.schema;
-    drop(scratch.store().await);
-    let client = admin().await;
-    client
-        .batch_execute(&compressed_lease_ids(s))
-        .await
-        .unwrap();
-    // A store that would wait for a lock for ever: the change of storage waits briefly all
-    // the same, since every runner's next claim would queue behind it. Another session is in
-    // the middle of a round (it holds the lock every claim takes on the lease table).
-    let patient = common::config(s)
-        .with_lock_timeout(None)
-        .with_statement_timeout(None);
-    let holder = opened_while_held(s, "leases IN ROW EXCLUSIVE MODE", &patient).await;
+    // Another session is in the middle of a round (it holds the lock every claim takes on the
+    // lease table), and every runner's next claim would queue behind a longer wait.
+    let holder = opened_while_held(s, "leases IN ROW EXCLUSIVE MODE", &patient(s)).await;
     assert_eq!(
         lease_ids_storage(&client, s).await,
         "x",
@@ -224,7 +216,7 @@ async fn an_open_waits_briefly_for_the_lease_table_and_stores_the_ids_uncompress
     );
 
     holder.batch_execute("COMMIT").await.unwrap();
-    let store = PgStore::connect(patient).await.expect("the next open");
+    let store = PgStore::connect(patient(s)).await.expect("the next open");
     assert_eq!(
         lease_ids_storage(&client, s).await,
         "e",
@@ -267,7 +259,7 @@ async fn a_role_that_may_not_alter_the_table_opens_it_with_full_pages() {
     // The process's subscriber (the store works on threads of its own); this test alone sets
     // it, and reads only its schema's lines.
     tracing::subscriber::set_global_default(subscriber).unwrap();
-    let (scratch, client) = written_with_full_pages().await;
+    let (scratch, client) = created_then(full_pages).await;
     let s = &scratch.schema;
     let role = format!("{s}_filler");
     client
@@ -314,20 +306,19 @@ async fn a_role_that_may_not_alter_the_table_opens_it_with_full_pages() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_open_that_cannot_lock_the_table_in_time_opens_and_sets_the_fill_at_a_later_open() {
+async fn an_open_waits_briefly_for_the_records_table_and_sets_the_fill_at_a_later_open() {
     if !server_ready() {
         return;
     }
-    let (scratch, client) = written_with_full_pages().await;
+    let (scratch, client) = created_then(full_pages).await;
     let s = &scratch.schema;
-    // Another session holds the lock a change of the table's settings waits for (as a
-    // long `VACUUM` or an operator's own `ALTER` would) past the store's lock timeout.
-    let quick = common::config(s).with_lock_timeout(Some(std::time::Duration::from_millis(100)));
-    let holder = opened_while_held(s, "records IN SHARE UPDATE EXCLUSIVE MODE", &quick).await;
+    // Another session holds the lock a change of the table's settings waits for, as a long
+    // `VACUUM` or an operator's own `ALTER` would.
+    let holder = opened_while_held(s, "records IN SHARE UPDATE EXCLUSIVE MODE", &patient(s)).await;
     assert_eq!(records_fillfactor(&client, s).await, None, "the fill waits");
 
     holder.batch_execute("COMMIT").await.unwrap();
-    let store = PgStore::connect(quick).await.expect("the next open");
+    let store = PgStore::connect(patient(s)).await.expect("the next open");
     assert_eq!(
         records_fillfactor(&client, s).await.as_deref(),
         Some("50"),
