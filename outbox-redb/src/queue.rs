@@ -93,6 +93,9 @@ pub(crate) struct Tables<'t> {
     runner: Table<'t, &'static str, &'static [u8]>,
     /// Set by the first write: a transaction that wrote nothing need not be committed.
     changed: bool,
+    /// Counters of `meta` this transaction set, not yet in the table: [`Tables::close`] writes
+    /// each once, so the writes of one group commit move a counter once, not once each.
+    counters: Vec<(&'static str, u64)>,
     /// Payload bytes the running operation added and removed, for the `payload_bytes`
     /// counter, which the operation moves once at its end ([`Tables::settle_bytes`]).
     bytes: Bytes,
@@ -113,24 +116,38 @@ impl<'t> Tables<'t> {
             meta: txn.open_table(META).engine()?,
             runner: txn.open_table(RUNNER).engine()?,
             changed: false,
+            counters: Vec::new(),
             bytes: Bytes::default(),
         })
     }
 
-    /// Whether anything was written through these tables. Every write of a record, a
-    /// tombstone, a counter or the halt goes through a method that sets it; index entries
-    /// only ever change along with one of those.
-    pub(crate) fn changed(&self) -> bool {
-        self.changed
+    /// Writes the counters set through these tables ([`Tables::set_meta`]) and returns
+    /// whether anything was written: every write of a record, a tombstone, a counter or the
+    /// halt goes through a method that says so; index entries only ever change along with one
+    /// of those. Every transaction that writes through [`Tables`] closes them before it
+    /// commits; one that is aborted drops them.
+    pub(crate) fn close(mut self) -> Result<bool> {
+        for (name, value) in std::mem::take(&mut self.counters) {
+            self.meta.insert(name, value).engine()?;
+        }
+        Ok(self.changed)
     }
 
-    pub(crate) fn meta(&self, name: &str) -> Result<Option<u64>> {
+    /// The counter `name`: as this transaction last set it, else as the table holds it.
+    pub(crate) fn meta(&self, name: &'static str) -> Result<Option<u64>> {
+        if let Some(&(_, value)) = self.counters.iter().find(|(n, _)| *n == name) {
+            return Ok(Some(value));
+        }
         Ok(self.meta.get(name).engine()?.map(|v| v.value()))
     }
 
-    pub(crate) fn set_meta(&mut self, name: &str, value: u64) -> Result<()> {
+    /// Sets the counter `name`, written to the table when the tables close.
+    pub(crate) fn set_meta(&mut self, name: &'static str, value: u64) -> Result<()> {
         self.changed = true;
-        self.meta.insert(name, value).engine()?;
+        match self.counters.iter_mut().find(|(n, _)| *n == name) {
+            Some(counter) => counter.1 = value,
+            None => self.counters.push((name, value)),
+        }
         Ok(())
     }
 

@@ -125,7 +125,7 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
     tables.set_meta(META_DELIVERED, 0)?;
     tables.set_meta(META_SUPERSEDED, 0)?;
     tables.set_meta(META_PAYLOAD_BYTES, 0)?;
-    Ok(())
+    tables.close().map(drop)
 }
 
 /// Brings a file of an earlier version to the current one inside one write transaction, so a
@@ -147,7 +147,7 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
         if tables.meta(META_PAYLOAD_BYTES)?.is_none() {
             tables.count_payload_bytes()?;
         }
-        return Ok(());
+        return tables.close().map(drop);
     }
     // Indexes are rebuilt from scratch; dropping them first also removes any stale entry.
     txn.delete_table(DUE).map_err(from_redb)?;
@@ -181,7 +181,7 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     tables.set_meta(META_LAST_ID, last_id)?;
     tables.set_meta(META_PAYLOAD_BYTES, payload_bytes)?;
     tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))?;
-    Ok(())
+    tables.close().map(drop)
 }
 
 /// Makes every in-flight record expire at once: only one process can open the file, so a
@@ -190,5 +190,7 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
 /// no counter is changed here.
 pub(crate) fn expire_leases(txn: &WriteTransaction) -> Result<u64> {
     let mut tables = Tables::open(txn)?;
-    tables.expire_all_leases()
+    let expired = tables.expire_all_leases()?;
+    tables.close()?;
+    Ok(expired)
 }

@@ -347,7 +347,12 @@ impl RedbStore {
             return Err(Error::ReadOnly { source: None });
         }
         NewRecord::validate_all(&records, self.config.max_payload)?;
-        Tables::open(txn)?.enqueue(&records, now, self.config.cap)
+        let mut tables = Tables::open(txn)?;
+        // Closed whatever the answer: a refused batch has set its counters back, as the
+        // caller's transaction, still usable, must hold them.
+        let enqueued = tables.enqueue(&records, now, self.config.cap);
+        tables.close()?;
+        enqueued
     }
 
     /// The redb database, for the caller's own transactions ([`RedbStore::enqueue_in`]);

@@ -206,7 +206,7 @@ fn commit(
             let _ = txn.abort();
             return Err(Failed::Write);
         }
-        tables.changed()
+        tables.close().map_err(Failed::Engine)?
     };
     if changed {
         txn.commit().map_err(|e| Failed::Engine(from_redb(e)))?;
