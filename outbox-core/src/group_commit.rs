@@ -10,7 +10,14 @@
 //! a runner's round or a lease renewal is never held back), the writer pauses briefly
 //! ([`GATHER_PAUSE`]) while writes keep coming, for at most [`GATHER_LIMIT`] in all, before it
 //! commits. A writer whose last batch held one write (one producer, a runner's rounds alone)
-//! never pauses, and a platform whose sleeps overshoot the limit stops pausing after the first.
+//! never pauses.
+//!
+//! A pause that overshoots the limit ends its batch's gathering. A platform whose sleeps always
+//! overshoot (timers too coarse to gather with) stops pausing once [`COARSE_AFTER`] pauses in a
+//! row have, and tries one pause again every [`RETRY_AFTER`] batches that would have gathered.
+//! One late pause says nothing of the platform: on a busy host a thread that sleeps 20 µs may
+//! wake milliseconds later because the cores were taken, and a writer that gave up gathering
+//! for good at the first such pause would split every later burst into two commits.
 //!
 //! ```
 //! use std::sync::mpsc;
@@ -49,14 +56,25 @@ pub const PAUSE_SLACK: Duration = Duration::from_micros(1);
 /// The longest a batch waits for a burst, in all its pauses.
 pub const GATHER_LIMIT: Duration = Duration::from_micros(500);
 
+/// How many pauses in a row must overshoot [`GATHER_LIMIT`] before the writer takes its
+/// platform's sleeps as too coarse to gather with.
+pub const COARSE_AFTER: u32 = 3;
+
+/// How many batches that would have gathered a writer that stopped pausing lets go by before
+/// it tries one pause again (a host that was only busy gathers again).
+pub const RETRY_AFTER: u32 = 64;
+
 /// Collects a writer thread's batches from its queue; see the module docs. `P` is how it
 /// pauses, returning how long it took: [`GroupCommit::new`] sleeps [`GATHER_PAUSE`].
 #[derive(Debug)]
 pub struct GroupCommit<P = fn() -> Duration> {
     /// How many writes the last batch held.
     last: usize,
-    /// A pause overshot [`GATHER_LIMIT`]: this platform's sleeps are too coarse to gather.
-    coarse: bool,
+    /// How many pauses in a row overshot [`GATHER_LIMIT`]: from [`COARSE_AFTER`] on, this
+    /// platform's sleeps are taken as too coarse to gather with.
+    overshoots: u32,
+    /// Batches that would have gathered but did not, since the last pause.
+    skipped: u32,
     pause: P,
 }
 
@@ -102,7 +120,8 @@ impl<P: FnMut() -> Duration> GroupCommit<P> {
     pub fn with_pause(pause: P) -> Self {
         GroupCommit {
             last: 0,
-            coarse: false,
+            overshoots: 0,
+            skipped: 0,
             pause,
         }
     }
@@ -171,12 +190,17 @@ impl<P: FnMut() -> Duration> GroupCommit<P> {
                 Taken::Waiting(_) | Taken::Full => break,
             }
         }
-        if self.last > 1 && !self.coarse {
+        if self.last > 1 && self.may_pause() {
             let mut waited = Duration::ZERO;
             while batch.len() < max && waited < GATHER_LIMIT && batch.iter().all(&may_wait) {
                 let took = (self.pause)();
                 waited += took;
-                self.coarse |= took > GATHER_LIMIT;
+                self.skipped = 0;
+                self.overshoots = if took > GATHER_LIMIT {
+                    self.overshoots.saturating_add(1)
+                } else {
+                    0
+                };
                 match take_waiting(&mut batch, queue, max, &admit) {
                     Taken::EndedBy(item) => return self.done(batch, Some(item)),
                     Taken::Waiting(0) | Taken::Closed => break,
@@ -185,6 +209,16 @@ impl<P: FnMut() -> Duration> GroupCommit<P> {
             }
         }
         self.done(batch, None)
+    }
+
+    /// Whether this batch may pause: unless the platform's sleeps were found coarse, when
+    /// only every [`RETRY_AFTER`]th batch that would have gathered tries once more.
+    fn may_pause(&mut self) -> bool {
+        if self.overshoots < COARSE_AFTER {
+            return true;
+        }
+        self.skipped += 1;
+        self.skipped >= RETRY_AFTER
     }
 
     fn done<T, U>(&mut self, batch: Vec<U>, ended_by: Option<T>) -> (Vec<U>, Option<T>) {
@@ -368,16 +402,70 @@ mod tests {
         assert_eq!(b.pauses.get(), 3);
     }
 
+    /// A writer whose every pause brings one write and takes what `took` says (then
+    /// [`PAUSE`]), and how often it paused; each `batch` call sends one write beside its first,
+    /// so every batch holds several and the next may gather.
+    fn timed(took: impl Iterator<Item = Duration>) -> (impl FnMut(usize) -> usize, Rc<Cell<u32>>) {
+        let (queue, writes) = mpsc::channel();
+        let sender = queue.clone();
+        let pauses = Rc::new(Cell::new(0));
+        let counted = Rc::clone(&pauses);
+        let mut took = took;
+        let mut group = GroupCommit::with_pause(move || {
+            counted.set(counted.get() + 1);
+            sender.send(0).unwrap();
+            took.next().unwrap_or(PAUSE)
+        });
+        let batch = move |max| {
+            queue.send(2).unwrap();
+            group.batch(1, &writes, max, Ok, all).0.len()
+        };
+        (batch, pauses)
+    }
+
     #[test]
-    fn a_platform_whose_sleeps_overshoot_stops_pausing() {
-        let endless: Vec<Vec<u32>> = (0..100).map(|i| vec![i]).collect();
-        let mut b = bursty(endless, Duration::from_millis(15));
-        b.after_two();
-        assert_eq!(b.batch(0, 1_000), [0, 0]);
-        assert_eq!(b.pauses.get(), 1);
-        b.after_two();
-        b.batch(0, 1_000);
-        assert_eq!(b.pauses.get(), 1, "never again");
+    fn a_platform_whose_sleeps_overshoot_stops_pausing_and_tries_again_later() {
+        let (mut batch, pauses) = timed(std::iter::repeat(Duration::from_millis(15)));
+        assert_eq!(batch(1_000), 2, "the first batch of a burst does not wait");
+        // Each overshooting pause ends its batch's gathering.
+        for overshot in 1..=COARSE_AFTER {
+            assert_eq!(batch(1_000), 3);
+            assert_eq!(pauses.get(), overshot);
+        }
+        for _ in 1..RETRY_AFTER {
+            assert_eq!(batch(1_000), 2);
+        }
+        assert_eq!(pauses.get(), COARSE_AFTER, "coarse: no pause");
+        batch(1_000);
+        assert_eq!(pauses.get(), COARSE_AFTER + 1, "one try again");
+        batch(1_000);
+        assert_eq!(pauses.get(), COARSE_AFTER + 1, "it overshot too");
+    }
+
+    #[test]
+    fn one_late_pause_does_not_stop_the_gathering() {
+        // A host busy for a moment: one pause wakes 3 ms late, the next ones in time.
+        let (mut batch, _) = timed([Duration::from_millis(3)].into_iter());
+        batch(1_000);
+        assert_eq!(batch(1_000), 3, "the late pause ends its batch");
+        // 70 µs a pause, each bringing a write: the eighth passes the 500 µs limit.
+        assert_eq!(batch(1_000), 2 + 8, "still gathering after it");
+    }
+
+    #[test]
+    fn a_pause_in_time_after_a_retry_restores_the_gathering() {
+        let slow = std::iter::repeat_n(Duration::from_millis(15), COARSE_AFTER as usize);
+        let (mut batch, pauses) = timed(slow);
+        for _ in 0..=COARSE_AFTER {
+            batch(1_000);
+        }
+        for _ in 1..RETRY_AFTER {
+            batch(1_000);
+        }
+        assert_eq!(pauses.get(), COARSE_AFTER);
+        // The try again is in time: it gathers, and so does every later batch.
+        assert_eq!(batch(1_000), 2 + 8);
+        assert_eq!(batch(1_000), 2 + 8);
     }
 
     #[test]
