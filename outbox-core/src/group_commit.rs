@@ -14,10 +14,12 @@
 //!
 //! A pause that overshoots the limit ends its batch's gathering. A platform whose sleeps always
 //! overshoot (timers too coarse to gather with) stops pausing once [`COARSE_AFTER`] pauses in a
-//! row have, and tries one pause again every [`RETRY_AFTER`] batches that would have gathered.
-//! One late pause says nothing of the platform: on a busy host a thread that sleeps 20 µs may
-//! wake milliseconds later because the cores were taken, and a writer that gave up gathering
-//! for good at the first such pause would split every later burst into two commits.
+//! row have, and tries one pause again on every [`COARSE_RETRY_EVERY`]th batch that would have
+//! gathered. There, each of those pauses holds its batch for one tick of the platform's timer:
+//! [`COARSE_AFTER`] batches at first, then one in [`COARSE_RETRY_EVERY`]. One late pause says
+//! nothing of the platform: on a busy host a thread that sleeps 20 µs may wake milliseconds
+//! later because the cores were taken, and a writer that gave up gathering for good at the
+//! first such pause would split most later bursts into two commits.
 //!
 //! ```
 //! use std::sync::mpsc;
@@ -60,9 +62,10 @@ pub const GATHER_LIMIT: Duration = Duration::from_micros(500);
 /// platform's sleeps as too coarse to gather with.
 pub const COARSE_AFTER: u32 = 3;
 
-/// How many batches that would have gathered a writer that stopped pausing lets go by before
-/// it tries one pause again (a host that was only busy gathers again).
-pub const RETRY_AFTER: u32 = 64;
+/// A writer that stopped pausing tries one pause again on every this-many-th batch that
+/// would have gathered (a batch of a burst whose writes may all wait and that is not yet
+/// full): a host that was only busy gathers again.
+pub const COARSE_RETRY_EVERY: u32 = 64;
 
 /// Collects a writer thread's batches from its queue; see the module docs. `P` is how it
 /// pauses, returning how long it took: [`GroupCommit::new`] sleeps [`GATHER_PAUSE`].
@@ -73,7 +76,7 @@ pub struct GroupCommit<P = fn() -> Duration> {
     /// How many pauses in a row overshot [`GATHER_LIMIT`]: from [`COARSE_AFTER`] on, this
     /// platform's sleeps are taken as too coarse to gather with.
     overshoots: u32,
-    /// Batches that would have gathered but did not, since the last pause.
+    /// Batches that would have gathered but did not pause, since the last pause.
     skipped: u32,
     pause: P,
 }
@@ -190,7 +193,7 @@ impl<P: FnMut() -> Duration> GroupCommit<P> {
                 Taken::Waiting(_) | Taken::Full => break,
             }
         }
-        if self.last > 1 && self.may_pause() {
+        if self.last > 1 && batch.len() < max && batch.iter().all(&may_wait) && self.may_pause() {
             let mut waited = Duration::ZERO;
             while batch.len() < max && waited < GATHER_LIMIT && batch.iter().all(&may_wait) {
                 let took = (self.pause)();
@@ -211,14 +214,15 @@ impl<P: FnMut() -> Duration> GroupCommit<P> {
         self.done(batch, None)
     }
 
-    /// Whether this batch may pause: unless the platform's sleeps were found coarse, when
-    /// only every [`RETRY_AFTER`]th batch that would have gathered tries once more.
+    /// Whether a batch that would gather may pause: yes, unless the platform's sleeps were
+    /// found coarse; then it counts the batch, and only every [`COARSE_RETRY_EVERY`]th tries
+    /// once more (its pause starts the count again).
     fn may_pause(&mut self) -> bool {
         if self.overshoots < COARSE_AFTER {
             return true;
         }
-        self.skipped += 1;
-        self.skipped >= RETRY_AFTER
+        self.skipped = self.skipped.saturating_add(1);
+        self.skipped >= COARSE_RETRY_EVERY
     }
 
     fn done<T, U>(&mut self, batch: Vec<U>, ended_by: Option<T>) -> (Vec<U>, Option<T>) {
@@ -432,7 +436,7 @@ mod tests {
             assert_eq!(batch(1_000), 3);
             assert_eq!(pauses.get(), overshot);
         }
-        for _ in 1..RETRY_AFTER {
+        for _ in 1..COARSE_RETRY_EVERY {
             assert_eq!(batch(1_000), 2);
         }
         assert_eq!(pauses.get(), COARSE_AFTER, "coarse: no pause");
@@ -440,6 +444,25 @@ mod tests {
         assert_eq!(pauses.get(), COARSE_AFTER + 1, "one try again");
         batch(1_000);
         assert_eq!(pauses.get(), COARSE_AFTER + 1, "it overshot too");
+    }
+
+    #[test]
+    fn only_batches_that_would_gather_count_toward_a_retry() {
+        let (mut batch, pauses) = timed(std::iter::repeat(Duration::from_millis(15)));
+        for _ in 0..=COARSE_AFTER {
+            batch(1_000);
+        }
+        assert_eq!(pauses.get(), COARSE_AFTER);
+        // Full batches would not have paused: they leave the count as it was.
+        for _ in 0..2 * COARSE_RETRY_EVERY {
+            assert_eq!(batch(2), 2);
+        }
+        for _ in 1..COARSE_RETRY_EVERY {
+            batch(1_000);
+        }
+        assert_eq!(pauses.get(), COARSE_AFTER);
+        batch(1_000);
+        assert_eq!(pauses.get(), COARSE_AFTER + 1);
     }
 
     #[test]
@@ -459,7 +482,7 @@ mod tests {
         for _ in 0..=COARSE_AFTER {
             batch(1_000);
         }
-        for _ in 1..RETRY_AFTER {
+        for _ in 1..COARSE_RETRY_EVERY {
             batch(1_000);
         }
         assert_eq!(pauses.get(), COARSE_AFTER);

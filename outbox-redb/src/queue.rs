@@ -102,8 +102,27 @@ pub(crate) struct Tables<'t> {
 }
 
 impl<'t> Tables<'t> {
+    /// Runs `write` on every table of `txn` (each created when missing), then writes the
+    /// counters it set ([`Tables::set_meta`]), whatever `write` returned: `txn` then holds
+    /// what `write` did, counters included, and is the caller's to commit or abort. Returns
+    /// `write`'s result and whether anything was written: every write of a record, a
+    /// tombstone, a counter or the halt goes through a method that says so; index entries only
+    /// ever change along with one of those.
+    ///
+    /// This is the only way to write through [`Tables`], so no write path can leave a counter
+    /// unwritten (a lost `last_id` would hand out ids again).
+    pub(crate) fn with<T>(
+        txn: &'t WriteTransaction,
+        write: impl FnOnce(&mut Tables<'t>) -> Result<T>,
+    ) -> Result<(T, bool)> {
+        let mut tables = Tables::open(txn)?;
+        let result = write(&mut tables);
+        let changed = tables.close()?;
+        Ok((result?, changed))
+    }
+
     /// Opens (creating when missing) every table in `txn`.
-    pub(crate) fn open(txn: &'t WriteTransaction) -> Result<Self> {
+    fn open(txn: &'t WriteTransaction) -> Result<Self> {
         Ok(Tables {
             records: txn.open_table(RECORDS).engine()?,
             due: txn.open_table(DUE).engine()?,
@@ -121,12 +140,9 @@ impl<'t> Tables<'t> {
         })
     }
 
-    /// Writes the counters set through these tables ([`Tables::set_meta`]) and returns
-    /// whether anything was written: every write of a record, a tombstone, a counter or the
-    /// halt goes through a method that says so; index entries only ever change along with one
-    /// of those. Every transaction that writes through [`Tables`] closes them before it
-    /// commits; one that is aborted drops them.
-    pub(crate) fn close(mut self) -> Result<bool> {
+    /// Writes the counters set through these tables and returns whether anything was written
+    /// ([`Tables::with`]).
+    fn close(mut self) -> Result<bool> {
         for (name, value) in std::mem::take(&mut self.counters) {
             self.meta.insert(name, value).engine()?;
         }

@@ -119,13 +119,14 @@ pub(crate) fn check(found: Found) -> Result<u32> {
 
 /// Lays out a new, empty outbox at the current version.
 pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
-    let mut tables = Tables::open(txn)?;
-    tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))?;
-    tables.set_meta(META_LAST_ID, 0)?;
-    tables.set_meta(META_DELIVERED, 0)?;
-    tables.set_meta(META_SUPERSEDED, 0)?;
-    tables.set_meta(META_PAYLOAD_BYTES, 0)?;
-    tables.close().map(drop)
+    Tables::with(txn, |tables| {
+        tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))?;
+        tables.set_meta(META_LAST_ID, 0)?;
+        tables.set_meta(META_DELIVERED, 0)?;
+        tables.set_meta(META_SUPERSEDED, 0)?;
+        tables.set_meta(META_PAYLOAD_BYTES, 0)
+    })
+    .map(drop)
 }
 
 /// Brings a file of an earlier version to the current one inside one write transaction, so a
@@ -143,11 +144,13 @@ pub(crate) fn init(txn: &WriteTransaction) -> Result<()> {
 /// one without `aside` gets it empty (see the module documentation).
 pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     if from >= SCHEMA_VERSION {
-        let mut tables = Tables::open(txn)?;
-        if tables.meta(META_PAYLOAD_BYTES)?.is_none() {
-            tables.count_payload_bytes()?;
-        }
-        return tables.close().map(drop);
+        return Tables::with(txn, |tables| {
+            if tables.meta(META_PAYLOAD_BYTES)?.is_none() {
+                tables.count_payload_bytes()?;
+            }
+            Ok(())
+        })
+        .map(drop);
     }
     // Indexes are rebuilt from scratch; dropping them first also removes any stale entry.
     txn.delete_table(DUE).map_err(from_redb)?;
@@ -155,7 +158,12 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     txn.delete_table(GROUPS).map_err(from_redb)?;
     txn.delete_table(LEASES).map_err(from_redb)?;
     txn.delete_table(COALESCING).map_err(from_redb)?;
-    let mut tables = Tables::open(txn)?;
+    Tables::with(txn, rebuild).map(drop)
+}
+
+/// Rewrites every record in the current layout, rebuilds every index from them and sets the
+/// counters a current file holds ([`migrate`]).
+fn rebuild(tables: &mut Tables<'_>) -> Result<()> {
     let records = tables.all_records()?;
     let mut last_id = tables.meta(META_LAST_ID)?.unwrap_or(0);
     let mut payload_bytes = 0u64;
@@ -180,8 +188,7 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
     }
     tables.set_meta(META_LAST_ID, last_id)?;
     tables.set_meta(META_PAYLOAD_BYTES, payload_bytes)?;
-    tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))?;
-    tables.close().map(drop)
+    tables.set_meta(META_VERSION, u64::from(SCHEMA_VERSION))
 }
 
 /// Makes every in-flight record expire at once: only one process can open the file, so a
@@ -189,8 +196,5 @@ pub(crate) fn migrate(txn: &WriteTransaction, from: u32) -> Result<()> {
 /// finds it through [`outbox_core::Store::expired`] and decides what the interruption means;
 /// no counter is changed here.
 pub(crate) fn expire_leases(txn: &WriteTransaction) -> Result<u64> {
-    let mut tables = Tables::open(txn)?;
-    let expired = tables.expire_all_leases()?;
-    tables.close()?;
-    Ok(expired)
+    Tables::with(txn, Tables::expire_all_leases).map(|(expired, _)| expired)
 }

@@ -347,12 +347,10 @@ impl RedbStore {
             return Err(Error::ReadOnly { source: None });
         }
         NewRecord::validate_all(&records, self.config.max_payload)?;
-        let mut tables = Tables::open(txn)?;
-        // Closed whatever the answer: a refused batch has set its counters back, as the
-        // caller's transaction, still usable, must hold them.
-        let enqueued = tables.enqueue(&records, now, self.config.cap);
-        tables.close()?;
-        enqueued
+        // The counters are written whatever the answer: an enqueue that failed after taking
+        // its ids has left its records in the caller's transaction, which may still commit.
+        Tables::with(txn, |t| t.enqueue(&records, now, self.config.cap))
+            .map(|(enqueued, _)| enqueued)
     }
 
     /// The redb database, for the caller's own transactions ([`RedbStore::enqueue_in`]);

@@ -197,17 +197,16 @@ fn commit(
 ) -> Result<(), Failed> {
     let mut txn = db.begin_write().map_err(|e| Failed::Engine(from_redb(e)))?;
     config.prepare(&mut txn).map_err(Failed::Engine)?;
-    let changed = {
-        let mut tables = Tables::open(&txn).map_err(Failed::Engine)?;
-        if !jobs.iter_mut().all(|job| job.run(&mut tables)) {
-            drop(tables);
-            // The write's own error is the one to report; an abort error adds nothing a
-            // caller can act on.
-            let _ = txn.abort();
-            return Err(Failed::Write);
-        }
-        tables.close().map_err(Failed::Engine)?
-    };
+    let (ran, changed) = Tables::with(&txn, |tables| {
+        Ok(jobs.iter_mut().all(|job| job.run(tables)))
+    })
+    .map_err(Failed::Engine)?;
+    if !ran {
+        // The write's own error is the one to report; an abort error adds nothing a caller
+        // can act on.
+        let _ = txn.abort();
+        return Err(Failed::Write);
+    }
     if changed {
         txn.commit().map_err(|e| Failed::Engine(from_redb(e)))?;
         commits.fetch_add(1, Ordering::Relaxed);
