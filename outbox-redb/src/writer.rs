@@ -3,7 +3,8 @@
 //! A write is a typed closure over the [`Tables`] of one transaction (enqueue, a round, renew,
 //! prune, the halt). The thread takes every write queued at that moment (up to
 //! [`RedbConfig::max_batch`]; after a batch of several, it waits briefly for the rest of a
-//! burst: [`outbox_core::group_commit`]), runs them in arrival order in one write transaction,
+//! burst: [`outbox_core::group_commit`]), running each in one write transaction as it takes
+//! it, in arrival order (a burst's first writes run while the rest are still arriving), then
 //! commits once, and only then answers each caller with its own typed result. Many concurrent
 //! enqueues therefore share one sync to the disk, and no blocking redb call ever runs on an
 //! async executor's worker thread.
@@ -19,6 +20,7 @@
 //! renew of leases no longer held, a prune with nothing old) is aborted rather than committed:
 //! a durable commit costs a sync even when it carries no change.
 
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use std::thread::JoinHandle;
 
 use outbox_core::group_commit::GroupCommit;
 use outbox_core::{Error, Result};
-use redb::Database;
+use redb::{Database, WriteTransaction};
 use tokio::sync::oneshot;
 
 use crate::config::RedbConfig;
@@ -166,8 +168,14 @@ fn run(
 ) {
     let mut group = GroupCommit::new();
     while let Ok(first) = receiver.recv() {
-        let (mut jobs, _) = group.batch(first, receiver, config.max_batch, Ok, |_| true);
-        match commit(db, config, &mut jobs, commits) {
+        let (mut jobs, committed) = match begin(db, config) {
+            Ok(txn) => gather_running(txn, first, receiver, &mut group, config, commits),
+            Err(err) => {
+                let (jobs, _) = group.batch(first, receiver, config.max_batch, Ok, |_| true);
+                (jobs, Err(Failed::Engine(err)))
+            }
+        };
+        match committed {
             Ok(()) => jobs.into_iter().for_each(|job| job.settle(Ok(()))),
             Err(failed) if jobs.len() == 1 => {
                 if let Some(job) = jobs.pop() {
@@ -187,26 +195,90 @@ fn run(
     }
 }
 
-/// Runs `jobs` in one write transaction and commits it; nothing is written if any fails, and
-/// the transaction is aborted, not committed (no sync), when none of them changed anything.
+/// A write transaction as the store's configuration sets it up.
+fn begin(db: &Database, config: &RedbConfig) -> Result<WriteTransaction> {
+    let mut txn = db.begin_write().map_err(from_redb)?;
+    config.prepare(&mut txn)?;
+    Ok(txn)
+}
+
+/// Takes the batch that starts with `first` ([`GroupCommit::batch`]), running each write in
+/// `txn` as it is taken, so a burst's writes run while the rest of it is still arriving rather
+/// than after; then ends the transaction ([`finish`]). Once a write has failed, the ones taken
+/// after it are not run: the transaction will not commit, and each runs again alone.
+fn gather_running(
+    txn: WriteTransaction,
+    first: Box<dyn Job>,
+    receiver: &mpsc::Receiver<Box<dyn Job>>,
+    group: &mut GroupCommit,
+    config: &RedbConfig,
+    commits: &AtomicU64,
+) -> (Vec<Box<dyn Job>>, Result<(), Failed>) {
+    let mut first = Some(first);
+    let mut jobs = Vec::new();
+    let ran = Tables::with(&txn, |tables| {
+        let tables = RefCell::new(tables);
+        let ok = Cell::new(true);
+        let run = |mut job: Box<dyn Job>| {
+            if ok.get() {
+                ok.set(job.run(&mut tables.borrow_mut()));
+            }
+            job
+        };
+        if let Some(first) = first.take() {
+            let first = run(first);
+            jobs = group
+                .batch(
+                    first,
+                    receiver,
+                    config.max_batch,
+                    |job| Ok(run(job)),
+                    |_| true,
+                )
+                .0;
+        }
+        Ok(ok.get())
+    });
+    // Tables that could not open took no write: the first is answered with that error.
+    jobs.extend(first);
+    (jobs, finish(txn, ran, commits))
+}
+
+/// Runs `jobs` in one write transaction and ends it ([`finish`]).
 fn commit(
     db: &Database,
     config: &RedbConfig,
     jobs: &mut [Box<dyn Job>],
     commits: &AtomicU64,
 ) -> Result<(), Failed> {
-    let mut txn = db.begin_write().map_err(|e| Failed::Engine(from_redb(e)))?;
-    config.prepare(&mut txn).map_err(Failed::Engine)?;
-    let (ran, changed) = Tables::with(&txn, |tables| {
+    let txn = begin(db, config).map_err(Failed::Engine)?;
+    let ran = Tables::with(&txn, |tables| {
         Ok(jobs.iter_mut().all(|job| job.run(tables)))
-    })
-    .map_err(Failed::Engine)?;
-    if !ran {
-        // The write's own error is the one to report; an abort error adds nothing a caller
-        // can act on.
-        let _ = txn.abort();
-        return Err(Failed::Write);
-    }
+    });
+    finish(txn, ran, commits)
+}
+
+/// Ends a transaction whose writes ran (`ran`: whether every one succeeded, and whether any
+/// changed something): nothing is written if one failed, and the transaction is aborted, not
+/// committed (no sync), when none of them changed anything.
+fn finish(
+    txn: WriteTransaction,
+    ran: Result<(bool, bool)>,
+    commits: &AtomicU64,
+) -> Result<(), Failed> {
+    let changed = match ran {
+        Ok((true, changed)) => changed,
+        Ok((false, _)) => {
+            // The write's own error is the one to report; an abort error adds nothing a
+            // caller can act on.
+            let _ = txn.abort();
+            return Err(Failed::Write);
+        }
+        Err(err) => {
+            let _ = txn.abort();
+            return Err(Failed::Engine(err));
+        }
+    };
     if changed {
         txn.commit().map_err(|e| Failed::Engine(from_redb(e)))?;
         commits.fetch_add(1, Ordering::Relaxed);
