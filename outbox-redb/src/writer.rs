@@ -9,9 +9,10 @@
 //! enqueues therefore share one sync to the disk, and no blocking redb call ever runs on an
 //! async executor's worker thread.
 //!
-//! Each write stays atomic on its own: if one write of a batch fails, the transaction is
-//! aborted and every write of the batch runs again in a transaction of its own, so a failed
-//! write leaves nothing and does not take the others down with it. A write may therefore run
+//! Each write stays atomic on its own: if one write of a batch fails, it ends the batch, the
+//! transaction is aborted and every write that ran in it runs again in a transaction of its
+//! own, so a failed write leaves nothing and does not take the others down with it (the
+//! writes still queued start the next batch). A write may therefore run
 //! more than once; it borrows what it writes from its closure instead of consuming it. An
 //! enqueue refused by the size cap ([`Error::QueueFull`]) is not a failure of the batch: it
 //! has taken back its own writes, so the others commit as they ran.
@@ -83,7 +84,8 @@ where
 enum Failed {
     /// A write failed; its own error is its answer.
     Write,
-    /// The engine failed to begin, prepare or commit the transaction.
+    /// The engine failed to begin, prepare or commit the transaction, or to open or close its
+    /// tables.
     Engine(Error),
 }
 
@@ -167,9 +169,15 @@ fn run(
     commits: &AtomicU64,
 ) {
     let mut group = GroupCommit::new();
-    while let Ok(first) = receiver.recv() {
+    // A write taken after one of its batch failed, which starts the next batch.
+    let mut next = None;
+    while let Some(first) = next.take().or_else(|| receiver.recv().ok()) {
         let (mut jobs, committed) = match begin(db, config) {
-            Ok(txn) => gather_running(txn, first, receiver, &mut group, config, commits),
+            Ok(txn) => {
+                let batch = gather_running(txn, first, receiver, &mut group, config, commits);
+                next = batch.ended_by;
+                (batch.jobs, batch.committed)
+            }
             Err(err) => {
                 let (jobs, _) = group.batch(first, receiver, config.max_batch, Ok, |_| true);
                 (jobs, Err(Failed::Engine(err)))
@@ -204,8 +212,10 @@ fn begin(db: &Database, config: &RedbConfig) -> Result<WriteTransaction> {
 
 /// Takes the batch that starts with `first` ([`GroupCommit::batch`]), running each write in
 /// `txn` as it is taken, so a burst's writes run while the rest of it is still arriving rather
-/// than after; then ends the transaction ([`finish`]). Once a write has failed, the ones taken
-/// after it are not run: the transaction will not commit, and each runs again alone.
+/// than after; then ends the transaction ([`finish`]). A write that fails ends the batch: the
+/// transaction will not commit, the writes that ran in it run again alone, and the next write
+/// taken (returned beside them) starts the next batch. When the tables cannot open, no write
+/// runs and only `first` is taken, to be answered with that error.
 fn gather_running(
     txn: WriteTransaction,
     first: Box<dyn Job>,
@@ -213,35 +223,40 @@ fn gather_running(
     group: &mut GroupCommit,
     config: &RedbConfig,
     commits: &AtomicU64,
-) -> (Vec<Box<dyn Job>>, Result<(), Failed>) {
+) -> Gathered {
     let mut first = Some(first);
     let mut jobs = Vec::new();
+    let mut ended_by = None;
     let ran = Tables::with(&txn, |tables| {
         let tables = RefCell::new(tables);
         let ok = Cell::new(true);
         let run = |mut job: Box<dyn Job>| {
-            if ok.get() {
-                ok.set(job.run(&mut tables.borrow_mut()));
-            }
+            ok.set(job.run(&mut tables.borrow_mut()));
             job
         };
         if let Some(first) = first.take() {
             let first = run(first);
-            jobs = group
-                .batch(
-                    first,
-                    receiver,
-                    config.max_batch,
-                    |job| Ok(run(job)),
-                    |_| true,
-                )
-                .0;
+            let admit = |job| if ok.get() { Ok(run(job)) } else { Err(job) };
+            (jobs, ended_by) = group.batch(first, receiver, config.max_batch, admit, |_| true);
         }
         Ok(ok.get())
     });
-    // Tables that could not open took no write: the first is answered with that error.
     jobs.extend(first);
-    (jobs, finish(txn, ran, commits))
+    Gathered {
+        jobs,
+        ended_by,
+        committed: finish(txn, ran, commits),
+    }
+}
+
+/// A batch [`gather_running`] took and ended.
+struct Gathered {
+    /// Its writes, in arrival order.
+    jobs: Vec<Box<dyn Job>>,
+    /// The write taken after one of them failed, which starts the next batch.
+    ended_by: Option<Box<dyn Job>>,
+    /// How its transaction ended.
+    committed: Result<(), Failed>,
 }
 
 /// Runs `jobs` in one write transaction and ends it ([`finish`]).
@@ -259,8 +274,9 @@ fn commit(
 }
 
 /// Ends a transaction whose writes ran (`ran`: whether every one succeeded, and whether any
-/// changed something): nothing is written if one failed, and the transaction is aborted, not
-/// committed (no sync), when none of them changed anything.
+/// changed something; an error when the tables failed to open or close): nothing is written if
+/// one failed, and the transaction is aborted, not committed (no sync), when none of them
+/// changed anything.
 fn finish(
     txn: WriteTransaction,
     ran: Result<(bool, bool)>,
