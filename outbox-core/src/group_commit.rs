@@ -173,14 +173,14 @@ impl<P: FnMut() -> Duration> GroupCommit<P> {
         first: U,
         queue: &Receiver<T>,
         max: usize,
-        admit: impl Fn(T) -> Result<U, T>,
+        mut admit: impl FnMut(T) -> Result<U, T>,
         may_wait: impl Fn(&U) -> bool,
     ) -> (Vec<U>, Option<T>) {
         let max = max.max(1);
         let mut batch = vec![first];
         let mut yielded = false;
         loop {
-            match take_waiting(&mut batch, queue, max, &admit) {
+            match take_waiting(&mut batch, queue, max, &mut admit) {
                 Taken::EndedBy(item) => return self.done(batch, Some(item)),
                 Taken::Waiting(_) if !yielded => {
                     // A burst's first write arrives alone: let the producers that woke with
@@ -204,7 +204,7 @@ impl<P: FnMut() -> Duration> GroupCommit<P> {
                 } else {
                     0
                 };
-                match take_waiting(&mut batch, queue, max, &admit) {
+                match take_waiting(&mut batch, queue, max, &mut admit) {
                     Taken::EndedBy(item) => return self.done(batch, Some(item)),
                     Taken::Waiting(0) | Taken::Closed => break,
                     Taken::Waiting(_) | Taken::Full => {}
@@ -269,7 +269,7 @@ fn take_waiting<T, U>(
     batch: &mut Vec<U>,
     queue: &Receiver<T>,
     max: usize,
-    admit: &impl Fn(T) -> Result<U, T>,
+    admit: &mut impl FnMut(T) -> Result<U, T>,
 ) -> Taken<T> {
     let mut joined = 0;
     while batch.len() < max {

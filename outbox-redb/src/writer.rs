@@ -21,7 +21,6 @@
 //! renew of leases no longer held, a prune with nothing old) is aborted rather than committed:
 //! a durable commit costs a sync even when it carries no change.
 
-use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -228,18 +227,19 @@ fn gather_running(
     let mut jobs = Vec::new();
     let mut ended_by = None;
     let ran = Tables::with(&txn, |tables| {
-        let tables = RefCell::new(tables);
-        let ok = Cell::new(true);
-        let run = |mut job: Box<dyn Job>| {
-            ok.set(job.run(&mut tables.borrow_mut()));
-            job
+        let Some(mut first) = first.take() else {
+            return Ok(true);
         };
-        if let Some(first) = first.take() {
-            let first = run(first);
-            let admit = |job| if ok.get() { Ok(run(job)) } else { Err(job) };
-            (jobs, ended_by) = group.batch(first, receiver, config.max_batch, admit, |_| true);
-        }
-        Ok(ok.get())
+        let mut ok = first.run(tables);
+        let admit = |mut job: Box<dyn Job>| {
+            if !ok {
+                return Err(job);
+            }
+            ok = job.run(tables);
+            Ok(job)
+        };
+        (jobs, ended_by) = group.batch(first, receiver, config.max_batch, admit, |_| true);
+        Ok(ok)
     });
     jobs.extend(first);
     Gathered {
